@@ -1,0 +1,1069 @@
+/*
+ * mcp.c - the MCP client over streamable HTTP (contract in mcp.h).
+ *
+ * Each JSON-RPC message is a request record (mcp_req) that lives on exactly
+ * one of two lists: `queued` (waiting for the handshake) or `inflight` (its
+ * POST is with the HTTP client). The handshake is itself two records: the
+ * initialize request and then the notifications/initialized notification;
+ * when the second is accepted the client is ready and the queue is sent.
+ *
+ * An answer is checked in layers, and the first layer that fails decides the
+ * error kind: transport (timeout, refused, too large), HTTP status, content
+ * type (JSON body or SSE stream), JSON syntax, JSON-RPC shape and id, the
+ * JSON-RPC error member, and finally the MCP result itself (isError).
+ *
+ * Callbacks may free the client. To keep that safe, every entry from the
+ * HTTP layer counts itself in `depth`; mcp_free inside a callback only marks
+ * the client dying, ends everything pending, and the memory goes when the
+ * outermost entry returns.
+ */
+#include "mcp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+static const char *const err_text[] = {
+#define ERR_TEXT(name, text) text,
+    MCP_ERR_MAP(ERR_TEXT)
+#undef ERR_TEXT
+};
+
+static const char *const err_name[] = {
+#define ERR_NAME(name, text) #name,
+    MCP_ERR_MAP(ERR_NAME)
+#undef ERR_NAME
+};
+
+const char *mcp_strerror(int err)
+{
+    if (err < 0 || err >= MCP_ERR_COUNT) return "unknown error";
+    return err_text[err];
+}
+
+const char *mcp_errname(int err)
+{
+    if (err < 0 || err >= MCP_ERR_COUNT) return "?";
+    return err_name[err];
+}
+
+/* A tools/list that keeps handing out cursors is cut off here. */
+#define MAX_LIST_PAGES 100
+
+enum req_kind {
+    K_INIT,        /* initialize (internal) */
+    K_NOTE_INIT,   /* notifications/initialized (internal) */
+    K_INIT_WAITER, /* mcp_initialize's callback, waiting for the handshake */
+    K_LIST,        /* tools/list */
+    K_CALL,        /* tools/call */
+};
+
+enum client_state { S_NEW, S_INIT, S_READY };
+
+typedef struct mcp_req {
+    struct mcp_client *m;
+    struct mcp_req *prev, *next;
+    enum req_kind kind;
+    const char *method;
+    cJSON *params;
+    int64_t id; /* JSON-RPC id of the last send; 0 for a notification */
+    mcp_done_fn cb;
+    void *arg;
+    uint64_t http_id;
+    unsigned session_gen; /* the handshake it was sent under */
+    bool resent;          /* already sent again after a lost session */
+    bool with_session;    /* sent with an Mcp-Session-Id header */
+    bool orphan;          /* the client is gone; only free it */
+    int pages;
+    cJSON *acc; /* tools/list: tools gathered so far */
+    double start_ms;
+} mcp_req;
+
+struct mcp_client {
+    manta_http_client *http;
+    char *url, *protocol_version, *client_name, *client_version;
+    char **headers;
+    size_t n_headers;
+    long timeout_ms, connect_timeout_ms;
+    size_t max_body;
+    int connect_retries;
+
+    enum client_state state;
+    unsigned gen; /* handshakes completed */
+    char *session_id;
+    char *server_version;
+    cJSON *init_result;
+    cJSON *tools;
+    int64_t next_id;
+    mcp_req *queued, *inflight;
+    int n_user; /* requests with a callback still to fire */
+    mcp_stats stats;
+    int depth;
+    bool dying;
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+void mcp_config_init(mcp_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->protocol_version = MCP_PROTOCOL_VERSION;
+    cfg->client_name = "manta";
+    cfg->client_version = "0.1";
+    cfg->timeout_ms = 30000;
+    cfg->connect_timeout_ms = 5000;
+    cfg->max_body = (size_t)16 << 20;
+    cfg->connect_retries = 2;
+}
+
+/* ---- lists ------------------------------------------------------------- */
+
+static void req_link(mcp_req **head, mcp_req *r)
+{
+    r->prev = NULL;
+    r->next = *head;
+    if (*head) (*head)->prev = r;
+    *head = r;
+}
+
+/* Appends at the tail so queued requests go out in the order made. */
+static void req_append(mcp_req **head, mcp_req *r)
+{
+    r->next = NULL;
+    if (!*head) {
+        r->prev = NULL;
+        *head = r;
+        return;
+    }
+    mcp_req *t = *head;
+    while (t->next) t = t->next;
+    t->next = r;
+    r->prev = t;
+}
+
+static void req_unlink(mcp_req **head, mcp_req *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else if (*head == r)
+        *head = r->next;
+    if (r->next) r->next->prev = r->prev;
+    r->prev = r->next = NULL;
+}
+
+static void req_free(mcp_req *r)
+{
+    if (!r) return;
+    cJSON_Delete(r->params);
+    cJSON_Delete(r->acc);
+    free(r);
+}
+
+static bool user_kind(enum req_kind k)
+{
+    return k == K_INIT_WAITER || k == K_LIST || k == K_CALL;
+}
+
+/* ---- completion -------------------------------------------------------- */
+
+/* Fires r's callback with res (filling the common fields), counts it and
+ * frees r. r must be on no list. */
+static void req_complete(mcp_client *m, mcp_req *r, mcp_result *res)
+{
+    if (!res->message) res->message = "";
+    res->rpc_id = r->id;
+    res->elapsed_ms = now_ms() - r->start_ms;
+    if (user_kind(r->kind)) {
+        m->n_user--;
+        m->stats.completed++;
+        if (res->err == MCP_OK)
+            m->stats.ok++;
+        else
+            m->stats.errors[res->err]++;
+        if (r->cb) {
+            m->depth++;
+            r->cb(res, r->arg);
+            m->depth--;
+        }
+    }
+    req_free(r);
+}
+
+static void req_fail(mcp_client *m, mcp_req *r, mcp_err err, long status, const char *msg)
+{
+    mcp_result res;
+    memset(&res, 0, sizeof res);
+    res.err = err;
+    res.http_status = status;
+    res.message = msg;
+    req_complete(m, r, &res);
+}
+
+/* Ends every queued request with err (after a failed handshake, or on free). */
+static void fail_queue(mcp_client *m, mcp_err err, const char *msg)
+{
+    while (m->queued) {
+        mcp_req *r = m->queued;
+        req_unlink(&m->queued, r);
+        req_fail(m, r, err, 0, msg);
+    }
+}
+
+static void really_free(mcp_client *m)
+{
+    for (size_t i = 0; i < m->n_headers; i++) free(m->headers[i]);
+    free(m->headers);
+    free(m->url);
+    free(m->protocol_version);
+    free(m->client_name);
+    free(m->client_version);
+    free(m->session_id);
+    free(m->server_version);
+    cJSON_Delete(m->init_result);
+    cJSON_Delete(m->tools);
+    free(m);
+}
+
+/* ---- sending ----------------------------------------------------------- */
+
+static void on_http(const manta_http_result *res, void *arg);
+
+static char *xstrdup(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+static char *fmt_header(const char *name, const char *value)
+{
+    size_t n = strlen(name) + strlen(value) + 3;
+    char *h = malloc(n);
+    if (h) snprintf(h, n, "%s: %s", name, value);
+    return h;
+}
+
+/* Posts r (a new JSON-RPC id unless it is a notification) and puts it on the
+ * in-flight list. Returns MCP_OK, or an error with r untouched elsewhere. */
+static mcp_err req_send(mcp_client *m, mcp_req *r)
+{
+    bool note = r->kind == K_NOTE_INIT;
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return MCP_ENOMEM;
+    int64_t id = note ? 0 : m->next_id++;
+    bool ok = cJSON_AddStringToObject(o, "jsonrpc", "2.0") != NULL;
+    if (!note) ok &= cJSON_AddNumberToObject(o, "id", (double)id) != NULL;
+    ok &= cJSON_AddStringToObject(o, "method", r->method) != NULL;
+    if (r->params) {
+        cJSON *p = cJSON_Duplicate(r->params, 1);
+        ok &= p && cJSON_AddItemToObject(o, "params", p);
+    }
+    char *body = ok ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (!body) return MCP_ENOMEM;
+
+    /* Content-Type, Accept, session, protocol version, then the user's. */
+    size_t nh = 0;
+    char *own[2] = {NULL, NULL};
+    const char **hdrs = malloc((4 + m->n_headers) * sizeof *hdrs);
+    if (!hdrs) {
+        free(body);
+        return MCP_ENOMEM;
+    }
+    hdrs[nh++] = "Content-Type: application/json";
+    hdrs[nh++] = "Accept: application/json, text/event-stream";
+    bool ok_h = true;
+    if (r->kind != K_INIT && m->session_id) {
+        own[0] = fmt_header("Mcp-Session-Id", m->session_id);
+        if (own[0]) hdrs[nh++] = own[0];
+        ok_h &= own[0] != NULL;
+    }
+    if (r->kind != K_INIT && m->server_version) {
+        own[1] = fmt_header("MCP-Protocol-Version", m->server_version);
+        if (own[1]) hdrs[nh++] = own[1];
+        ok_h &= own[1] != NULL;
+    }
+    if (!ok_h) {
+        free(own[0]);
+        free(own[1]);
+        free(hdrs);
+        free(body);
+        return MCP_ENOMEM;
+    }
+    for (size_t i = 0; i < m->n_headers; i++) hdrs[nh++] = m->headers[i];
+
+    manta_http_request hr;
+    manta_http_request_init(&hr);
+    hr.method = "POST";
+    hr.url = m->url;
+    hr.headers = hdrs;
+    hr.n_headers = nh;
+    hr.body = body;
+    hr.body_len = strlen(body);
+    hr.timeout_ms = m->timeout_ms;
+    hr.connect_timeout_ms = m->connect_timeout_ms;
+    hr.max_body = m->max_body;
+    /* A POST is retried only when the connection could not be made: then the
+     * server cannot have seen it, so a tools/call never runs twice. */
+    hr.max_retries = m->connect_retries;
+    hr.retry_on = MANTA_HTTP_RETRY_CONNECT;
+    int rc = manta_http_submit(m->http, &hr, on_http, r, &r->http_id);
+    free(own[0]);
+    free(own[1]);
+    free(hdrs);
+    free(body);
+    if (rc != 0) return rc == MANTA_HTTP_ENOMEM ? MCP_ENOMEM : MCP_EINVAL;
+    r->id = id;
+    r->session_gen = m->gen;
+    r->with_session = r->kind != K_INIT && m->session_id != NULL;
+    req_link(&m->inflight, r);
+    m->stats.requests++;
+    return MCP_OK;
+}
+
+static mcp_req *req_new(mcp_client *m, enum req_kind kind, const char *method, cJSON *params,
+                        mcp_done_fn cb, void *arg)
+{
+    mcp_req *r = calloc(1, sizeof *r);
+    if (!r) {
+        cJSON_Delete(params);
+        return NULL;
+    }
+    r->m = m;
+    r->kind = kind;
+    r->method = method;
+    r->params = params;
+    r->cb = cb;
+    r->arg = arg;
+    r->start_ms = now_ms();
+    return r;
+}
+
+static void start_handshake(mcp_client *m)
+{
+    m->state = S_INIT;
+    cJSON *p = cJSON_CreateObject();
+    cJSON *info = cJSON_CreateObject();
+    bool ok = p && info;
+    if (ok) {
+        ok &= cJSON_AddStringToObject(p, "protocolVersion", m->protocol_version) != NULL;
+        ok &= cJSON_AddObjectToObject(p, "capabilities") != NULL;
+        ok &= cJSON_AddStringToObject(info, "name", m->client_name) != NULL;
+        ok &= cJSON_AddStringToObject(info, "version", m->client_version) != NULL;
+        ok &= cJSON_AddItemToObject(p, "clientInfo", info);
+        if (ok) info = NULL;
+    }
+    cJSON_Delete(info);
+    mcp_req *r = ok ? req_new(m, K_INIT, "initialize", p, NULL, NULL) : NULL;
+    if (!ok) cJSON_Delete(p);
+    mcp_err err = r ? req_send(m, r) : MCP_ENOMEM;
+    if (err != MCP_OK) {
+        req_free(r);
+        m->state = S_NEW;
+        fail_queue(m, err, "initialize: could not send the request");
+    }
+}
+
+/* Sends r now if the client is ready, else queues it (starting the handshake
+ * when none runs). Returns MCP_OK or the error of a failed send. */
+static mcp_err req_dispatch(mcp_client *m, mcp_req *r)
+{
+    if (m->state == S_READY && r->kind != K_INIT_WAITER) return req_send(m, r);
+    req_append(&m->queued, r);
+    if (m->state == S_NEW) start_handshake(m);
+    return MCP_OK;
+}
+
+/* ---- answers ----------------------------------------------------------- */
+
+static mcp_err map_http_err(manta_http_err e)
+{
+    switch (e) {
+    case MANTA_HTTP_OK:
+        return MCP_OK;
+    case MANTA_HTTP_ETIMEDOUT:
+        return MCP_ETIMEOUT;
+    case MANTA_HTTP_EREFUSED:
+    case MANTA_HTTP_ERESOLVE:
+        return MCP_ECONNECT;
+    case MANTA_HTTP_ETOOLARGE:
+        return MCP_ETOOLARGE;
+    case MANTA_HTTP_ECANCELED:
+    case MANTA_HTTP_ECLOSED:
+        return MCP_ECLOSED;
+    case MANTA_HTTP_ENOMEM:
+        return MCP_ENOMEM;
+    case MANTA_HTTP_EINVAL:
+        return MCP_EINVAL;
+    default:
+        return MCP_ETRANSPORT;
+    }
+}
+
+/* Copies up to max bytes of s into out as printable text, for messages. */
+static void snippet(char *out, size_t cap, const char *s, size_t len, size_t max)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len && i < max && n + 1 < cap; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        out[n++] = (ch >= 0x20 && ch < 0x7f) ? (char)ch : ' ';
+    }
+    if (len > max && n + 4 < cap) {
+        memcpy(out + n, "...", 3);
+        n += 3;
+    }
+    out[n] = '\0';
+}
+
+static bool media_is(const char *ctype, const char *want)
+{
+    if (!ctype) return false;
+    size_t n = strlen(want);
+    if (strncasecmp(ctype, want, n) != 0) return false;
+    return ctype[n] == '\0' || ctype[n] == ';' || ctype[n] == ' ';
+}
+
+static bool id_matches(const cJSON *msg, int64_t id)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(msg, "id");
+    return cJSON_IsNumber(v) && v->valuedouble == (double)id;
+}
+
+static bool is_response(const cJSON *msg)
+{
+    return cJSON_IsObject(msg) && (cJSON_GetObjectItemCaseSensitive(msg, "result") ||
+                                   cJSON_GetObjectItemCaseSensitive(msg, "error"));
+}
+
+/* SSE: events are blocks of "field: value" lines ended by a blank line;
+ * "data" lines of one event join with "\n"; lines starting with ':' are
+ * comments; a line may end in CRLF, LF or CR. An event cut off by the end of
+ * the stream is dropped, as the SSE rules say, so a truncated stream yields
+ * no response rather than half of one. */
+cJSON *mcp_sse_find_response(const char *body, size_t len, int64_t rpc_id, bool *bad_json,
+                             uint64_t *skipped)
+{
+    char *data = NULL;
+    size_t dlen = 0, dcap = 0;
+    bool has_data = false;
+    cJSON *found = NULL;
+    size_t pos = 0;
+    if (len >= 3 && memcmp(body, "\xEF\xBB\xBF", 3) == 0) pos = 3;
+    while (pos < len && !found) {
+        size_t e = pos;
+        while (e < len && body[e] != '\n' && body[e] != '\r') e++;
+        if (e == len) break; /* an unterminated last line: the stream was cut */
+        const char *line = body + pos;
+        size_t n = e - pos;
+        pos = e + 1;
+        if (body[e] == '\r' && pos < len && body[pos] == '\n') pos++;
+
+        if (n == 0) { /* blank line: dispatch the event */
+            if (has_data) {
+                if (dlen && data[dlen - 1] == '\n') dlen--;
+                cJSON *msg = cJSON_ParseWithLength(data, dlen);
+                if (!msg) {
+                    if (bad_json) *bad_json = true;
+                } else if (is_response(msg) && id_matches(msg, rpc_id)) {
+                    found = msg;
+                } else {
+                    if (skipped) (*skipped)++;
+                    cJSON_Delete(msg);
+                }
+            }
+            dlen = 0;
+            has_data = false;
+            continue;
+        }
+        if (line[0] == ':') continue;
+        const char *colon = memchr(line, ':', n);
+        size_t flen = colon ? (size_t)(colon - line) : n;
+        if (flen != 4 || memcmp(line, "data", 4) != 0) continue; /* event, id, retry */
+        const char *v = colon ? colon + 1 : line + n;
+        size_t vlen = (size_t)(line + n - v);
+        if (vlen && *v == ' ') v++, vlen--;
+        if (dlen + vlen + 2 > dcap) {
+            size_t cap = dcap ? dcap : 256;
+            while (cap < dlen + vlen + 2) cap *= 2;
+            char *d = realloc(data, cap);
+            if (!d) break;
+            data = d;
+            dcap = cap;
+        }
+        memcpy(data + dlen, v, vlen);
+        dlen += vlen;
+        data[dlen++] = '\n';
+        has_data = true;
+    }
+    free(data);
+    return found;
+}
+
+static void handshake_failed(mcp_client *m, mcp_err err, const char *why)
+{
+    char msg[768];
+    snprintf(msg, sizeof msg, "initialize failed: %s", why);
+    m->state = S_NEW;
+    fail_queue(m, err, msg);
+}
+
+static void handshake_done(mcp_client *m)
+{
+    m->state = S_READY;
+    m->gen++;
+    m->stats.handshakes++;
+    /* Send in the order the requests were made. A callback may free the
+     * client (dying): mcp_free then empties the queue itself. */
+    while (m->queued && !m->dying && m->state == S_READY) {
+        mcp_req *r = m->queued;
+        req_unlink(&m->queued, r);
+        if (r->kind == K_INIT_WAITER) {
+            mcp_result res;
+            memset(&res, 0, sizeof res);
+            res.result = m->init_result;
+            req_complete(m, r, &res);
+            continue;
+        }
+        mcp_err err = req_send(m, r);
+        if (err != MCP_OK) req_fail(m, r, err, 0, "could not send the request");
+    }
+}
+
+static void on_init_result(mcp_client *m, const manta_http_result *hres, cJSON *result)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(result, "protocolVersion");
+    static const char *const known[] = MCP_PROTOCOL_VERSIONS;
+    bool ok = false;
+    for (size_t i = 0; cJSON_IsString(v) && i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(v->valuestring, known[i]) == 0) ok = true;
+    if (!ok) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "the server chose protocol version %s, which this client lacks",
+                 cJSON_IsString(v) ? v->valuestring : "(none)");
+        handshake_failed(m, MCP_EPROTO, msg);
+        return;
+    }
+    /* A session id must be visible ASCII (0x21..0x7E) by the spec; anything
+     * else could smuggle header lines. */
+    const char *sid = manta_http_header_get(hres, "Mcp-Session-Id");
+    for (const char *p = sid; p && *p; p++)
+        if ((unsigned char)*p < 0x21 || (unsigned char)*p > 0x7e) {
+            handshake_failed(m, MCP_EPROTO, "the Mcp-Session-Id header has invalid characters");
+            return;
+        }
+    char *nsid = xstrdup(sid && *sid ? sid : NULL);
+    char *nver = strdup(v->valuestring);
+    cJSON *dup = cJSON_Duplicate(result, 1);
+    if (!nver || !dup || (sid && *sid && !nsid)) {
+        free(nsid);
+        free(nver);
+        cJSON_Delete(dup);
+        handshake_failed(m, MCP_ENOMEM, "out of memory");
+        return;
+    }
+    free(m->session_id);
+    free(m->server_version);
+    cJSON_Delete(m->init_result);
+    m->session_id = nsid;
+    m->server_version = nver;
+    m->init_result = dup;
+
+    mcp_req *note = req_new(m, K_NOTE_INIT, "notifications/initialized", NULL, NULL, NULL);
+    mcp_err err = note ? req_send(m, note) : MCP_ENOMEM;
+    if (err != MCP_OK) {
+        req_free(note);
+        handshake_failed(m, err, "could not send notifications/initialized");
+    }
+}
+
+/* Joins the "text" items of result.content with "\n". Returns NULL only
+ * when out of memory. */
+static char *join_text(const cJSON *result)
+{
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(result, "content");
+    size_t total = 1;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, content)
+    {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(it, "type");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(it, "text");
+        if (cJSON_IsString(type) && strcmp(type->valuestring, "text") == 0 && cJSON_IsString(text))
+            total += strlen(text->valuestring) + 1;
+    }
+    char *out = malloc(total);
+    if (!out) return NULL;
+    size_t n = 0;
+    cJSON_ArrayForEach(it, content)
+    {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(it, "type");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(it, "text");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 ||
+            !cJSON_IsString(text))
+            continue;
+        if (n) out[n++] = '\n';
+        size_t k = strlen(text->valuestring);
+        memcpy(out + n, text->valuestring, k);
+        n += k;
+    }
+    out[n] = '\0';
+    return out;
+}
+
+static void on_list_result(mcp_client *m, mcp_req *r, long status, cJSON *result)
+{
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(result, "tools");
+    if (!cJSON_IsArray(tools)) {
+        req_fail(m, r, MCP_EPROTO, status, "tools/list: the result has no \"tools\" array");
+        return;
+    }
+    if (!r->acc && !(r->acc = cJSON_CreateArray())) {
+        req_fail(m, r, MCP_ENOMEM, status, "tools/list: out of memory");
+        return;
+    }
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools)
+    {
+        cJSON *d = cJSON_Duplicate(t, 1);
+        if (!d || !cJSON_AddItemToArray(r->acc, d)) {
+            cJSON_Delete(d);
+            req_fail(m, r, MCP_ENOMEM, status, "tools/list: out of memory");
+            return;
+        }
+    }
+    const cJSON *cursor = cJSON_GetObjectItemCaseSensitive(result, "nextCursor");
+    if (cJSON_IsString(cursor) && cursor->valuestring[0]) {
+        if (++r->pages >= MAX_LIST_PAGES) {
+            req_fail(m, r, MCP_EPROTO, status, "tools/list: more than 100 pages");
+            return;
+        }
+        cJSON_Delete(r->params);
+        r->params = cJSON_CreateObject();
+        if (!r->params || !cJSON_AddStringToObject(r->params, "cursor", cursor->valuestring)) {
+            req_fail(m, r, MCP_ENOMEM, status, "tools/list: out of memory");
+            return;
+        }
+        mcp_err err = req_dispatch(m, r);
+        if (err != MCP_OK) req_fail(m, r, err, status, "tools/list: could not send the next page");
+        return;
+    }
+    cJSON *wrap = cJSON_CreateObject();
+    cJSON *copy = cJSON_Duplicate(r->acc, 1);
+    if (!wrap || !copy) {
+        cJSON_Delete(wrap);
+        cJSON_Delete(copy);
+        req_fail(m, r, MCP_ENOMEM, status, "tools/list: out of memory");
+        return;
+    }
+    cJSON_AddItemToObject(wrap, "tools", r->acc);
+    r->acc = NULL;
+    cJSON_Delete(m->tools);
+    m->tools = copy;
+    mcp_result res;
+    memset(&res, 0, sizeof res);
+    res.http_status = status;
+    res.result = wrap;
+    req_complete(m, r, &res);
+    cJSON_Delete(wrap);
+}
+
+static void on_call_result(mcp_client *m, mcp_req *r, long status, cJSON *result)
+{
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(result, "content");
+    if (content && !cJSON_IsArray(content)) {
+        req_fail(m, r, MCP_EPROTO, status, "tools/call: \"content\" is not an array");
+        return;
+    }
+    char *text = join_text(result);
+    if (!text) {
+        req_fail(m, r, MCP_ENOMEM, status, "tools/call: out of memory");
+        return;
+    }
+    mcp_result res;
+    memset(&res, 0, sizeof res);
+    res.http_status = status;
+    res.result = result;
+    res.text = text;
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(result, "isError"))) {
+        res.err = MCP_ETOOL;
+        res.message = text[0] ? text : "the tool reported an error without text";
+    }
+    req_complete(m, r, &res);
+    free(text);
+}
+
+/* A request whose session the server no longer knows (404). */
+static void on_session_lost(mcp_client *m, mcp_req *r, long status)
+{
+    if (r->resent) {
+        req_fail(m, r, MCP_ESESSION, status,
+                 "the server lost the session again right after a new handshake");
+        return;
+    }
+    r->resent = true;
+    m->stats.session_resends++;
+    if (r->session_gen == m->gen && m->state == S_READY) {
+        /* This session is gone: forget it and shake hands again. */
+        free(m->session_id);
+        m->session_id = NULL;
+        m->state = S_NEW;
+    }
+    mcp_err err = req_dispatch(m, r);
+    if (err != MCP_OK) req_fail(m, r, err, status, "could not send the request again");
+}
+
+static void handle_answer(mcp_client *m, mcp_req *r, const manta_http_result *hres)
+{
+    char msg[768];
+    char snip[256];
+    long status = hres->status;
+
+    if (hres->err != MANTA_HTTP_OK) {
+        mcp_err err = map_http_err(hres->err);
+        snprintf(msg, sizeof msg, "%s: %s", r->method, hres->message);
+        if (r->kind == K_INIT || r->kind == K_NOTE_INIT) {
+            req_free(r);
+            handshake_failed(m, err, msg);
+        } else {
+            req_fail(m, r, err, 0, msg);
+        }
+        return;
+    }
+    if (status == 404 && r->kind != K_INIT && r->kind != K_NOTE_INIT && r->with_session) {
+        on_session_lost(m, r, status);
+        return;
+    }
+    if (status < 200 || status > 299) {
+        snippet(snip, sizeof snip, hres->body, hres->body_len, 200);
+        snprintf(msg, sizeof msg, "%s: HTTP %ld from %s%s%s", r->method, status, m->url,
+                 snip[0] ? ": " : "", snip);
+        if (r->kind == K_INIT || r->kind == K_NOTE_INIT) {
+            req_free(r);
+            handshake_failed(m, MCP_EHTTP, msg);
+        } else {
+            req_fail(m, r, MCP_EHTTP, status, msg);
+        }
+        return;
+    }
+    if (r->kind == K_NOTE_INIT) { /* accepted (202, or any 2xx) */
+        req_free(r);
+        handshake_done(m);
+        return;
+    }
+
+    mcp_err err = MCP_OK;
+    cJSON *doc = NULL;        /* what was parsed (owned) */
+    const cJSON *resp = NULL; /* the JSON-RPC response inside it */
+    msg[0] = '\0';
+    if (media_is(hres->content_type, "application/json")) {
+        m->stats.json_answers++;
+        doc = cJSON_ParseWithLength(hres->body, hres->body_len);
+        if (!doc) {
+            err = MCP_EJSON;
+            snippet(snip, sizeof snip, hres->body, hres->body_len, 120);
+            snprintf(msg, sizeof msg, "%s: the answer is not valid JSON (%zu bytes): %s", r->method,
+                     hres->body_len, snip);
+        } else if (cJSON_IsArray(doc)) { /* a batch: find ours */
+            const cJSON *it;
+            cJSON_ArrayForEach(it, doc) if (id_matches(it, r->id)) resp = it;
+        } else {
+            resp = doc;
+        }
+    } else if (media_is(hres->content_type, "text/event-stream")) {
+        m->stats.sse_answers++;
+        bool bad = false;
+        uint64_t skipped = 0;
+        doc = mcp_sse_find_response(hres->body, hres->body_len, r->id, &bad, &skipped);
+        m->stats.sse_events_skipped += skipped;
+        resp = doc;
+        if (!doc) {
+            err = bad ? MCP_EJSON : MCP_EPROTO;
+            snprintf(msg, sizeof msg,
+                     "%s: the SSE stream ended without a response to id %lld (%llu other "
+                     "events%s)",
+                     r->method, (long long)r->id, (unsigned long long)skipped,
+                     bad ? ", some not valid JSON" : "");
+        }
+    } else {
+        err = MCP_EPROTO;
+        snprintf(msg, sizeof msg,
+                 "%s: unexpected Content-Type \"%s\" (want application/json or "
+                 "text/event-stream)",
+                 r->method, hres->content_type ? hres->content_type : "(none)");
+    }
+
+    const cJSON *result = NULL;
+    if (err == MCP_OK) {
+        const cJSON *ver = cJSON_GetObjectItemCaseSensitive(resp, "jsonrpc");
+        const cJSON *rerr = cJSON_GetObjectItemCaseSensitive(resp, "error");
+        result = cJSON_GetObjectItemCaseSensitive(resp, "result");
+        if (!cJSON_IsObject(resp) || !cJSON_IsString(ver) || strcmp(ver->valuestring, "2.0") != 0) {
+            err = MCP_EPROTO;
+            snprintf(msg, sizeof msg, "%s: the answer is not a JSON-RPC 2.0 response", r->method);
+        } else if (!id_matches(resp, r->id)) {
+            err = MCP_EPROTO;
+            snprintf(msg, sizeof msg, "%s: the response id does not match the request id %lld",
+                     r->method, (long long)r->id);
+        } else if (rerr) {
+            const cJSON *code = cJSON_GetObjectItemCaseSensitive(rerr, "code");
+            const cJSON *text = cJSON_GetObjectItemCaseSensitive(rerr, "message");
+            err = MCP_ERPC;
+            snprintf(msg, sizeof msg, "%s: JSON-RPC error %d: %s", r->method,
+                     cJSON_IsNumber(code) ? code->valueint : 0,
+                     cJSON_IsString(text) ? text->valuestring : "(no message)");
+            if (r->kind != K_INIT) {
+                mcp_result res;
+                memset(&res, 0, sizeof res);
+                res.err = MCP_ERPC;
+                res.http_status = status;
+                res.rpc_code = cJSON_IsNumber(code) ? code->valueint : 0;
+                res.message = msg;
+                req_complete(m, r, &res);
+                cJSON_Delete(doc);
+                return;
+            }
+        } else if (!cJSON_IsObject(result)) {
+            err = MCP_EPROTO;
+            snprintf(msg, sizeof msg, "%s: the response has no result object", r->method);
+        }
+    }
+    if (err != MCP_OK) {
+        if (r->kind == K_INIT) {
+            req_free(r);
+            handshake_failed(m, err, msg);
+        } else {
+            req_fail(m, r, err, status, msg);
+        }
+        cJSON_Delete(doc);
+        return;
+    }
+    switch (r->kind) {
+    case K_INIT:
+        req_free(r);
+        on_init_result(m, hres, (cJSON *)result);
+        break;
+    case K_LIST:
+        on_list_result(m, r, status, (cJSON *)result);
+        break;
+    case K_CALL:
+        on_call_result(m, r, status, (cJSON *)result);
+        break;
+    default:
+        req_free(r);
+        break;
+    }
+    cJSON_Delete(doc);
+}
+
+/* Ends a public entry point: frees the client if a callback fired inside it
+ * asked for that. m must not be used after. */
+static void leave(mcp_client *m)
+{
+    if (--m->depth == 0 && m->dying) really_free(m);
+}
+
+static void on_http(const manta_http_result *res, void *arg)
+{
+    mcp_req *r = arg;
+    if (r->orphan) { /* its client is gone and its callback already fired */
+        req_free(r);
+        return;
+    }
+    mcp_client *m = r->m;
+    req_unlink(&m->inflight, r);
+    m->depth++;
+    handle_answer(m, r, res);
+    leave(m);
+}
+
+static void on_delete_done(const manta_http_result *res, void *arg)
+{
+    /* Ending a session is a courtesy; its outcome changes nothing. */
+}
+
+/* ---- public API -------------------------------------------------------- */
+
+mcp_client *mcp_new(manta_http_client *http, const mcp_config *cfg)
+{
+    if (!http || !cfg || !cfg->url) return NULL;
+    mcp_client *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->http = http;
+    m->url = strdup(cfg->url);
+    m->protocol_version =
+        strdup(cfg->protocol_version ? cfg->protocol_version : MCP_PROTOCOL_VERSION);
+    m->client_name = strdup(cfg->client_name ? cfg->client_name : "manta");
+    m->client_version = strdup(cfg->client_version ? cfg->client_version : "0.1");
+    m->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 30000;
+    m->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 5000;
+    m->max_body = cfg->max_body ? cfg->max_body : (size_t)16 << 20;
+    m->connect_retries = cfg->connect_retries > 0 ? cfg->connect_retries : 0;
+    m->next_id = 1;
+    bool ok = m->url && m->protocol_version && m->client_name && m->client_version;
+    if (ok && cfg->n_headers) {
+        m->headers = calloc(cfg->n_headers, sizeof *m->headers);
+        ok = m->headers != NULL;
+        for (size_t i = 0; ok && i < cfg->n_headers; i++) {
+            ok = cfg->headers && cfg->headers[i] && strchr(cfg->headers[i], ':');
+            if (ok) ok = (m->headers[i] = strdup(cfg->headers[i])) != NULL;
+            if (ok) m->n_headers = i + 1;
+        }
+    }
+    if (!ok) {
+        really_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+void mcp_free(mcp_client *m)
+{
+    if (!m || m->dying) return;
+    m->dying = true;
+    m->depth++; /* callbacks below may call mcp_free again: a no-op now */
+    fail_queue(m, MCP_ECLOSED, "the MCP client was closed");
+    while (m->inflight) {
+        mcp_req *r = m->inflight;
+        req_unlink(&m->inflight, r);
+        uint64_t hid = r->http_id;
+        r->orphan = true;
+        if (user_kind(r->kind)) {
+            mcp_result res;
+            memset(&res, 0, sizeof res);
+            res.err = MCP_ECLOSED;
+            res.message = "the MCP client was closed";
+            res.rpc_id = r->id;
+            res.elapsed_ms = now_ms() - r->start_ms;
+            m->n_user--;
+            m->stats.completed++;
+            m->stats.errors[MCP_ECLOSED]++;
+            if (r->cb) r->cb(&res, r->arg);
+        }
+        /* The HTTP callback frees the orphan inside cancel. */
+        if (manta_http_cancel(m->http, hid) != 0) req_free(r);
+    }
+    if (m->session_id) {
+        char *h = fmt_header("Mcp-Session-Id", m->session_id);
+        if (h) {
+            const char *hdrs[1] = {h};
+            manta_http_request hr;
+            manta_http_request_init(&hr);
+            hr.method = "DELETE";
+            hr.url = m->url;
+            hr.headers = hdrs;
+            hr.n_headers = 1;
+            hr.timeout_ms = 2000;
+            hr.max_retries = 0;
+            manta_http_submit(m->http, &hr, on_delete_done, NULL, NULL);
+            free(h);
+        }
+    }
+    leave(m);
+}
+
+int mcp_initialize(mcp_client *m, mcp_done_fn cb, void *arg)
+{
+    if (!m) return MCP_EINVAL;
+    if (m->dying) return MCP_ECLOSED;
+    mcp_req *r = req_new(m, K_INIT_WAITER, "initialize", NULL, cb, arg);
+    if (!r) return MCP_ENOMEM;
+    m->n_user++;
+    req_append(&m->queued, r);
+    m->depth++; /* a failed start fires callbacks, which may free m */
+    if (m->state != S_INIT) start_handshake(m);
+    leave(m);
+    return MCP_OK;
+}
+
+int mcp_list_tools(mcp_client *m, mcp_done_fn cb, void *arg)
+{
+    if (!m) return MCP_EINVAL;
+    if (m->dying) return MCP_ECLOSED;
+    mcp_req *r = req_new(m, K_LIST, "tools/list", NULL, cb, arg);
+    if (!r) return MCP_ENOMEM;
+    m->n_user++;
+    m->depth++;
+    mcp_err err = req_dispatch(m, r);
+    if (err != MCP_OK) {
+        m->n_user--;
+        req_free(r);
+    }
+    leave(m);
+    return err;
+}
+
+int mcp_call_tool(mcp_client *m, const char *name, const cJSON *arguments, mcp_done_fn cb,
+                  void *arg)
+{
+    if (!m || !name || (arguments && !cJSON_IsObject(arguments))) return MCP_EINVAL;
+    if (m->dying) return MCP_ECLOSED;
+    cJSON *p = cJSON_CreateObject();
+    cJSON *a = arguments ? cJSON_Duplicate(arguments, 1) : cJSON_CreateObject();
+    if (!p || !a || !cJSON_AddStringToObject(p, "name", name) ||
+        !cJSON_AddItemToObject(p, "arguments", a)) {
+        cJSON_Delete(p);
+        cJSON_Delete(a);
+        return MCP_ENOMEM;
+    }
+    mcp_req *r = req_new(m, K_CALL, "tools/call", p, cb, arg);
+    if (!r) return MCP_ENOMEM;
+    m->n_user++;
+    m->stats.calls++;
+    m->depth++;
+    mcp_err err = req_dispatch(m, r);
+    if (err != MCP_OK) {
+        m->n_user--;
+        m->stats.calls--;
+        req_free(r);
+    }
+    leave(m);
+    return err;
+}
+
+int mcp_call_tool_json(mcp_client *m, const char *name, const char *arguments_json, mcp_done_fn cb,
+                       void *arg)
+{
+    if (!arguments_json) return mcp_call_tool(m, name, NULL, cb, arg);
+    cJSON *a = cJSON_Parse(arguments_json);
+    if (!cJSON_IsObject(a)) {
+        cJSON_Delete(a);
+        return MCP_EINVAL;
+    }
+    int rc = mcp_call_tool(m, name, a, cb, arg);
+    cJSON_Delete(a);
+    return rc;
+}
+
+int mcp_in_flight(const mcp_client *m)
+{
+    return m ? m->n_user : 0;
+}
+
+bool mcp_ready(const mcp_client *m)
+{
+    return m && m->state == S_READY;
+}
+
+const char *mcp_session_id(const mcp_client *m)
+{
+    return m ? m->session_id : NULL;
+}
+
+const char *mcp_protocol_version(const mcp_client *m)
+{
+    return m ? m->server_version : NULL;
+}
+
+const cJSON *mcp_tools(const mcp_client *m)
+{
+    return m ? m->tools : NULL;
+}
+
+void mcp_get_stats(const mcp_client *m, mcp_stats *out)
+{
+    *out = m->stats;
+}
