@@ -1,0 +1,365 @@
+/*
+ * manta_spec.h -- spec files: the YAML that `manta run spec.yaml` launches.
+ *
+ * A spec names a job, where its Redis is, and an ordered set of actor
+ * groups (class, replicas, resources, restart budget, free-form settings),
+ * optionally a static list of nodes to check placement against, and any
+ * number of free-form sections (model:, rl:, task:, tools: ...) that the
+ * classes read. The full schema, with every default and every error, is in
+ * runtime/README-spec.md.
+ *
+ * What this module gives:
+ *   - manta_spec_load_file()/manta_spec_load_buffer(): parse with libyaml,
+ *     apply `--set path=value` overrides, validate the fixed schema, check
+ *     placement against `nodes`, and return a typed manta_spec whose free-form
+ *     parts stay a generic node tree (map / sequence / scalar, each node with
+ *     file, line and column).
+ *   - typed getters over any node (manta_spec_get_int() ...), by dotted path.
+ *   - manta_spec_node_pack(): a node tree as msgpack, and
+ *     manta_spec_init_payload(): what the launcher hands to a class's init.
+ *   - manta_spec_place(): first-fit / best-fit placement of replicas onto
+ *     nodes with free resources; a pure function the launcher and the
+ *     scaler share.
+ *
+ * Errors. Every problem is reported as one line
+ *     FILE:LINE:COL: PATH: MESSAGE
+ * e.g. `spec.yaml:12:5: groups.rollout.replicas: expected a non-negative
+ * integer, got "two"`. LINE and COLUMN are 1-based and count characters.
+ * Overrides report FILE as `--set`, LINE as the 1-based index of the
+ * override among those given and COL as the column inside "path=value".
+ * A problem with no position (a file that cannot be read) is `FILE: MESSAGE`;
+ * one with no path is `FILE:LINE:COL: MESSAGE`. Loading collects every error
+ * it finds, up to MANTA_SPEC_MAX_ERRORS, in a manta_spec_errors, and counts
+ * the rest in `dropped`.
+ *
+ * Ownership. A manta_spec owns everything reachable from it (the node tree,
+ * every string, every array); manta_spec_free() frees it all, and every
+ * pointer taken from it dies with it. Getters return pointers into the tree.
+ * A manta_spec_errors is caller storage: manta_spec_errors_init() before use,
+ * manta_spec_errors_destroy() after.
+ *
+ * Threads. No function keeps global state: any function may run in any
+ * thread at once on different objects, and a loaded manta_spec is never
+ * changed after loading, so many threads may read one at the same time.
+ * A manta_spec_errors must not be shared between threads without a lock.
+ *
+ * Return codes: the functions that can fail return 0 on success and -1 on
+ * failure (the reason is in the manta_spec_errors or the `why` buffer), or
+ * NULL for functions that return a pointer.
+ */
+#ifndef MANTA_SPEC_H
+#define MANTA_SPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <msgpack.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Limits ---------------------------------------------------------------- */
+
+#define MANTA_SPEC_MAX_ERRORS   32       /* errors kept per manta_spec_errors */
+#define MANTA_SPEC_MAX_DEPTH    64       /* nesting of mappings and sequences */
+#define MANTA_SPEC_MAX_NODES    200000   /* nodes per tree, aliases expanded */
+#define MANTA_SPEC_MAX_FILE     16777216 /* bytes of a spec file (16 MiB) */
+#define MANTA_SPEC_MAX_NAME     40       /* job and group names */
+#define MANTA_SPEC_DEFAULT_PORT 6379     /* redis:// without a port */
+
+/* ---- Errors ---------------------------------------------------------------- */
+
+typedef struct manta_spec_error {
+    char *text;    /* the whole line: "file:line:col: path: message" */
+    char *file;    /* the spec file's name as given, or "--set" */
+    int line, col; /* 1-based; 0 when the problem has no position */
+    char *path;    /* dotted path of the offending node ("" for none) */
+    char *message; /* what was expected and what was found */
+} manta_spec_error;
+
+typedef struct manta_spec_errors {
+    size_t count;   /* entries in items[] */
+    size_t dropped; /* further errors found but not kept */
+    manta_spec_error items[MANTA_SPEC_MAX_ERRORS];
+} manta_spec_errors;
+
+/* Make *e empty. Never fails. */
+void manta_spec_errors_init(manta_spec_errors *e);
+/* Free the strings of every entry and make *e empty again. NULL is a no-op. */
+void manta_spec_errors_destroy(manta_spec_errors *e);
+/* Write every entry's text, one per line, then "... and N more errors" when
+ * some were dropped. Returns the number of lines written. */
+size_t manta_spec_errors_print(const manta_spec_errors *e, FILE *out);
+/* Append an error at `file:line:col` (line 0: no position) with a printf-
+ * style message; for callers (the launcher, classes reading settings) that
+ * find problems of their own in a spec. Counts it as dropped when full or
+ * out of memory. */
+void manta_spec_errors_add(manta_spec_errors *e, const char *file, int line, int col,
+                           const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+/* ---- The node tree --------------------------------------------------------- */
+
+typedef enum manta_spec_kind {
+    MANTA_SPEC_SCALAR = 0,
+    MANTA_SPEC_SEQ = 1,
+    MANTA_SPEC_MAP = 2,
+} manta_spec_kind;
+
+/* The type a scalar resolves to under the YAML 1.2 core schema. Only plain
+ * (unquoted, untagged) scalars resolve to anything but STR:
+ *   NULL  "", "~", "null", "Null", "NULL"
+ *   BOOL  true, True, TRUE, false, False, FALSE   (not yes/no/on/off)
+ *   INT   [-+]?[0-9]+, 0o[0-7]+, 0x[0-9a-fA-F]+
+ *   FLOAT [-+]?(.[0-9]+|[0-9]+(.[0-9]*)?)([eE][-+]?[0-9]+)?, [-+]?.inf, .nan
+ * A quoted scalar ("4") or one tagged !!str is always STR. */
+typedef enum manta_spec_type {
+    MANTA_SPEC_T_NULL = 0,
+    MANTA_SPEC_T_BOOL = 1,
+    MANTA_SPEC_T_INT = 2,
+    MANTA_SPEC_T_FLOAT = 3,
+    MANTA_SPEC_T_STR = 4,
+} manta_spec_type;
+
+/* One node. Read-only for users: read the fields or use the functions below.
+ * Mappings keep their keys in file order; duplicate keys are an error at
+ * load time, so a loaded tree has none. Aliases (*name) are expanded into
+ * copies, so the tree is a tree. */
+typedef struct manta_spec_node {
+    manta_spec_kind kind;
+    const char *file; /* the spec's file name, or "--set" for an override */
+    int line, col;    /* 1-based position of the node's first character */
+    char *path;       /* dotted path from the root, e.g. "groups.rollout.replicas";
+                         sequence items are numbered from 0: "tools.1.url" */
+    /* SCALAR */
+    char *text; /* NUL-terminated; `len` bytes (text may hold "\0" escapes) */
+    size_t len;
+    bool plain; /* unquoted and untagged: subject to type resolution */
+    /* SEQ and MAP */
+    size_t count;
+    size_t cap;
+    struct manta_spec_node **keys;  /* MAP: key scalars, count of them */
+    struct manta_spec_node **items; /* SEQ: items; MAP: values, parallel to keys */
+} manta_spec_node;
+
+/* The type of a scalar (see manta_spec_type); MANTA_SPEC_T_NULL for NULL;
+ * -1 for a mapping or a sequence. */
+int manta_spec_scalar_type(const manta_spec_node *n);
+
+/* Find the node at a dotted path below `node` ("" or NULL: node itself).
+ * Components name mapping keys; a component of digits indexes a sequence.
+ * Keys that contain '.' cannot be reached this way (iterate instead).
+ * Returns NULL when any component is missing or `node` is NULL. */
+const manta_spec_node *manta_spec_find(const manta_spec_node *node, const char *path);
+
+/* Entries of a mapping or items of a sequence (0 for a scalar or NULL). */
+size_t manta_spec_len(const manta_spec_node *n);
+/* Item or value i (NULL when out of range or n is a scalar). */
+const manta_spec_node *manta_spec_at(const manta_spec_node *n, size_t i);
+/* Key i of a mapping as a string (NULL when out of range or not a mapping). */
+const char *manta_spec_key_at(const manta_spec_node *n, size_t i);
+
+/* ---- Typed getters --------------------------------------------------------- *
+ *
+ * Each looks up `path` below `node` (as manta_spec_find) and converts it.
+ * Returns:
+ *    0  found and converted; *out set.
+ *    1  absent, or a plain null (`key:` / `key: ~`); *out = def.
+ *   -1  present but of the wrong type (or a component on the way is not a
+ *       mapping or sequence); *out = def, and when `err` is not NULL one error
+ *       at the offending node is appended, e.g.
+ *       `spec.yaml:7:12: rl.eta: expected an integer, got "two"`.
+ * `node` may be NULL (then everything is absent). */
+int manta_spec_get_int(const manta_spec_node *node, const char *path, int64_t def, int64_t *out,
+                       manta_spec_errors *err);
+/* Accepts INT and FLOAT scalars, including .inf and .nan. */
+int manta_spec_get_double(const manta_spec_node *node, const char *path, double def, double *out,
+                          manta_spec_errors *err);
+/* Accepts any non-null scalar (a plain 4 reads as "4"). *out points into the
+ * tree (or is `def`). */
+int manta_spec_get_str(const manta_spec_node *node, const char *path, const char *def,
+                       const char **out, manta_spec_errors *err);
+/* Accepts only true/false (see manta_spec_type). */
+int manta_spec_get_bool(const manta_spec_node *node, const char *path, bool def, bool *out,
+                        manta_spec_errors *err);
+/* A byte count: a plain non-negative integer (bytes), or a number with a
+ * unit: "512MiB", "2 GiB", "1.5GB". Units: B; KB, MB, GB, TB (powers of
+ * 1000); KiB, MiB, GiB, TiB (powers of 1024). Case matters; a fractional
+ * number must come to a whole number of bytes; the result fits uint64_t. */
+int manta_spec_get_size(const manta_spec_node *node, const char *path, uint64_t def, uint64_t *out,
+                        manta_spec_errors *err);
+/* A sequence node: *out = the node (iterate with manta_spec_len/_at), or NULL
+ * when absent (return 1). A mapping or scalar is an error (-1). */
+int manta_spec_get_seq(const manta_spec_node *node, const char *path, const manta_spec_node **out,
+                       manta_spec_errors *err);
+/* A mapping node, as manta_spec_get_seq. */
+int manta_spec_get_map(const manta_spec_node *node, const char *path, const manta_spec_node **out,
+                       manta_spec_errors *err);
+
+/* Parse a size string as manta_spec_get_size does. 0 or -1. */
+int manta_spec_parse_size(const char *text, uint64_t *out);
+/* Write a byte count for humans: "2GiB", "1536MiB", "1000B". Returns buf. */
+char *manta_spec_format_size(uint64_t bytes, char *buf, size_t len);
+
+/* ---- Redis address --------------------------------------------------------- */
+
+typedef struct manta_spec_redis {
+    bool embedded;      /* "embedded": start a private redis-server */
+    char host[256];     /* hostname, IPv4, or IPv6 without brackets */
+    int port;           /* 1..65535; 6379 when not given */
+    int db;             /* /N suffix; 0 when not given */
+    char user[128];     /* "" unless redis://user:password@... */
+    char password[256]; /* "" for none; %XX escapes decoded */
+} manta_spec_redis;
+
+/* Parse "embedded" or redis://[[user]:password@]host[:port][/db]. On error
+ * returns -1 and writes the reason (e.g. "port out of range") into why.
+ * Used for the spec's `redis:` and for the CLI's --redis. */
+int manta_spec_parse_redis(const char *url, manta_spec_redis *out, char *why, size_t why_len);
+
+/* ---- The typed spec -------------------------------------------------------- */
+
+typedef struct manta_spec_group {
+    const char *name;                /* [a-z0-9_-]{1,40} */
+    const char *class_name;          /* built-in class, or one from `library` */
+    const char *library;             /* as written, or NULL */
+    const char *library_path;        /* `library` resolved against the spec file's
+                                        folder when relative, or NULL */
+    int replicas;                    /* >= 0; default 1 */
+    double cpu;                      /* >= 0; default 1 */
+    int gpu;                         /* >= 0; default 0 */
+    uint64_t memory_bytes;           /* default 0 (not accounted) */
+    int max_restarts;                /* >= -1 (-1: unlimited); default 0 */
+    const manta_spec_node *settings; /* a mapping, or NULL when absent */
+    const manta_spec_node *node;     /* the group's mapping (for locations) */
+} manta_spec_group;
+
+/* A node's resources: in a spec, its total; at run time, what is free. */
+typedef struct manta_spec_capacity {
+    const char *name;
+    double cpu;
+    int gpu;
+    uint64_t memory_bytes;
+} manta_spec_capacity;
+
+typedef struct manta_spec {
+    const char *file;      /* as given to load (or the buffer's name) */
+    const char *job;       /* [a-z0-9_-]{1,40} */
+    const char *redis_url; /* as written; "embedded" when absent */
+    manta_spec_redis redis;
+    const char *log_dir; /* NULL when absent */
+    size_t n_groups;     /* >= 1, in file order */
+    manta_spec_group *groups;
+    size_t n_nodes; /* 0 when there is no `nodes` section */
+    manta_spec_capacity *nodes;
+    const manta_spec_node *root; /* the whole document, overrides applied */
+} manta_spec;
+
+/* Options for loading; a NULL options pointer means all defaults. */
+typedef struct manta_spec_options {
+    /* Overrides, each "path=value", applied in order after parsing and
+     * before validation. The value is YAML (so `4`, `"4"`, `[a, b]`,
+     * `{cpu: 2}` all work; empty is null). The first component is a
+     * top-level key if the file has one or it is job, redis, log_dir, groups
+     * or nodes; otherwise a group name, so `rollout.replicas=4` means
+     * `groups.rollout.replicas=4`; otherwise an error. Missing mappings on
+     * the way are created; sequence items are reached by index. */
+    const char *const *sets;
+    size_t n_sets;
+    /* When set, a group without `library` must name a class for which this
+     * returns true; otherwise class names are only checked for syntax. */
+    bool (*class_exists)(const char *name, void *user);
+    void *user;
+} manta_spec_options;
+
+/* Read and load a spec file (at most MANTA_SPEC_MAX_FILE bytes). Returns the
+ * spec, or NULL when there is any error, with every error found appended to
+ * `errs` (which must be initialised; may not be NULL). */
+manta_spec *manta_spec_load_file(const char *path, const manta_spec_options *opts,
+                                 manta_spec_errors *errs);
+/* The same from memory; `name` is used as the file name in errors and for
+ * resolving relative libraries (NULL: "<spec>", resolved against "."). */
+manta_spec *manta_spec_load_buffer(const char *buf, size_t len, const char *name,
+                                   const manta_spec_options *opts, manta_spec_errors *errs);
+/* Free the spec and everything in it. NULL is a no-op. */
+void manta_spec_free(manta_spec *s);
+
+/* The group named `name`, or NULL. */
+const manta_spec_group *manta_spec_group_find(const manta_spec *s, const char *name);
+
+/* ---- Serialisation (msgpack) ----------------------------------------------- *
+ *
+ * Encoding of a node tree:
+ *   MAP    -> msgpack map, keys as str, in file order
+ *   SEQ    -> msgpack array
+ *   scalar -> by manta_spec_type: NULL -> nil, BOOL -> bool, INT -> int
+ *             (smallest msgpack int; an INT beyond int64 goes as str),
+ *             FLOAT -> float64, STR -> str (the bytes, UTF-8 as in the file)
+ *   a NULL node -> nil
+ */
+
+/* Append `node` to a packer. 0, or -1 when the packer's write fails. */
+int manta_spec_node_pack(msgpack_packer *pk, const manta_spec_node *node);
+/* `node` as a malloc'd msgpack buffer; the caller free()s *out. 0 or -1. */
+int manta_spec_node_to_msgpack(const manta_spec_node *node, char **out, size_t *len);
+
+/* The argument the launcher hands to init of replica `replica` of group
+ * `g` (an index into s->groups): a msgpack map
+ *   { "job": str, "group": str, "class": str, "replica": int, "replicas": int,
+ *     "settings": map (empty when absent),
+ *     "sections": { name: node, ... } }
+ * where "sections" holds every free-form top-level section (everything
+ * except job, redis, log_dir, groups and nodes), in file order.
+ * The caller free()s *out. 0, or -1 on a bad index or out of memory. */
+int manta_spec_init_payload(const manta_spec *s, size_t g, int replica, char **out, size_t *len);
+
+/* ---- Placement ------------------------------------------------------------- */
+
+/* What one group asks for: `replicas` copies of (cpu, gpu, memory). */
+typedef struct manta_spec_demand {
+    const char *group;
+    int replicas;
+    double cpu;
+    int gpu;
+    uint64_t memory_bytes;
+} manta_spec_demand;
+
+typedef enum manta_spec_fit {
+    /* Each replica goes to the first node (in the given order) with room. */
+    MANTA_SPEC_FIRST_FIT = 0,
+    /* Each replica goes to the node with the least left after placing it:
+     * fewest GPUs left, then least memory, then least CPU; ties to the
+     * earlier node. Packs tightly and keeps big nodes free for big asks. */
+    MANTA_SPEC_BEST_FIT = 1,
+} manta_spec_fit;
+
+/* The demands of a spec's groups, in group order, into out[s->n_groups]. */
+void manta_spec_demands(const manta_spec *s, manta_spec_demand *out);
+/* Sum of replicas over demands (the length node_of must have). */
+size_t manta_spec_total_replicas(const manta_spec_demand *d, size_t n);
+
+/* Place every replica of every demand onto `nodes` (whose fields say what
+ * is free). Replicas are taken in demand order, replica 0 first; with
+ * `decreasing`, largest first instead (by gpu, then memory, then cpu),
+ * which packs better. node_of[k] receives the index into `nodes` of
+ * replica k, where k counts replicas in demand order (demand 0's replicas,
+ * then demand 1's ...), whatever the placing order.
+ * Pure: no I/O, no global state; `nodes` is not modified.
+ * Returns 0 when everything fits. Returns -1 when a replica does not fit,
+ * with `why` naming it and what is left, e.g.
+ *   group "learner" replica 2 of 2 (cpu 8, gpu 2, memory 16GiB) does not fit:
+ *   free: a cpu 4 gpu 0 memory 8GiB; b cpu 8 gpu 1 memory 32GiB
+ * and node_of unspecified. Returns -1 with why "out of memory" when scratch
+ * space cannot be had. */
+int manta_spec_place(const manta_spec_demand *demands, size_t n_demands,
+                     const manta_spec_capacity *nodes, size_t n_nodes, manta_spec_fit fit,
+                     bool decreasing, size_t *node_of, char *why, size_t why_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MANTA_SPEC_H */
