@@ -1,0 +1,147 @@
+/*
+ * actor.c -- the life of an actor process.
+ *
+ * Started by a node agent with its identity in the environment, the process
+ * finds its class (built in to the program, or in a shared library), binds
+ * its mailbox at the endpoint the agent chose, runs the class's init with
+ * the creation arguments kept in its directory record, marks itself alive,
+ * and serves its mailbox until asked to stop (the "__stop" method or
+ * SIGTERM). A heartbeat timer stamps the directory record every second.
+ *
+ * Exit codes tell the node agent what happened: 0 a clean stop, 3 a failed
+ * start (not restarted), anything else a crash (restarted if allowed).
+ */
+#include "internal.h"
+
+#include <dlfcn.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define EXIT_START_FAILED 3
+
+static volatile sig_atomic_t got_term;
+
+static void on_term(int sig)
+{
+    got_term = 1;
+}
+
+const manta_class *mn_find_class(manta_ctx *m, const char *name, const char *library)
+{
+    if (library && *library) {
+        /* A user library exports a NULL-terminated `manta_classes` table. */
+        void *h = dlopen(library, RTLD_NOW | RTLD_GLOBAL);
+        if (!h) {
+            mn_fail(MANTA_ENOCLASS, "load library %s: %s", library, dlerror());
+            return NULL;
+        }
+        const manta_class *const *tab = dlsym(h, "manta_classes");
+        if (!tab) {
+            mn_fail(MANTA_ENOCLASS, "library %s exports no manta_classes table", library);
+            return NULL;
+        }
+        for (; *tab; tab++)
+            if (!strcmp((*tab)->name, name)) return *tab;
+        mn_fail(MANTA_ENOCLASS, "no class '%s' in library %s", name, library);
+        return NULL;
+    }
+    for (const manta_class *const *c = m->classes; c && *c; c++)
+        if (!strcmp((*c)->name, name)) return *c;
+    mn_fail(MANTA_ENOCLASS, "no actor class '%s' in this program", name);
+    return NULL;
+}
+
+static void set_state(manta_ctx *m, const char *state, const char *error)
+{
+    char key[256], pid[16], hb[24];
+    mn_key(m, key, sizeof key, "actor", m->self);
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    snprintf(hb, sizeof hb, "%lld", (long long)mn_wall_ms());
+    redisReply *r;
+    if (error)
+        r = mn_redis(m, "HSET %s state %s error %s pid %s hb %s", key, state, error, pid, hb);
+    else
+        r = mn_redis(m, "HSET %s state %s endpoint %s pid %s hb %s", key, state, m->endpoint, pid,
+                     hb);
+    if (!r) mn_log("actor %s: directory update: %s", m->self, manta_last_error());
+    freeReplyObject(r);
+}
+
+static void start_failed(manta_ctx *m, const char *why)
+{
+    mn_log("actor %s: %s", m->self, why);
+    set_state(m, "failed", why);
+    _exit(EXIT_START_FAILED);
+}
+
+static void heartbeat(void *arg)
+{
+    manta_ctx *m = arg;
+    char key[256], hb[24];
+    mn_key(m, key, sizeof key, "actor", m->self);
+    snprintf(hb, sizeof hb, "%lld", (long long)mn_wall_ms());
+    freeReplyObject(mn_redis(m, "HSET %s hb %s calls %llu", key, hb,
+                             (unsigned long long)m->stats.calls_served));
+    manta_timer_add(m, 1000, heartbeat, m);
+}
+
+static int actor_system(manta_ctx *m, manta_req *c, const mn_env *e, const void *arg, size_t len)
+{
+    if (!strcmp(c->method, "__stop")) {
+        m->stopping = true;
+        return 0;
+    }
+    return MANTA_ENOMETHOD;
+}
+
+int mn_actor_main(manta_ctx *m)
+{
+    struct sigaction sa = {.sa_handler = on_term};
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    const char *cls = getenv("MANTA_CLASS"), *lib = getenv("MANTA_LIBRARY");
+    const char *endpoint = getenv("MANTA_ENDPOINT");
+    if (!cls || !endpoint) start_failed(m, "MANTA_CLASS and MANTA_ENDPOINT must be set");
+    m->cls = mn_find_class(m, cls, lib);
+    if (!m->cls) start_failed(m, manta_last_error());
+    m->state = calloc(1, m->cls->state_size ? m->cls->state_size : 1);
+    if (!m->state) start_failed(m, "out of memory for the actor's state");
+    if (mn_mailbox_bind(m, endpoint) != 0) start_failed(m, manta_last_error());
+    m->system_method = actor_system;
+
+    /* The creation arguments wait in the directory record. */
+    char key[256];
+    mn_key(m, key, sizeof key, "actor", m->self);
+    redisReply *r = mn_redis(m, "HGET %s args", key);
+    if (!r) start_failed(m, manta_last_error());
+    const void *args = r->type == REDIS_REPLY_STRING ? r->str : NULL;
+    size_t args_len = r->type == REDIS_REPLY_STRING ? r->len : 0;
+    if (m->cls->init) {
+        mn_fail(0, "%s", "");
+        int rc = m->cls->init(m, m->state, args, args_len);
+        if (rc) {
+            char why[600];
+            snprintf(why, sizeof why, "init of class %s failed (%s)%s%s", m->cls->name,
+                     manta_strerror(rc), manta_last_error()[0] ? ": " : "", manta_last_error());
+            freeReplyObject(r);
+            start_failed(m, why);
+        }
+    }
+    freeReplyObject(r);
+    set_state(m, "alive", NULL);
+    manta_timer_add(m, 1000, heartbeat, m);
+
+    while (!m->stopping && !got_term) mn_loop_once(m, 200);
+
+    if (m->cls->fini) m->cls->fini(m, m->state);
+    set_state(m, "stopped", NULL);
+    mn_objstore_free(m);
+    mn_loop_free(m);
+    zmq_ctx_term(m->zmq);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(0);
+}

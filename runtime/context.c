@@ -1,0 +1,471 @@
+/*
+ * context.c -- manta_init, manta_shutdown and actor handles.
+ *
+ * manta_init() decides what this process is. A node agent starts actors by
+ * executing the same program with MANTA_ROLE=actor (or =node for an agent)
+ * and the actor's identity in the environment; manta_init() then runs that
+ * role and exits. Otherwise the process is a driver: it connects to Redis
+ * (or starts the embedded one), starts a local node agent, and returns.
+ *
+ * Actor creation goes through a node agent: the driver calls the agent's
+ * "spawn" method, which writes the directory record, starts the process and
+ * answers with the actor's endpoint; the driver then waits for the record's
+ * state to turn "alive" (or "failed", with the init error).
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <dirent.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static const char *env_or(const char *name, const char *dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : dflt;
+}
+
+static int valid_name(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > max) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.'))
+            return 0;
+    }
+    return 1;
+}
+
+static void ctx_free(manta_ctx *m)
+{
+    mn_objstore_free(m);
+    mn_loop_free(m);
+    if (m->zmq) zmq_ctx_term(m->zmq);
+    m->zmq = NULL;
+    if (m->redis) redisFree(m->redis);
+    free(m->redis_url), free(m->redis_host), free(m->redis_password), free(m->redis_dir);
+    free(m->transport), free(m->host), free(m->log_dir);
+    free(m->state);
+    free(m);
+}
+
+static void remove_rundir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char path[512];
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+int manta_init(manta_ctx **out, const manta_options *opts)
+{
+    static const manta_options none;
+    if (!opts) opts = &none;
+    if (out) *out = NULL;
+    manta_ctx *m = calloc(1, sizeof *m);
+    if (!m) return mn_fail(MANTA_ENOMEM, "manta_init: out of memory");
+    m->classes = opts->classes;
+    m->max_pending = opts->max_pending ? opts->max_pending : 10000;
+    m->max_message = opts->max_message ? opts->max_message : (size_t)1 << 30;
+    m->call_timeout_ms = opts->call_timeout_ms > 0 ? opts->call_timeout_ms : 60000;
+    const char *role = env_or("MANTA_ROLE", "driver");
+    m->transport = mn_strdup(env_or("MANTA_TRANSPORT", opts->transport ? opts->transport : "ipc"));
+    m->host = mn_strdup(env_or("MANTA_HOST", opts->host ? opts->host : "127.0.0.1"));
+    const char *logd = env_or("MANTA_LOG_DIR", opts->log_dir);
+    m->log_dir = logd ? mn_strdup(logd) : NULL;
+    if (getenv("MANTA_MAX_MESSAGE")) m->max_message = strtoull(getenv("MANTA_MAX_MESSAGE"), 0, 10);
+    if (strcmp(m->transport, "ipc") && strcmp(m->transport, "tcp")) {
+        int rc = mn_fail(MANTA_EINVAL, "transport '%s': expected ipc or tcp", m->transport);
+        ctx_free(m);
+        return rc;
+    }
+    const char *job = env_or("MANTA_JOB", opts->job);
+    if (job) {
+        if (!valid_name(job, 40)) {
+            int rc = mn_fail(MANTA_EINVAL, "job name '%s': use 1..40 of [A-Za-z0-9._-]", job);
+            ctx_free(m);
+            return rc;
+        }
+        snprintf(m->job, sizeof m->job, "%s", job);
+    } else {
+        memcpy(m->job, "job-", 4);
+        mn_random_hex(m->job + 4, 8);
+    }
+    snprintf(m->rundir, sizeof m->rundir, "/tmp/manta-%s", m->job);
+    m->zmq = zmq_ctx_new();
+    if (!m->zmq) {
+        ctx_free(m);
+        return mn_fail(MANTA_EZMQ, "zmq_ctx_new failed");
+    }
+    zmq_ctx_set(m->zmq, ZMQ_BLOCKY, 0);
+
+    if (!strcmp(role, "actor") || !strcmp(role, "node")) {
+        m->role = role[0] == 'a' ? MN_ROLE_ACTOR : MN_ROLE_NODE;
+        const char *url = getenv("MANTA_REDIS");
+        const char *name = getenv("MANTA_NAME");
+        if (!url || !name || !job) {
+            mn_log("MANTA_ROLE=%s needs MANTA_REDIS, MANTA_JOB and MANTA_NAME", role);
+            _exit(3);
+        }
+        snprintf(m->self, sizeof m->self, "%s", name);
+        snprintf(m->node, sizeof m->node, "%s", env_or("MANTA_NODE", ""));
+        if (mn_redis_parse_url(m, url) || mn_redis_connect(m)) {
+            mn_log("%s %s: %s", role, name, manta_last_error());
+            _exit(3);
+        }
+        if (m->role == MN_ROLE_ACTOR) mn_actor_main(m);
+        mn_node_main(m);
+        _exit(0); /* not reached */
+    }
+
+    m->role = MN_ROLE_DRIVER;
+    snprintf(m->self, sizeof m->self, "driver");
+    mkdir(m->rundir, 0700);
+    const char *url = opts->redis_url ? opts->redis_url : getenv("MANTA_REDIS");
+    int rc = url && *url ? mn_redis_parse_url(m, url) : 0;
+    if (rc == 0) rc = url && *url ? mn_redis_connect(m) : mn_redis_start_embedded(m);
+    if (rc == 0 && !opts->no_local_node) rc = mn_node_spawn_local(m);
+    if (rc != 0) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", manta_last_error());
+        mn_redis_stop_embedded(m);
+        remove_rundir(m->rundir);
+        ctx_free(m);
+        return mn_fail(rc, "%s", why);
+    }
+    *out = m;
+    return 0;
+}
+
+const char *manta_job(const manta_ctx *m)
+{
+    return m ? m->job : "";
+}
+
+const char *manta_redis_url(const manta_ctx *m)
+{
+    return m && m->redis_url ? m->redis_url : "";
+}
+
+const char *manta_self(const manta_ctx *m)
+{
+    return m ? m->self : "";
+}
+
+void manta_stats_get(const manta_ctx *m, manta_stats *out)
+{
+    if (m && out) *out = m->stats;
+}
+
+/* ---- handles ---- */
+
+static manta_actor *handle_new(manta_ctx *m, const char *name, const char *endpoint)
+{
+    for (manta_actor *a = m->actors; a; a = a->next)
+        if (a->name && !strcmp(a->name, name)) return a;
+    manta_actor *a = calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->ctx = m;
+    a->name = mn_strdup(name);
+    a->peer = mn_peer_get(m, endpoint);
+    if (!a->peer) {
+        free(a->name);
+        free(a);
+        return NULL;
+    }
+    a->peer->owner = a;
+    a->next = m->actors;
+    m->actors = a;
+    return a;
+}
+
+const char *manta_actor_name(const manta_actor *a)
+{
+    return a && a->name ? a->name : "";
+}
+
+int manta_actor_info_get(manta_ctx *m, const manta_actor *a, manta_actor_info *out)
+{
+    if (!m || !a || !out) return mn_fail(MANTA_EINVAL, "manta_actor_info_get: bad arguments");
+    return mn_directory_read(m, a->name, out);
+}
+
+int manta_actor_lookup(manta_ctx *m, const char *name, manta_actor **out)
+{
+    if (!m || !name || !out) return mn_fail(MANTA_EINVAL, "manta_actor_lookup: bad arguments");
+    for (manta_actor *a = m->actors; a; a = a->next)
+        if (a->name && !strcmp(a->name, name)) return *out = a, 0;
+    manta_actor_info info;
+    int rc = mn_directory_read(m, name, &info);
+    if (rc) return rc;
+    if (!info.endpoint[0]) return mn_fail(MANTA_ENOTFOUND, "actor '%s' has no endpoint", name);
+    *out = handle_new(m, name, info.endpoint);
+    return *out ? 0 : mn_fail(MANTA_EZMQ, "actor '%s': %s", name, manta_last_error());
+}
+
+/* The node agent's handle: not in the actor directory, so no owner. */
+static mn_peer *node_peer(manta_ctx *m, const char *node)
+{
+    char key[256], ep[192];
+    mn_key(m, key, sizeof key, "node", node);
+    if (mn_redis_hget_str(m, key, "endpoint", ep, sizeof ep) != 0) {
+        mn_fail(MANTA_ENOTFOUND, "no node '%s' in job %s", node, m->job);
+        return NULL;
+    }
+    return mn_peer_get(m, ep);
+}
+
+static int call_node(manta_ctx *m, const char *node, const char *method, const void *arg,
+                     size_t len, int timeout_ms, char *out, size_t outlen)
+{
+    mn_peer *p = node_peer(m, node && *node ? node : m->node);
+    if (!p) return MANTA_ENOTFOUND;
+    manta_future *f = mn_call_peer(m, p, method, arg, len, timeout_ms, NULL);
+    if (!f) return MANTA_ENOMEM;
+    const void *data;
+    size_t n;
+    int rc = manta_get(f, -1, &data, &n);
+    if (rc == 0 && out) {
+        if (n >= outlen) n = outlen - 1;
+        memcpy(out, data, n);
+        out[n] = 0;
+    }
+    if (rc)
+        mn_fail(rc, "node %s: %s: %s", node && *node ? node : m->node, method,
+                manta_future_error(f));
+    manta_future_free(f);
+    return rc;
+}
+
+static void pack_str(msgpack_packer *pk, const char *k, const char *v)
+{
+    msgpack_pack_str(pk, strlen(k));
+    msgpack_pack_str_body(pk, k, strlen(k));
+    if (!v) {
+        msgpack_pack_nil(pk);
+        return;
+    }
+    msgpack_pack_str(pk, strlen(v));
+    msgpack_pack_str_body(pk, v, strlen(v));
+}
+
+int manta_actor_create(manta_ctx *m, const manta_actor_options *o, manta_actor **out)
+{
+    if (!m || !o || !o->cls || !out)
+        return mn_fail(MANTA_EINVAL, "manta_actor_create: ctx, options with cls, and out needed");
+    *out = NULL;
+    if (m->role != MN_ROLE_DRIVER && !m->node[0])
+        return mn_fail(MANTA_EINVAL, "manta_actor_create: no node agent known");
+    char name[128];
+    if (o->name) {
+        if (!valid_name(o->name, 100))
+            return mn_fail(MANTA_EINVAL, "actor name '%s': use 1..100 of [A-Za-z0-9._-]", o->name);
+        snprintf(name, sizeof name, "%s", o->name);
+    } else {
+        char hex[9];
+        mn_random_hex(hex, 8);
+        snprintf(name, sizeof name, "%.60s-%s", o->cls, hex);
+    }
+    char exe[512];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return mn_fail(MANTA_ESYS, "readlink /proc/self/exe: %s", strerror(errno));
+    exe[n] = 0;
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 6);
+    pack_str(&pk, "name", name);
+    pack_str(&pk, "class", o->cls);
+    pack_str(&pk, "library", o->library);
+    pack_str(&pk, "exe", exe);
+    msgpack_pack_str(&pk, 12);
+    msgpack_pack_str_body(&pk, "max_restarts", 12);
+    msgpack_pack_int(&pk, o->max_restarts);
+    msgpack_pack_str(&pk, 4);
+    msgpack_pack_str_body(&pk, "args", 4);
+    msgpack_pack_bin(&pk, o->args_len);
+    msgpack_pack_bin_body(&pk, o->args, o->args_len);
+    char endpoint[192];
+    int rc = call_node(m, o->node, "spawn", sb.data, sb.size, 30000, endpoint, sizeof endpoint);
+    msgpack_sbuffer_destroy(&sb);
+    if (rc) return rc;
+    manta_actor *a = handle_new(m, name, endpoint);
+    if (!a) return mn_fail(MANTA_EZMQ, "actor '%s': %s", name, manta_last_error());
+    if (!o->no_wait) {
+        rc = manta_actor_wait_ready(m, a, o->ready_timeout_ms > 0 ? o->ready_timeout_ms : 30000);
+        if (rc) return rc;
+    }
+    *out = a;
+    return 0;
+}
+
+int manta_actor_wait_ready(manta_ctx *m, manta_actor *a, int timeout_ms)
+{
+    if (!m || !a) return mn_fail(MANTA_EINVAL, "manta_actor_wait_ready: bad arguments");
+    int64_t until = mn_now_ms() + timeout_ms;
+    int step = 1;
+    for (;;) {
+        manta_actor_info info;
+        int rc = mn_directory_read(m, a->name, &info);
+        if (rc == 0 && !strcmp(info.state, "alive")) {
+            a->peer->incarnation = info.incarnation;
+            a->peer->suspect = a->peer->dead = false;
+            return 0;
+        }
+        if (rc == 0 && (!strcmp(info.state, "failed") || !strcmp(info.state, "dead"))) {
+            char key[256], err[512] = "";
+            mn_key(m, key, sizeof key, "actor", a->name);
+            mn_redis_hget_str(m, key, "error", err, sizeof err);
+            return mn_fail(MANTA_ESPAWN, "actor %s %s: %s", a->name, info.state,
+                           err[0] ? err : "no reason recorded");
+        }
+        if (rc && rc != MANTA_ENOTFOUND) return rc;
+        if (mn_now_ms() > until)
+            return mn_fail(MANTA_ETIMEDOUT, "actor %s not ready after %d ms (state %s)", a->name,
+                           timeout_ms, rc ? "unknown" : info.state);
+        /* Serve the loop meanwhile instead of sleeping. */
+        mn_loop_once(m, step);
+        if (step < 20) step *= 2;
+    }
+}
+
+static int node_of(manta_ctx *m, const manta_actor *a, char *node, size_t n)
+{
+    manta_actor_info info;
+    int rc = mn_directory_read(m, a->name, &info);
+    if (rc) return rc;
+    snprintf(node, n, "%s", info.node);
+    return 0;
+}
+
+int manta_actor_kill(manta_ctx *m, manta_actor *a, int restart)
+{
+    if (!m || !a) return mn_fail(MANTA_EINVAL, "manta_actor_kill: bad arguments");
+    char node[64], arg[160];
+    int rc = node_of(m, a, node, sizeof node);
+    if (rc) return rc;
+    snprintf(arg, sizeof arg, "%d %s", restart ? 1 : 0, a->name);
+    return call_node(m, node, "kill", arg, strlen(arg), 10000, NULL, 0);
+}
+
+int manta_actor_stop(manta_ctx *m, manta_actor *a, int timeout_ms)
+{
+    if (!m || !a) return mn_fail(MANTA_EINVAL, "manta_actor_stop: bad arguments");
+    char node[64];
+    int rc = node_of(m, a, node, sizeof node);
+    if (rc) return rc;
+    /* The node agent asks the actor to stop and answers once it has exited. */
+    return call_node(m, node, "stop", a->name, strlen(a->name), timeout_ms > 0 ? timeout_ms : 30000,
+                     NULL, 0);
+}
+
+/* ---- shutdown ---- */
+
+void manta_shutdown(manta_ctx *m)
+{
+    if (!m) return;
+    if (m->role == MN_ROLE_DRIVER && m->node_pid > 0) {
+        int rc = call_node(m, m->node, "shutdown", NULL, 0, 15000, NULL, 0);
+        if (rc) mn_log("shutdown: node agent: %s", manta_last_error());
+        int64_t until = mn_now_ms() + (rc ? 100 : 5000);
+        int status;
+        while (waitpid(m->node_pid, &status, WNOHANG) == 0) {
+            if (mn_now_ms() > until) {
+                kill(m->node_pid, SIGKILL);
+                waitpid(m->node_pid, &status, 0);
+                break;
+            }
+            mn_loop_once(m, 5);
+        }
+        m->node_pid = 0;
+    }
+    if (m->role == MN_ROLE_DRIVER) {
+        mn_objstore_free(m);
+        if (m->redis || m->redis_host) mn_delete_job_keys(m);
+        remove_rundir(m->rundir);
+    }
+    mn_redis_stop_embedded(m);
+    ctx_free(m);
+}
+
+/* ---- spawning a local node agent (driver) ---- */
+
+int mn_node_spawn_local(manta_ctx *m)
+{
+    char exe[512];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return mn_fail(MANTA_ESYS, "readlink /proc/self/exe: %s", strerror(errno));
+    exe[n] = 0;
+    char id[16] = "node-";
+    mn_random_hex(id + 5, 6);
+    snprintf(m->node, sizeof m->node, "%s", id);
+    char e_role[] = "MANTA_ROLE=node", e_redis[600], e_job[80], e_name[80], e_tr[40], e_host[80],
+         e_log[600], e_max[64];
+    snprintf(e_redis, sizeof e_redis, "MANTA_REDIS=%s", m->redis_url);
+    snprintf(e_job, sizeof e_job, "MANTA_JOB=%s", m->job);
+    snprintf(e_name, sizeof e_name, "MANTA_NAME=%s", id);
+    snprintf(e_tr, sizeof e_tr, "MANTA_TRANSPORT=%s", m->transport);
+    snprintf(e_host, sizeof e_host, "MANTA_HOST=%s", m->host);
+    snprintf(e_log, sizeof e_log, "MANTA_LOG_DIR=%s", m->log_dir ? m->log_dir : "");
+    snprintf(e_max, sizeof e_max, "MANTA_MAX_MESSAGE=%zu", m->max_message);
+    size_t nenv = 0;
+    while (environ[nenv]) nenv++;
+    char **envp = calloc(nenv + 10, sizeof *envp);
+    if (!envp) return MANTA_ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < nenv; i++)
+        if (strncmp(environ[i], "MANTA_", 6) != 0) envp[k++] = environ[i];
+    envp[k++] = e_role, envp[k++] = e_redis, envp[k++] = e_job, envp[k++] = e_name;
+    envp[k++] = e_tr, envp[k++] = e_host, envp[k++] = e_log, envp[k++] = e_max;
+    char *argv[] = {exe, NULL};
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        free(envp);
+        return mn_fail(MANTA_ESYS, "fork node agent: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        /* The agent (and so its actors) go when the driver goes. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(1);
+        execve(exe, argv, envp);
+        _exit(127);
+    }
+    free(envp);
+    m->node_pid = pid;
+    char key[256], state[32];
+    mn_key(m, key, sizeof key, "node", id);
+    int64_t until = mn_now_ms() + 10000;
+    while (mn_now_ms() < until) {
+        if (mn_redis_hget_str(m, key, "state", state, sizeof state) == 0 && !strcmp(state, "alive"))
+            return 0;
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            m->node_pid = 0;
+            return mn_fail(MANTA_ESPAWN,
+                           "node agent exited at start (status %d): does main() "
+                           "call manta_init() before anything else?",
+                           status);
+        }
+        usleep(2000);
+    }
+    return mn_fail(MANTA_ETIMEDOUT, "node agent %s not alive after 10 s", id);
+}

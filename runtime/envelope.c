@@ -1,0 +1,214 @@
+/*
+ * envelope.c -- the wire format of calls and replies.
+ *
+ * A message is one ZeroMQ multipart message (after the ROUTER's routing
+ * frame): an envelope frame, a msgpack array
+ *
+ *     [version, kind, id, method-or-status, inline-payload, nframes]
+ *
+ * and, when nframes is 1, the payload as its own frame. version is
+ * MANTA_PROTOCOL_VERSION; kind is call (1), reply (2), error (3) or cast (4);
+ * id is the caller's call id (0 for casts); the fourth field is the method
+ * name (str) for calls and casts and a status code (int) for replies and
+ * errors; inline-payload is bin or nil. An error's payload is its message.
+ *
+ * The envelope is packed into an msgpack_sbuffer whose memory is handed to
+ * ZeroMQ (zmq_msg_init_data) without a copy; a large payload is copied once
+ * into its own zmq_msg, or passed in as a zmq_msg and not copied at all.
+ * Decoding points into the frame: the frame must outlive the mn_env.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void free_sbuffer_data(void *data, void *hint)
+{
+    free(data);
+}
+
+int mn_env_send(void *sock, const void *route, size_t route_len, int kind, uint64_t id,
+                const char *method, int status, const void *payload, size_t len, zmq_msg_t *frame)
+{
+    bool big = frame != NULL || len > MN_INLINE_MAX;
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_array(&pk, 6);
+    msgpack_pack_uint32(&pk, MANTA_PROTOCOL_VERSION);
+    msgpack_pack_int(&pk, kind);
+    msgpack_pack_uint64(&pk, id);
+    if (kind == MN_CALL || kind == MN_CAST) {
+        size_t n = strlen(method);
+        msgpack_pack_str(&pk, n);
+        msgpack_pack_str_body(&pk, method, n);
+    } else {
+        msgpack_pack_int(&pk, status);
+    }
+    if (big || len == 0) {
+        msgpack_pack_nil(&pk);
+    } else {
+        msgpack_pack_bin(&pk, len);
+        msgpack_pack_bin_body(&pk, payload, len);
+    }
+    msgpack_pack_int(&pk, big ? 1 : 0);
+    if (!sb.data) return mn_fail(MANTA_ENOMEM, "envelope: out of memory");
+
+    int flags = ZMQ_DONTWAIT;
+    if (route_len) {
+        if (zmq_send(sock, route, route_len, ZMQ_SNDMORE | flags) < 0) {
+            msgpack_sbuffer_destroy(&sb);
+            return mn_fail(MANTA_EZMQ, "send routing frame: %s", zmq_strerror(zmq_errno()));
+        }
+    }
+    zmq_msg_t em;
+    /* The envelope's memory passes to ZeroMQ: no copy. */
+    zmq_msg_init_data(&em, sb.data, sb.size, free_sbuffer_data, NULL);
+    if (zmq_msg_send(&em, sock, (big ? ZMQ_SNDMORE : 0) | flags) < 0) {
+        zmq_msg_close(&em);
+        return mn_fail(MANTA_EZMQ, "send envelope: %s", zmq_strerror(zmq_errno()));
+    }
+    if (big) {
+        zmq_msg_t pm;
+        if (frame) {
+            zmq_msg_init(&pm);
+            zmq_msg_move(&pm, frame);
+        } else {
+            if (zmq_msg_init_size(&pm, len) != 0)
+                return mn_fail(MANTA_ENOMEM, "payload of %zu bytes: out of memory", len);
+            memcpy(zmq_msg_data(&pm), payload, len);
+        }
+        if (zmq_msg_send(&pm, sock, flags) < 0) {
+            zmq_msg_close(&pm);
+            return mn_fail(MANTA_EZMQ, "send payload: %s", zmq_strerror(zmq_errno()));
+        }
+    }
+    return 0;
+}
+
+/* A minimal in-place msgpack reader: the envelope has a fixed shape, so a
+ * cursor over the bytes is simpler and faster than msgpack_unpack, and it
+ * never allocates. */
+typedef struct cursor {
+    const unsigned char *p, *end;
+} cursor;
+
+static int rd_be(cursor *c, size_t n, uint64_t *out)
+{
+    if ((size_t)(c->end - c->p) < n) return -1;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) v = (v << 8) | c->p[i];
+    c->p += n;
+    *out = v;
+    return 0;
+}
+
+/* Reads an integer; *neg set when negative. */
+static int rd_int(cursor *c, int64_t *out)
+{
+    if (c->p >= c->end) return -1;
+    unsigned char b = *c->p++;
+    uint64_t v;
+    if (b <= 0x7f) return *out = b, 0;
+    if (b >= 0xe0) return *out = (int8_t)b, 0;
+    switch (b) {
+    case 0xcc:
+        if (rd_be(c, 1, &v)) return -1;
+        *out = (int64_t)v;
+        return 0;
+    case 0xcd:
+        if (rd_be(c, 2, &v)) return -1;
+        *out = (int64_t)v;
+        return 0;
+    case 0xce:
+        if (rd_be(c, 4, &v)) return -1;
+        *out = (int64_t)v;
+        return 0;
+    case 0xcf:
+        if (rd_be(c, 8, &v)) return -1;
+        *out = (int64_t)v;
+        return 0;
+    case 0xd0:
+        if (rd_be(c, 1, &v)) return -1;
+        *out = (int8_t)v;
+        return 0;
+    case 0xd1:
+        if (rd_be(c, 2, &v)) return -1;
+        *out = (int16_t)v;
+        return 0;
+    case 0xd2:
+        if (rd_be(c, 4, &v)) return -1;
+        *out = (int32_t)v;
+        return 0;
+    case 0xd3:
+        if (rd_be(c, 8, &v)) return -1;
+        *out = (int64_t)v;
+        return 0;
+    }
+    return -2; /* not an integer */
+}
+
+/* Reads str or bin (want_str selects which families are accepted). */
+static int rd_bytes(cursor *c, bool want_str, const void **data, size_t *len)
+{
+    if (c->p >= c->end) return -1;
+    unsigned char b = *c->p++;
+    uint64_t n;
+    if (want_str && (b & 0xe0) == 0xa0) {
+        n = b & 0x1f;
+    } else if ((want_str && b == 0xd9) || (!want_str && b == 0xc4)) {
+        if (rd_be(c, 1, &n)) return -1;
+    } else if ((want_str && b == 0xda) || (!want_str && b == 0xc5)) {
+        if (rd_be(c, 2, &n)) return -1;
+    } else if ((want_str && b == 0xdb) || (!want_str && b == 0xc6)) {
+        if (rd_be(c, 4, &n)) return -1;
+    } else {
+        return -2;
+    }
+    if ((uint64_t)(c->end - c->p) < n) return -1;
+    *data = c->p, *len = (size_t)n;
+    c->p += n;
+    return 0;
+}
+
+int mn_env_decode(const void *buf, size_t len, mn_env *e, char *err, size_t errlen)
+{
+    memset(e, 0, sizeof *e);
+    cursor c = {buf, (const unsigned char *)buf + len};
+    int64_t v;
+#define BAD(...) (snprintf(err, errlen, __VA_ARGS__), MANTA_EPROTO)
+    if (len == 0) return BAD("empty envelope frame");
+    unsigned char b = *c.p++;
+    if (b != 0x96) return BAD("envelope is not a msgpack array of 6 (first byte 0x%02x)", b);
+    if (rd_int(&c, &v) || v < 0) return BAD("envelope field 0 (version) is not an unsigned int");
+    e->version = (uint32_t)v;
+    if (e->version != MANTA_PROTOCOL_VERSION)
+        return BAD("protocol version %u, this runtime speaks %d", e->version,
+                   MANTA_PROTOCOL_VERSION);
+    if (rd_int(&c, &v) || v < MN_CALL || v > MN_CAST)
+        return BAD("envelope field 1 (kind) must be 1..4");
+    e->kind = (int)v;
+    if (rd_int(&c, &v)) return BAD("envelope field 2 (call id) is not an integer");
+    e->id = (uint64_t)v;
+    if (e->kind == MN_CALL || e->kind == MN_CAST) {
+        const void *s;
+        if (rd_bytes(&c, true, &s, &e->method_len) || e->method_len == 0 || e->method_len >= 128)
+            return BAD("envelope field 3 (method) is not a string of 1..127 bytes");
+        e->method = s;
+    } else {
+        if (rd_int(&c, &v)) return BAD("envelope field 3 (status) is not an integer");
+        e->status = (int)v;
+    }
+    if (c.p < c.end && *c.p == 0xc0) {
+        c.p++;
+    } else if (rd_bytes(&c, false, &e->payload, &e->payload_len)) {
+        return BAD("envelope field 4 (payload) is neither bin nor nil");
+    }
+    if (rd_int(&c, &v) || v < 0 || v > 1) return BAD("envelope field 5 (frames) must be 0 or 1");
+    e->nframes = (int)v;
+    if (c.p != c.end) return BAD("%zu trailing bytes after the envelope", (size_t)(c.end - c.p));
+#undef BAD
+    return 0;
+}

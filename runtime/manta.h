@@ -1,0 +1,295 @@
+/*
+ * manta.h -- the public API of the Manta actor runtime.
+ *
+ * Manta runs actors the way Ray does: every actor is an OS process with one
+ * mailbox (a ZeroMQ ROUTER socket), spawned and restarted by the node agent
+ * of its machine, found through a directory in Redis. A call returns a future
+ * at once; the caller collects it with manta_get() or manta_wait(). Every
+ * process, driver or actor, runs one event loop: while it waits on a future
+ * it keeps serving its own mailbox, so nested and mutual calls never
+ * deadlock.
+ *
+ * A program that uses Manta is at once the driver and the code of its actors.
+ * It lists its actor classes in manta_options and calls manta_init() first
+ * thing in main(). When the node agent starts the same executable as an
+ * actor (or as a node agent), manta_init() runs that role and exits the
+ * process; it returns only in the driver:
+ *
+ *     int main(int argc, char **argv) {
+ *         manta_options o = {.classes = my_classes};
+ *         manta_ctx *m;
+ *         if (manta_init(&m, &o) != 0) return 1;     // actors never get here
+ *         manta_actor *a;
+ *         manta_actor_create(m, &(manta_actor_options){.cls = "echo"}, &a);
+ *         manta_future *f = manta_call(m, a, "ping", "hi", 2);
+ *         const void *data; size_t len;
+ *         if (manta_get(f, 1000, &data, &len) == 0) ...
+ *         manta_future_free(f);
+ *         manta_shutdown(m);
+ *     }
+ *
+ * Errors: functions that can fail return 0 or a negative MANTA_E* code;
+ * manta_strerror() names it and manta_last_error() gives the message of the
+ * last failure in this thread (what failed and where).
+ *
+ * Threads: a manta_ctx and everything made from it (actor handles, futures,
+ * calls) belong to the thread that called manta_init(); none of it is
+ * thread-safe. manta_strerror() is.
+ */
+#ifndef MANTA_H
+#define MANTA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MANTA_PROTOCOL_VERSION 1
+
+/* ---- Errors: one table, one strerror ------------------------------------ */
+
+#define MANTA_ERRORS(X)                                                                            \
+    X(OK, 0, "success")                                                                            \
+    X(EINVAL, -1, "invalid argument")                                                              \
+    X(ENOMEM, -2, "out of memory")                                                                 \
+    X(EPENDING, -3, "not resolved yet: the wait ran out, the future is still pending")             \
+    X(ETIMEDOUT, -4, "call timed out: no answer before its deadline")                              \
+    X(EDIED, -5, "actor died while the call was pending")                                          \
+    X(EREMOTE, -6, "the actor's method failed")                                                    \
+    X(ENOMETHOD, -7, "unknown method")                                                             \
+    X(EPROTO, -8, "malformed envelope or wrong protocol version")                                  \
+    X(EMSGSIZE, -9, "message larger than the limit")                                               \
+    X(EREDIS, -10, "registry (Redis) error")                                                       \
+    X(EZMQ, -11, "transport (ZeroMQ) error")                                                       \
+    X(ENOTFOUND, -12, "no such actor or object")                                                   \
+    X(EEXIST, -13, "name already taken")                                                           \
+    X(ESPAWN, -14, "could not start the actor")                                                    \
+    X(ECLOSED, -15, "runtime shut down")                                                           \
+    X(ESYS, -16, "system call failed")                                                             \
+    X(ENOCLASS, -17, "unknown actor class")                                                        \
+    X(EBUSY, -18, "too many calls pending")
+
+enum {
+#define MANTA_X_ENUM(name, code, text) MANTA_##name = code,
+    MANTA_ERRORS(MANTA_X_ENUM)
+#undef MANTA_X_ENUM
+};
+
+/* Static text for an error code; never NULL. Thread-safe. */
+const char *manta_strerror(int code);
+/* The message of the last failure in this thread ("" if none). */
+const char *manta_last_error(void);
+
+/* ---- Types --------------------------------------------------------------- */
+
+typedef struct manta_ctx manta_ctx;       /* the per-process runtime context */
+typedef struct manta_actor manta_actor;   /* a handle to an actor (owned by the ctx) */
+typedef struct manta_future manta_future; /* the result of one call (owned by the caller) */
+typedef struct manta_req manta_req;       /* a call being served by an actor */
+
+/* A method: serve one call. `arg` points into the received message and is
+ * valid until the method returns. Answer with manta_reply() or
+ * manta_reply_error(); a method that returns without answering sends an
+ * empty reply if it returns 0, an error reply with that code otherwise.
+ * A method may call other actors and wait on them. */
+typedef int (*manta_method_fn)(manta_req *call, void *state, const void *arg, size_t len);
+
+typedef struct manta_method {
+    const char *name;
+    manta_method_fn fn;
+} manta_method;
+
+/* An actor class: a const table, like Ray's @ray.remote class.
+ * init runs once per incarnation with the creation arguments; a nonzero
+ * return fails the creation (not restarted). fini runs at a clean stop. */
+typedef struct manta_class {
+    const char *name;
+    size_t state_size; /* bytes of zeroed state handed to every callback */
+    int (*init)(manta_ctx *m, void *state, const void *args, size_t len);
+    void (*fini)(manta_ctx *m, void *state);
+    const manta_method *methods; /* ends with {NULL, NULL} */
+} manta_class;
+
+typedef struct manta_options {
+    /* NULL: start a private redis-server on a free loopback port with a
+     * generated password (the embedded default) and stop it at shutdown.
+     * Otherwise redis://[:password@]host:port[/db]. Env MANTA_REDIS too. */
+    const char *redis_url;
+    const char *job;                   /* key namespace; NULL: generated */
+    const manta_class *const *classes; /* NULL-terminated list */
+    const char *transport;             /* "ipc" (default) or "tcp" */
+    const char *host;                  /* address actors bind for tcp; default 127.0.0.1 */
+    size_t max_pending;                /* per-process limit on calls in flight; default 10000 */
+    size_t max_message;                /* largest accepted message; default 1 GiB */
+    int call_timeout_ms;               /* default deadline of a call; default 60000 */
+    int no_local_node;                 /* 1: do not start a local node agent */
+    const char *log_dir;               /* actors' stdout/stderr go to log_dir/NAME.log */
+} manta_options;
+
+/* ---- Runtime --------------------------------------------------------------- */
+
+/* Start the runtime in this process. In the driver it connects to (or
+ * starts) Redis, starts a local node agent and returns 0 with *out set. In a
+ * process started by a node agent it runs that actor or agent and calls
+ * exit(): it does not return. Returns a MANTA_E* code on failure. */
+int manta_init(manta_ctx **out, const manta_options *opts);
+
+/* Stop every actor of this driver's job, the local node agent and the
+ * embedded Redis; delete the job's keys; free the ctx and every handle and
+ * pending future's pending state (futures not yet freed resolve ECLOSED and
+ * must still be freed). NULL is a no-op. */
+void manta_shutdown(manta_ctx *m);
+
+const char *manta_job(const manta_ctx *m);
+const char *manta_redis_url(const manta_ctx *m); /* with password */
+const char *manta_self(const manta_ctx *m);      /* actor name, or "driver" */
+
+/* Serve the mailbox and timers for up to timeout_ms (0: once, no wait). */
+int manta_poll(manta_ctx *m, int timeout_ms);
+
+/* ---- Actors ---------------------------------------------------------------- */
+
+typedef struct manta_actor_options {
+    const char *cls;  /* class name (required) */
+    const char *name; /* unique per job; NULL: generated */
+    const void *args; /* creation arguments handed to init */
+    size_t args_len;
+    int max_restarts;     /* restarts after a crash; -1: unlimited */
+    const char *node;     /* node id; NULL: the local node */
+    const char *library;  /* shared library holding the class (dlopen), or NULL */
+    int ready_timeout_ms; /* default 30000 */
+    int no_wait;          /* 1: return at once; calls queue until it is ready */
+} manta_actor_options;
+
+/* Ask a node agent to start an actor and (unless no_wait) wait until its
+ * init has returned. The handle belongs to the ctx. Errors: EEXIST (name
+ * taken), ENOCLASS, ESPAWN (init failed: see manta_last_error), ETIMEDOUT. */
+int manta_actor_create(manta_ctx *m, const manta_actor_options *o, manta_actor **out);
+
+/* Find a named actor of this job in the directory. ENOTFOUND if none. */
+int manta_actor_lookup(manta_ctx *m, const char *name, manta_actor **out);
+
+/* Wait until a created actor is ready (alive). */
+int manta_actor_wait_ready(manta_ctx *m, manta_actor *a, int timeout_ms);
+
+/* Kill an actor's process (SIGKILL). restart=1 lets the node agent restart
+ * it as after a crash; restart=0 stops it for good. */
+int manta_actor_kill(manta_ctx *m, manta_actor *a, int restart);
+
+/* Stop an actor cleanly: it finishes the call it is serving, runs fini,
+ * leaves the directory. */
+int manta_actor_stop(manta_ctx *m, manta_actor *a, int timeout_ms);
+
+typedef struct manta_actor_info {
+    char state[16]; /* starting, alive, restarting, dead, failed, stopped */
+    char node[64];
+    char endpoint[128];
+    int pid;
+    int incarnation;
+    int restarts;
+    int64_t heartbeat_ms; /* wall clock of the last heartbeat */
+} manta_actor_info;
+
+/* Read an actor's directory record. */
+int manta_actor_info_get(manta_ctx *m, const manta_actor *a, manta_actor_info *out);
+const char *manta_actor_name(const manta_actor *a);
+
+/* ---- Calls and futures ------------------------------------------------------ */
+
+/* Call `method` on actor `a` with `len` bytes of `arg` (copied once; large
+ * arguments travel as their own frame). Returns a future at once; never NULL
+ * unless out of memory. If max_pending calls are in flight it first serves
+ * the loop until one resolves (back-pressure), up to the call's deadline. */
+manta_future *manta_call(manta_ctx *m, manta_actor *a, const char *method, const void *arg,
+                         size_t len);
+/* Same with an explicit deadline in ms (0: the ctx default). */
+manta_future *manta_call_timeout(manta_ctx *m, manta_actor *a, const char *method, const void *arg,
+                                 size_t len, int timeout_ms);
+
+/* One-way message: no reply, no future. 0 or an error code. */
+int manta_cast(manta_ctx *m, manta_actor *a, const char *method, const void *arg, size_t len);
+
+/* Wait up to timeout_ms (-1: until the call's deadline) for the future.
+ * Returns 0 with *data,*len set to the reply (valid until the future is
+ * freed), EPENDING if the wait ran out (the future stays pending), or the
+ * code the call resolved with: ETIMEDOUT, EDIED, EREMOTE / ENOMETHOD /
+ * EPROTO / EMSGSIZE (the actor's error; text in manta_future_error), ECLOSED.
+ * data and len may be NULL. */
+int manta_get(manta_future *f, int timeout_ms, const void **data, size_t *len);
+
+/* Wait until at least k of the n futures have resolved, or timeout_ms.
+ * Returns how many have resolved (possibly < k on timeout). */
+int manta_wait(manta_future *const *fs, size_t n, size_t k, int timeout_ms);
+
+int manta_future_done(const manta_future *f);          /* 1 once resolved */
+int manta_future_status(const manta_future *f);        /* EPENDING until resolved */
+const char *manta_future_error(const manta_future *f); /* error text, "" if none */
+/* Free a future; if it is still pending its reply will be dropped. NULL ok. */
+void manta_future_free(manta_future *f);
+
+/* ---- Serving calls ---------------------------------------------------------- */
+
+/* Answer a call (data copied once). Only the first answer counts. */
+int manta_reply(manta_req *c, const void *data, size_t len);
+int manta_reply_error(manta_req *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Keep the call after the method returns, to answer it later with
+ * manta_reply*(); the answer frees it. Returns c. */
+manta_req *manta_req_defer(manta_req *c);
+const char *manta_req_method(const manta_req *c);
+manta_ctx *manta_req_ctx(const manta_req *c);
+/* Ask this actor to stop after the current call (clean exit, no restart). */
+void manta_stop_self(manta_ctx *m);
+
+/* ---- Event loop extensions ----------------------------------------------------- */
+
+#define MANTA_POLLIN  1
+#define MANTA_POLLOUT 2
+typedef void (*manta_fd_fn)(void *arg, int fd, int revents);
+typedef void (*manta_timer_fn)(void *arg);
+
+/* Watch a file descriptor in the loop; events 0 removes the watch. */
+int manta_watch_fd(manta_ctx *m, int fd, int events, manta_fd_fn fn, void *arg);
+/* One-shot timer after `after_ms`; returns an id > 0, or 0 on failure. */
+uint64_t manta_timer_add(manta_ctx *m, int64_t after_ms, manta_timer_fn fn, void *arg);
+void manta_timer_cancel(manta_ctx *m, uint64_t id);
+
+/* ---- Objects -------------------------------------------------------------------- */
+
+/* A typed object id; crosses processes as text. */
+typedef struct manta_obj_id {
+    char s[40];
+} manta_obj_id;
+
+/* Store bytes as an object with one reference, held by the caller. Small
+ * objects (<= 64 KiB) are kept inline in Redis; large ones stay in this
+ * process's memory and are served to fetchers by its object thread, zero
+ * copy. The object lives until its last reference is released, its owner
+ * process ends, or the job ends. */
+int manta_put(manta_ctx *m, const void *data, size_t len, manta_obj_id *id);
+/* Fetch an object's bytes into a new malloc'd buffer (*data, caller frees). */
+int manta_obj_get(manta_ctx *m, const manta_obj_id *id, void **data, size_t *len, int timeout_ms);
+/* Add or drop a reference. The last release frees the object everywhere. */
+int manta_obj_ref(manta_ctx *m, const manta_obj_id *id);
+int manta_obj_release(manta_ctx *m, const manta_obj_id *id);
+
+/* ---- Counters --------------------------------------------------------------------- */
+
+typedef struct manta_stats {
+    uint64_t calls_sent, casts_sent, replies_ok, replies_error;
+    uint64_t timeouts, died, late_replies;
+    uint64_t calls_served, casts_served;
+    uint64_t bad_envelopes, bad_versions, unknown_methods, oversized, method_errors;
+} manta_stats;
+
+void manta_stats_get(const manta_ctx *m, manta_stats *out);
+
+/* Internal method every actor answers: its manta_stats as a msgpack map. */
+#define MANTA_METHOD_STATS "__stats"
+
+#ifdef __cplusplus
+}
+#endif
+#endif

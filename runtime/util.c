@@ -1,0 +1,177 @@
+/*
+ * util.c -- errors, clocks, random ids, logging and the id map.
+ *
+ * Errors: every failure goes through mn_fail(), which records a message in a
+ * thread-local buffer (manta_last_error) and returns the code, so a caller
+ * can write `return mn_fail(MANTA_EINVAL, "...")` and the user sees both.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static _Thread_local char last_error[512];
+
+const char *manta_strerror(int code)
+{
+    switch (code) {
+#define MANTA_X_CASE(name, c, text)                                                                \
+    case c:                                                                                        \
+        return text;
+        MANTA_ERRORS(MANTA_X_CASE)
+#undef MANTA_X_CASE
+    }
+    return "unknown error code";
+}
+
+const char *manta_last_error(void)
+{
+    return last_error;
+}
+
+int mn_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int64_t mn_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t mn_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void mn_random_hex(char *out, size_t nhex)
+{
+    unsigned char buf[64];
+    size_t nbytes = (nhex + 1) / 2;
+    if (nbytes > sizeof buf) nbytes = sizeof buf;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    ssize_t got = fd >= 0 ? read(fd, buf, nbytes) : -1;
+    if (fd >= 0) close(fd);
+    if (got != (ssize_t)nbytes) {
+        /* No /dev/urandom: fall back on time and pid, still unique enough
+         * for key names (never used for secrets without urandom). */
+        uint64_t x = (uint64_t)mn_wall_ms() ^ ((uint64_t)getpid() << 32);
+        for (size_t i = 0; i < nbytes; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            buf[i] = (unsigned char)x;
+        }
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < nhex && i / 2 < nbytes; i++)
+        out[i] = hex[(buf[i / 2] >> ((i & 1) ? 0 : 4)) & 15];
+    out[nhex] = 0;
+}
+
+void mn_log(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "manta[%d]: %s\n", (int)getpid(), buf);
+}
+
+char *mn_strdup(const char *s)
+{
+    if (!s) return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+/* ---- id map: linear probing, tombstones marked by a NULL value ---- */
+
+static size_t slot_of(uint64_t key, size_t cap)
+{
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdULL;
+    key ^= key >> 33;
+    return (size_t)key & (cap - 1);
+}
+
+static int grow(mn_idmap *t)
+{
+    size_t ncap = t->cap ? t->cap * 2 : 64;
+    if (t->len * 4 < t->cap) ncap = t->cap; /* mostly tombstones: rehash same size */
+    uint64_t *keys = calloc(ncap, sizeof *keys);
+    void **vals = calloc(ncap, sizeof *vals);
+    if (!keys || !vals) {
+        free(keys), free(vals);
+        return MANTA_ENOMEM;
+    }
+    for (size_t i = 0; i < t->cap; i++) {
+        if (!t->keys[i] || !t->vals[i]) continue;
+        size_t j = slot_of(t->keys[i], ncap);
+        while (keys[j]) j = (j + 1) & (ncap - 1);
+        keys[j] = t->keys[i], vals[j] = t->vals[i];
+    }
+    free(t->keys), free(t->vals);
+    t->keys = keys, t->vals = vals, t->cap = ncap, t->used = t->len;
+    return 0;
+}
+
+int mn_idmap_put(mn_idmap *t, uint64_t key, void *val)
+{
+    if (!key || !val) return MANTA_EINVAL;
+    if ((t->used + 1) * 2 > t->cap && grow(t)) return MANTA_ENOMEM;
+    size_t j = slot_of(key, t->cap);
+    while (t->keys[j] && t->keys[j] != key) j = (j + 1) & (t->cap - 1);
+    if (!t->keys[j]) t->used++;
+    if (!t->keys[j] || !t->vals[j]) t->len++;
+    t->keys[j] = key, t->vals[j] = val;
+    return 0;
+}
+
+static size_t find(const mn_idmap *t, uint64_t key)
+{
+    if (!t->cap) return (size_t)-1;
+    size_t j = slot_of(key, t->cap);
+    while (t->keys[j]) {
+        if (t->keys[j] == key) return t->vals[j] ? j : (size_t)-1;
+        j = (j + 1) & (t->cap - 1);
+    }
+    return (size_t)-1;
+}
+
+void *mn_idmap_get(const mn_idmap *t, uint64_t key)
+{
+    size_t j = find(t, key);
+    return j == (size_t)-1 ? NULL : t->vals[j];
+}
+
+void *mn_idmap_del(mn_idmap *t, uint64_t key)
+{
+    size_t j = find(t, key);
+    if (j == (size_t)-1) return NULL;
+    void *v = t->vals[j];
+    t->vals[j] = NULL; /* tombstone: the key stays so probing continues */
+    t->len--;
+    return v;
+}
+
+void mn_idmap_free(mn_idmap *t)
+{
+    free(t->keys), free(t->vals);
+    memset(t, 0, sizeof *t);
+}
