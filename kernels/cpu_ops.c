@@ -1,0 +1,517 @@
+/*
+ * cpu_ops.c - the CPU back-end: the reference implementation of every op in
+ * the back-end table, plus the library's thread setting.
+ *
+ * Matrix products go to OpenBLAS (cblas_sgemm), called from the calling thread
+ * so that OpenBLAS uses its own pool of mk_get_threads() threads.  Everything
+ * else is a plain loop, split over rows (or heads, or column blocks) with
+ * OpenMP, never inside a BLAS call.  Reductions are written so that no two
+ * threads add into the same element: backward ops that sum over rows split
+ * the work by columns instead.  Elementwise loops use float arithmetic;
+ * per-row softmax sums use double where rounding would show in the tests.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mk_internal.h"
+
+/* ---- threads ------------------------------------------------------------ */
+
+static int n_threads = 1;
+
+void mk_set_threads(int n)
+{
+    if (n <= 0) n = omp_get_num_procs();
+    n_threads = n;
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+int mk_get_threads(void)
+{
+    return n_threads;
+}
+
+/* ---- memory ------------------------------------------------------------- */
+
+static int cpu_alloc(void **p, size_t bytes)
+{
+    size_t rounded = (bytes + 63) / 64 * 64;
+    if (rounded == 0) rounded = 64;
+    *p = aligned_alloc(64, rounded);
+    if (!*p) return mk__fail(MK_ERR_NOMEM, "cannot allocate %zu bytes", bytes);
+    memset(*p, 0, rounded);
+    return MK_OK;
+}
+
+static void cpu_release(void *p)
+{
+    free(p);
+}
+
+static void cpu_copy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes) memmove(dst, src, bytes);
+}
+
+static void cpu_zero(void *p, size_t bytes)
+{
+    if (bytes) memset(p, 0, bytes);
+}
+
+/* ---- embeddings --------------------------------------------------------- */
+
+static void embed_fwd(float *out, const int *tokens, const int *pos, const float *wte,
+                      const float *wpe, int R, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < R; r++) {
+        const float *te = wte + (size_t)tokens[r] * C;
+        const float *pe = wpe + (size_t)pos[r] * C;
+        float *o = out + (size_t)r * C;
+        for (int c = 0; c < C; c++) o[c] = te[c] + pe[c];
+    }
+}
+
+/* Rows may share a token (or a position), so the work is split by columns. */
+static void embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens,
+                      const int *pos, int R, int C)
+{
+#pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int c0 = (int)((long)C * id / nt), c1 = (int)((long)C * (id + 1) / nt);
+        for (int r = 0; r < R; r++) {
+            const float *d = dout + (size_t)r * C;
+            float *te = dwte + (size_t)tokens[r] * C;
+            float *pe = dwpe + (size_t)pos[r] * C;
+            for (int c = c0; c < c1; c++) {
+                te[c] += d[c];
+                pe[c] += d[c];
+            }
+        }
+    }
+}
+
+/* ---- LayerNorm ---------------------------------------------------------- */
+
+static void ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                   const float *b, int R, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < R; r++) {
+        const float *x = inp + (size_t)r * C;
+        float m = 0.0f;
+        for (int c = 0; c < C; c++) m += x[c];
+        m /= C;
+        float var = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float d = x[c] - m;
+            var += d * d;
+        }
+        var /= C;
+        float s = 1.0f / sqrtf(var + 1e-5f);
+        float *o = out + (size_t)r * C;
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
+        if (mean) mean[r] = m;
+        if (rstd) rstd[r] = s;
+    }
+}
+
+static void ln_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                   const float *w, const float *mean, const float *rstd, int R, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < R; r++) {
+        const float *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
+        float m = mean[r], s = rstd[r];
+        float dn_mean = 0.0f, dn_norm_mean = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float dn = d[c] * w[c];
+            dn_mean += dn;
+            dn_norm_mean += dn * (x[c] - m) * s;
+        }
+        dn_mean /= C;
+        dn_norm_mean /= C;
+        float *di = dinp + (size_t)r * C;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - m) * s;
+            di[c] += (d[c] * w[c] - dn_mean - norm * dn_norm_mean) * s;
+        }
+    }
+#pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int c0 = (int)((long)C * id / nt), c1 = (int)((long)C * (id + 1) / nt);
+        for (int r = 0; r < R; r++) {
+            const float *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
+            float m = mean[r], s = rstd[r];
+            for (int c = c0; c < c1; c++) {
+                dw[c] += d[c] * (x[c] - m) * s;
+                db[c] += d[c];
+            }
+        }
+    }
+}
+
+/* ---- matrix products ---------------------------------------------------- */
+
+static void mm_fwd(float *out, const float *inp, const float *w, const float *bias, int R, int IC,
+                   int OC)
+{
+    float beta = 0.0f;
+    if (bias) {
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < R; r++) memcpy(out + (size_t)r * OC, bias, sizeof(float) * OC);
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, OC, IC, 1.0f, inp, IC, w, OC, beta,
+                out, OC);
+}
+
+static void mm_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                   const float *w, int R, int IC, int OC)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, IC, OC, 1.0f, dout, OC, w, OC, 0.0f,
+                dinp, IC);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IC, OC, R, 1.0f, inp, IC, dout, OC, 1.0f,
+                dw, OC);
+    if (dbias) {
+#pragma omp parallel
+        {
+            int nt = omp_get_num_threads(), id = omp_get_thread_num();
+            int c0 = (int)((long)OC * id / nt), c1 = (int)((long)OC * (id + 1) / nt);
+            for (int r = 0; r < R; r++) {
+                const float *d = dout + (size_t)r * OC;
+                for (int c = c0; c < c1; c++) dbias[c] += d[c];
+            }
+        }
+    }
+}
+
+static void head_fwd(float *logits, const float *inp, const float *wte, int R, int C, int V)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, V, C, 1.0f, inp, C, wte, C, 0.0f,
+                logits, V);
+}
+
+static void head_bwd(float *dinp, float *dwte, const float *dlogits, const float *inp,
+                     const float *wte, int R, int C, int V)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, C, V, 1.0f, dlogits, V, wte, C, 0.0f,
+                dinp, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, R, 1.0f, dlogits, V, inp, C, 1.0f,
+                dwte, C);
+}
+
+/* ---- attention ---------------------------------------------------------- */
+
+static inline float dot(const float *a, const float *b, int n)
+{
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* Softmax of scores[0..n) in place, scaled; returns nothing. */
+static void softmax_inplace(float *x, int n)
+{
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = 1.0f / sum;
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+static void attn_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+{
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    size_t C3 = 3 * (size_t)C;
+#pragma omp parallel for collapse(3) schedule(dynamic, 8)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float *q = qkv + (size_t)(b * T + t) * C3 + h * hs;
+                float *a = att + (((size_t)b * NH + h) * T + t) * T;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *k = qkv + (size_t)(b * T + t2) * C3 + C + h * hs;
+                    a[t2] = dot(q, k, hs) * scale;
+                }
+                softmax_inplace(a, t + 1);
+                for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
+                float *y = out + (size_t)(b * T + t) * C + h * hs;
+                for (int i = 0; i < hs; i++) y[i] = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + (size_t)(b * T + t2) * C3 + 2 * C + h * hs;
+                    float p = a[t2];
+#pragma omp simd
+                    for (int i = 0; i < hs; i++) y[i] += p * v[i];
+                }
+            }
+}
+
+/* Each (b, h) owns its slices of dqkv, so heads run in parallel and
+ * positions run in order inside one. */
+static void attn_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
+                     int T, int C, int NH)
+{
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    size_t C3 = 3 * (size_t)C;
+#pragma omp parallel
+    {
+        float *dp = malloc(sizeof(float) * (size_t)T);
+        if (!dp) mk__die(__FILE__, __LINE__, "out of memory in attention backward", NULL);
+#pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++) {
+                for (int t = 0; t < T; t++) {
+                    float *row = dqkv + (size_t)(b * T + t) * C3 + h * hs;
+                    for (int i = 0; i < hs; i++) row[i] = row[C + i] = row[2 * C + i] = 0.0f;
+                }
+                for (int t = 0; t < T; t++) {
+                    const float *a = att + (((size_t)b * NH + h) * T + t) * T;
+                    const float *dy = dout + (size_t)(b * T + t) * C + h * hs;
+                    const float *q = qkv + (size_t)(b * T + t) * C3 + h * hs;
+                    float *dq = dqkv + (size_t)(b * T + t) * C3 + h * hs;
+                    float s = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        const float *v = qkv + (size_t)(b * T + t2) * C3 + 2 * C + h * hs;
+                        dp[t2] = dot(dy, v, hs);
+                        s += a[t2] * dp[t2];
+                    }
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        size_t o2 = (size_t)(b * T + t2) * C3 + h * hs;
+                        const float *k = qkv + o2 + C;
+                        float *dk = dqkv + o2 + C, *dv = dqkv + o2 + 2 * C;
+                        float ds = a[t2] * (dp[t2] - s) * scale;
+                        float p = a[t2];
+#pragma omp simd
+                        for (int i = 0; i < hs; i++) {
+                            dq[i] += ds * k[i];
+                            dk[i] += ds * q[i];
+                            dv[i] += p * dy[i];
+                        }
+                    }
+                }
+            }
+        free(dp);
+    }
+}
+
+static void kv_store(float *kc, float *vc, const float *qkv, const int *slot, const int *pos, int R,
+                     int C, int Tmax)
+{
+    for (int r = 0; r < R; r++) {
+        size_t o = ((size_t)slot[r] * Tmax + pos[r]) * C;
+        memcpy(kc + o, qkv + (size_t)r * 3 * C + C, sizeof(float) * C);
+        memcpy(vc + o, qkv + (size_t)r * 3 * C + 2 * C, sizeof(float) * C);
+    }
+}
+
+static void attn_decode(float *out, const float *qkv, const float *kc, const float *vc,
+                        const int *slot, const int *pos, int R, int C, int NH, int Tmax)
+{
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel
+    {
+        float *a = malloc(sizeof(float) * (size_t)Tmax);
+        if (!a) mk__die(__FILE__, __LINE__, "out of memory in attention decode", NULL);
+#pragma omp for collapse(2) schedule(dynamic, 4)
+        for (int r = 0; r < R; r++)
+            for (int h = 0; h < NH; h++) {
+                const float *q = qkv + (size_t)r * 3 * C + h * hs;
+                const float *k = kc + (size_t)slot[r] * Tmax * C + h * hs;
+                const float *v = vc + (size_t)slot[r] * Tmax * C + h * hs;
+                int n = pos[r] + 1;
+                for (int t2 = 0; t2 < n; t2++) a[t2] = dot(q, k + (size_t)t2 * C, hs) * scale;
+                softmax_inplace(a, n);
+                float *y = out + (size_t)r * C + h * hs;
+                for (int i = 0; i < hs; i++) y[i] = 0.0f;
+                for (int t2 = 0; t2 < n; t2++) {
+                    const float *vv = v + (size_t)t2 * C;
+                    float p = a[t2];
+#pragma omp simd
+                    for (int i = 0; i < hs; i++) y[i] += p * vv[i];
+                }
+            }
+        free(a);
+    }
+}
+
+/* ---- GELU and residuals ------------------------------------------------- */
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+static void gelu_fwd(float *out, const float *inp, size_t n)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+    }
+}
+
+static void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float th = tanhf(GELU_K * (x + 0.044715f * x * x * x));
+        float g = 0.5f * (1.0f + th) +
+                  0.5f * x * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = g * dout[i];
+    }
+}
+
+static void add(float *out, const float *a, const float *b, size_t n)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+/* ---- softmax rows: log-probs, entropy, their gradients ------------------ */
+
+/* log-sum-exp of z[0..V) and sum p*z, in double */
+static void row_lse(const float *z, int V, double *lse, double *pz)
+{
+    float mx = -INFINITY;
+    for (int j = 0; j < V; j++) mx = z[j] > mx ? z[j] : mx;
+    double s = 0.0, sz = 0.0;
+    for (int j = 0; j < V; j++) {
+        double e = exp((double)z[j] - mx);
+        s += e;
+        sz += e * z[j];
+    }
+    *lse = mx + log(s);
+    *pz = sz / s;
+}
+
+static void row_stats(float *logp, float *ent, const float *logits, const int *targets, int R,
+                      int V)
+{
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < R; r++) {
+        const float *z = logits + (size_t)r * V;
+        double lse, pz;
+        row_lse(z, V, &lse, &pz);
+        int t = targets ? targets[r] : -1;
+        if (logp) logp[r] = t >= 0 ? (float)(z[t] - lse) : 0.0f;
+        if (ent) ent[r] = (float)(lse - pz);
+    }
+}
+
+static void row_grad(float *dlogits, const float *logits, const int *targets, const float *ct,
+                     const float *ch, int R, int V)
+{
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < R; r++) {
+        const float *z = logits + (size_t)r * V;
+        float *d = dlogits + (size_t)r * V;
+        float a = ct ? ct[r] : 0.0f, e = ch ? ch[r] : 0.0f;
+        if (a == 0.0f && e == 0.0f) {
+            memset(d, 0, sizeof(float) * V);
+            continue;
+        }
+        double lse, pz;
+        row_lse(z, V, &lse, &pz);
+        double H = lse - pz;
+        for (int j = 0; j < V; j++) {
+            double lp = z[j] - lse, p = exp(lp);
+            d[j] = (float)(-a * p - e * p * (lp + H));
+        }
+        if (targets[r] >= 0) d[targets[r]] += a;
+    }
+}
+
+/* ---- optimiser ---------------------------------------------------------- */
+
+void mk_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+              float beta2, float eps, float weight_decay, int t)
+{
+    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i];
+        float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+        float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        float pi = p[i] * (1.0f - lr * weight_decay);
+        p[i] = pi - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+    }
+}
+
+double mk_sumsq(const float *x, size_t n)
+{
+    double s = 0.0;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
+void mk_scale(float *x, float s, size_t n)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+float mk_clip_factor(double sumsq, float max_norm)
+{
+    if (max_norm <= 0.0f) return 1.0f;
+    double norm = sqrt(sumsq);
+    double f = max_norm / (norm + 1e-6);
+    return f < 1.0 ? (float)f : 1.0f;
+}
+
+/* ---- the table ---------------------------------------------------------- */
+
+const mk_backend mk__cpu_backend = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .embed_fwd = embed_fwd,
+    .embed_bwd = embed_bwd,
+    .ln_fwd = ln_fwd,
+    .ln_bwd = ln_bwd,
+    .mm_fwd = mm_fwd,
+    .mm_bwd = mm_bwd,
+    .head_fwd = head_fwd,
+    .head_bwd = head_bwd,
+    .attn_fwd = attn_fwd,
+    .attn_bwd = attn_bwd,
+    .gelu_fwd = gelu_fwd,
+    .gelu_bwd = gelu_bwd,
+    .add = add,
+    .kv_store = kv_store,
+    .attn_decode = attn_decode,
+    .row_stats = row_stats,
+    .row_grad = row_grad,
+    .adamw = mk_adamw,
+    .sumsq = mk_sumsq,
+    .scale = mk_scale,
+};
+
+const mk_backend *mk_backend_cpu(void)
+{
+    return &mk__cpu_backend;
+}
+
+const char *mk_backend_name(const mk_backend *be)
+{
+    return be ? be->name : "none";
+}

@@ -1,0 +1,221 @@
+/*
+ * decode.c - batched decoding with a per-slot KV cache (continuous batching).
+ *
+ * The decoder owns, per layer, a key cache and a value cache of shape
+ * [S, block_size, C] in back-end memory, a length and a pending token per
+ * slot, and a generator per slot.  Both appending given tokens and a step go
+ * through one routine, run_rows(), over a ragged batch of rows: row r is
+ * token tok[r] of slot slot[r] at position pos[r].  For each layer it first
+ * stores every row's key and value in the cache, then lets every row attend to
+ * its own slot's cache up to its position; so rows of one slot in one call
+ * (a multi-token append) see each other causally, and rows of different slots
+ * never mix.  Only a step computes logits, and only for its rows.
+ *
+ * The decoder reads the model's parameters at every call, so writing new
+ * weights into the model between calls takes effect at the next call, with
+ * the caches left as they were computed.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mk_internal.h"
+
+struct mk_decoder {
+    mk_model *m;
+    int S, Tmax, max_rows;
+    float *kc, *vc;                            /* back-end [L, S, Tmax, C] */
+    float *x, *ln, *qkv, *atty, *fch, *logits; /* back-end row buffers */
+    int *d_tok, *d_slot, *d_pos;               /* back-end [max_rows] */
+    int *h_tok, *h_slot, *h_pos;               /* host [max_rows] */
+    int *len, *pending;                        /* host [S] */
+    mk_rng *rng;                               /* host [S] */
+    float *h_logits;                           /* host [S, V] the logits of each slot's last step */
+    void *sample_scratch;
+};
+
+int mk_decoder_new(mk_decoder **out, mk_model *m, int n_slots)
+{
+    if (!out || !m || n_slots < 1)
+        return mk__fail(MK_ERR_ARG, "mk_decoder_new: need a model and n_slots >= 1");
+    *out = NULL;
+    mk_decoder *d = calloc(1, sizeof *d);
+    if (!d) return mk__fail(MK_ERR_NOMEM, "cannot allocate decoder");
+    const mk_backend *be = m->be;
+    const mk_config *c = &m->cfg;
+    size_t C = c->n_embd, V = c->vocab_size;
+    d->m = m;
+    d->S = n_slots;
+    d->Tmax = c->block_size;
+    d->max_rows = n_slots > c->block_size ? n_slots : c->block_size;
+    size_t Rm = d->max_rows, cache = (size_t)c->n_layer * n_slots * d->Tmax * C;
+    int rc;
+    d->len = calloc((size_t)n_slots * 2, sizeof(int));
+    d->rng = calloc((size_t)n_slots, sizeof(mk_rng));
+    d->h_tok = malloc(sizeof(int) * Rm * 3);
+    d->h_logits = calloc((size_t)n_slots * V, sizeof(float));
+    d->sample_scratch = malloc(MK_SAMPLE_SCRATCH(V));
+    if (!d->len || !d->rng || !d->h_tok || !d->h_logits || !d->sample_scratch) {
+        mk_decoder_free(d);
+        return mk__fail(MK_ERR_NOMEM, "cannot allocate decoder tables");
+    }
+    d->pending = d->len + n_slots;
+    d->h_slot = d->h_tok + Rm;
+    d->h_pos = d->h_slot + Rm;
+    if ((rc = be->alloc((void **)&d->kc, cache * sizeof(float))) ||
+        (rc = be->alloc((void **)&d->vc, cache * sizeof(float))) ||
+        (rc = be->alloc((void **)&d->x, Rm * C * sizeof(float))) ||
+        (rc = be->alloc((void **)&d->ln, Rm * C * sizeof(float))) ||
+        (rc = be->alloc((void **)&d->qkv, Rm * 3 * C * sizeof(float))) ||
+        (rc = be->alloc((void **)&d->atty, Rm * C * sizeof(float))) ||
+        (rc = be->alloc((void **)&d->fch, Rm * 4 * C * sizeof(float))) ||
+        (rc = be->alloc((void **)&d->logits, (size_t)n_slots * V * sizeof(float))) ||
+        (rc = be->alloc((void **)&d->d_tok, Rm * sizeof(int))) ||
+        (rc = be->alloc((void **)&d->d_slot, Rm * sizeof(int))) ||
+        (rc = be->alloc((void **)&d->d_pos, Rm * sizeof(int)))) {
+        mk_decoder_free(d);
+        return rc;
+    }
+    for (int s = 0; s < n_slots; s++) mk_rng_seed(&d->rng[s], (uint64_t)s);
+    *out = d;
+    return MK_OK;
+}
+
+void mk_decoder_free(mk_decoder *d)
+{
+    if (!d) return;
+    void *dev[] = {d->kc,  d->vc,     d->x,     d->ln,     d->qkv,  d->atty,
+                   d->fch, d->logits, d->d_tok, d->d_slot, d->d_pos};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        if (dev[i]) d->m->be->release(dev[i]);
+    free(d->len);
+    free(d->rng);
+    free(d->h_tok);
+    free(d->h_logits);
+    free(d->sample_scratch);
+    free(d);
+}
+
+int mk_decoder_num_slots(const mk_decoder *d)
+{
+    return d->S;
+}
+
+int mk_decoder_reset(mk_decoder *d, int slot, uint64_t seed)
+{
+    if (!d || slot < 0 || slot >= d->S) return mk__fail(MK_ERR_ARG, "slot %d out of range", slot);
+    d->len[slot] = 0;
+    d->pending[slot] = -1;
+    mk_rng_seed(&d->rng[slot], seed);
+    return MK_OK;
+}
+
+int mk_decoder_len(const mk_decoder *d, int slot)
+{
+    if (!d || slot < 0 || slot >= d->S) return mk__fail(MK_ERR_ARG, "slot %d out of range", slot);
+    return d->len[slot];
+}
+
+const float *mk_decoder_last_logits(const mk_decoder *d, int slot)
+{
+    if (!d || slot < 0 || slot >= d->S) return NULL;
+    return d->h_logits + (size_t)slot * d->m->cfg.vocab_size;
+}
+
+/* Runs R rows (host h_tok/h_slot/h_pos) through the model, storing keys and
+ * values; with want_logits, leaves logits [R,V] in d->logits. */
+static void run_rows(mk_decoder *d, int R, int want_logits)
+{
+    mk_model *m = d->m;
+    const mk_backend *be = m->be;
+    int L = m->cfg.n_layer, C = m->cfg.n_embd, NH = m->cfg.n_head, V = m->cfg.vocab_size;
+    size_t RC = (size_t)R * C, layer_cache = (size_t)d->S * d->Tmax * C;
+    be->upload(d->d_tok, d->h_tok, sizeof(int) * R);
+    be->upload(d->d_slot, d->h_slot, sizeof(int) * R);
+    be->upload(d->d_pos, d->h_pos, sizeof(int) * R);
+    be->embed_fwd(d->x, d->d_tok, d->d_pos, P(0), P(1), R, C);
+    for (int l = 0; l < L; l++) {
+        float *kc = d->kc + l * layer_cache, *vc = d->vc + l * layer_cache;
+        be->ln_fwd(d->ln, NULL, NULL, d->x, LP(l, MK_P_LN1W), LP(l, MK_P_LN1B), R, C);
+        be->mm_fwd(d->qkv, d->ln, LP(l, MK_P_QKVW), LP(l, MK_P_QKVB), R, C, 3 * C);
+        be->kv_store(kc, vc, d->qkv, d->d_slot, d->d_pos, R, C, d->Tmax);
+        be->attn_decode(d->atty, d->qkv, kc, vc, d->d_slot, d->d_pos, R, C, NH, d->Tmax);
+        be->mm_fwd(d->ln, d->atty, LP(l, MK_P_PROJW), LP(l, MK_P_PROJB), R, C, C);
+        be->add(d->x, d->x, d->ln, RC);
+        be->ln_fwd(d->ln, NULL, NULL, d->x, LP(l, MK_P_LN2W), LP(l, MK_P_LN2B), R, C);
+        be->mm_fwd(d->fch, d->ln, LP(l, MK_P_FCW), LP(l, MK_P_FCB), R, C, 4 * C);
+        be->gelu_fwd(d->fch, d->fch, RC * 4);
+        be->mm_fwd(d->ln, d->fch, LP(l, MK_P_FCPW), LP(l, MK_P_FCPB), R, 4 * C, C);
+        be->add(d->x, d->x, d->ln, RC);
+    }
+    if (want_logits) {
+        int nt = m->n_tensors;
+        be->ln_fwd(d->ln, NULL, NULL, d->x, P(nt - 2), P(nt - 1), R, C);
+        be->head_fwd(d->logits, d->ln, P(0), R, C, V);
+    }
+}
+
+int mk_decoder_append(mk_decoder *d, int slot, const int *tokens, int n)
+{
+    if (!d || slot < 0 || slot >= d->S || !tokens || n < 1)
+        return mk__fail(MK_ERR_ARG, "mk_decoder_append: slot %d, n %d", slot, n);
+    int V = d->m->cfg.vocab_size;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return mk__fail(MK_ERR_ARG, "token %d outside [0, %d)", tokens[i], V);
+    int len = d->len[slot];
+    if (len + n > d->Tmax)
+        return mk__fail(MK_ERR_FULL, "slot %d holds %d tokens; %d more exceed the context %d", slot,
+                        len, n, d->Tmax);
+    /* rows: the pending token (if any), then every given token but the last */
+    int R = 0;
+    if (len > 0) {
+        d->h_tok[R] = d->pending[slot];
+        d->h_pos[R] = len - 1;
+        d->h_slot[R++] = slot;
+    }
+    for (int i = 0; i < n - 1; i++) {
+        d->h_tok[R] = tokens[i];
+        d->h_pos[R] = len + i;
+        d->h_slot[R++] = slot;
+    }
+    if (R > 0) run_rows(d, R, 0);
+    d->len[slot] = len + n;
+    d->pending[slot] = tokens[n - 1];
+    return MK_OK;
+}
+
+int mk_decoder_step(mk_decoder *d, const int *slots, int n, const float *temperature,
+                    const float *top_p, int *tokens, float *logp_sample, float *logp_policy)
+{
+    if (!d || !slots || n < 1 || n > d->S || !temperature || !top_p || !tokens)
+        return mk__fail(MK_ERR_ARG, "mk_decoder_step: bad arguments (n %d)", n);
+    for (int i = 0; i < n; i++) {
+        int s = slots[i];
+        if (s < 0 || s >= d->S) return mk__fail(MK_ERR_ARG, "slot %d out of range", s);
+        for (int j = 0; j < i; j++)
+            if (slots[j] == s) return mk__fail(MK_ERR_ARG, "slot %d listed twice", s);
+        if (d->len[s] == 0) return mk__fail(MK_ERR_STATE, "slot %d is empty: append first", s);
+        if (d->len[s] >= d->Tmax)
+            return mk__fail(MK_ERR_FULL, "slot %d already holds %d tokens", s, d->Tmax);
+        d->h_tok[i] = d->pending[s];
+        d->h_pos[i] = d->len[s] - 1;
+        d->h_slot[i] = s;
+    }
+    run_rows(d, n, 1);
+    mk_model *m = d->m;
+    size_t V = m->cfg.vocab_size;
+    for (int i = 0; i < n; i++) {
+        int s = slots[i];
+        float *lg = d->h_logits + (size_t)s * V;
+        m->be->download(lg, d->logits + (size_t)i * V, V * sizeof(float));
+        float lps, lpp;
+        int tok = mk_sample(lg, (int)V, temperature[i], top_p[i], &d->rng[s], d->sample_scratch,
+                            &lps, &lpp);
+        tokens[i] = tok;
+        if (logp_sample) logp_sample[i] = lps;
+        if (logp_policy) logp_policy[i] = lpp;
+        d->pending[s] = tok;
+        d->len[s]++;
+    }
+    return MK_OK;
+}

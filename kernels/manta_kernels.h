@@ -1,0 +1,329 @@
+/*
+ * manta_kernels.h - the policy of Manta: a GPT-2 style decoder in plain C.
+ *
+ * This header is the whole contract of the kernels library (libmanta_kernels,
+ * plus libmanta_kernels_cuda for the CUDA back-end).  It does not depend on the
+ * runtime.  The model is GPT-2 as Hugging Face writes it: token and position
+ * embeddings, pre-LayerNorm blocks with causal multi-head self-attention and a
+ * tanh-GELU MLP, a final LayerNorm and an output head tied to the token
+ * embedding.
+ *
+ * Conventions, true of every function below unless its comment says otherwise:
+ *
+ *  - Errors.  Functions that can fail return an int: MK_OK (0) on success or a
+ *    negative mk_err code.  They also record a one-line message naming the
+ *    cause (tensor, file, argument) in thread-local storage, which
+ *    mk_last_error() returns.  mk_strerror() names a code.  Broken internal
+ *    invariants (a CUDA launch failing, say) abort with file, line and a hint.
+ *  - Ownership.  `_new` allocates on the heap and `_free` releases; `_free(NULL)`
+ *    is a no-op.  Pointers passed in are borrowed for the duration of the call
+ *    only, unless stated.  Arrays are row-major, flat, float32.
+ *  - Threads.  An mk_model or mk_decoder may be used by one thread at a time;
+ *    distinct objects may be used by distinct threads concurrently.  The
+ *    functions with no object argument are thread-safe, except mk_set_threads.
+ *    Inside a call, work is split over mk_set_threads() threads (OpenMP for our
+ *    loops, OpenBLAS for matrix products).
+ *  - Memory.  A model owns one allocation each for parameters, gradients, the
+ *    AdamW moments and activations (sized for max_batch x max_seq at creation);
+ *    nothing is allocated during forward, backward or a step.
+ *  - Back-ends.  The CPU back-end is always present.  The CUDA back-end
+ *    (mk_backend_cuda) keeps parameters, gradients and activations in device
+ *    memory; every function here hides that, except mk_model_params and
+ *    mk_model_grads, which return back-end pointers.
+ */
+#ifndef MANTA_KERNELS_H
+#define MANTA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors ------------------------------------------------------------- */
+
+typedef enum mk_err {
+    MK_OK = 0,
+    MK_ERR_ARG = -1,       /* an argument is out of range or NULL */
+    MK_ERR_NOMEM = -2,     /* an allocation failed */
+    MK_ERR_IO = -3,        /* open, read, write or rename failed */
+    MK_ERR_FORMAT = -4,    /* a checkpoint is not valid safetensors */
+    MK_ERR_MISSING = -5,   /* a checkpoint lacks a tensor the model needs */
+    MK_ERR_SHAPE = -6,     /* a tensor has the wrong shape */
+    MK_ERR_DTYPE = -7,     /* a tensor has a dtype other than F32 */
+    MK_ERR_TRUNCATED = -8, /* a checkpoint file ends before its data does */
+    MK_ERR_FULL = -9,      /* a decode slot has no room left in its context */
+    MK_ERR_STATE = -10,    /* call out of order (loss before forward, ...) */
+    MK_ERR_DEVICE = -11,   /* no CUDA device, or a CUDA/cuBLAS call failed */
+} mk_err;
+
+/* Name of an error code ("shape mismatch", ...).  Never NULL. Thread-safe. */
+const char *mk_strerror(int code);
+/* The message recorded by the last failing call on this thread ("" if none).
+ * The pointer stays valid until the next failing call on this thread. */
+const char *mk_last_error(void);
+
+/* ---- threads ------------------------------------------------------------ */
+
+/* Sets the number of threads every later call uses (OpenMP and OpenBLAS
+ * both), process-wide.  n <= 0 means one per core.  Not thread-safe: call it
+ * at start-up, before other threads use the library. */
+void mk_set_threads(int n);
+int mk_get_threads(void);
+
+/* ---- configuration ------------------------------------------------------ */
+
+typedef struct mk_config {
+    int n_layer;    /* transformer blocks */
+    int n_head;     /* attention heads; must divide n_embd */
+    int n_embd;     /* width C */
+    int block_size; /* context length: positions 0 .. block_size-1 */
+    int vocab_size; /* V, e.g. 260 for bytes plus four specials */
+} mk_config;
+
+/* MK_OK if every field is positive and n_head divides n_embd, else MK_ERR_ARG. */
+int mk_config_check(const mk_config *cfg);
+/* Number of float parameters of a model of this size (0 if cfg is invalid). */
+size_t mk_config_num_params(const mk_config *cfg);
+
+/* ---- back-ends ---------------------------------------------------------- */
+
+/* A back-end is a const table of functions (internal); pick one, pass it to
+ * mk_model_new.  Both are read-only singletons: thread-safe. */
+typedef struct mk__backend mk_backend;
+const mk_backend *mk_backend_cpu(void);
+/* Defined in libmanta_kernels_cuda only.  Returns NULL when no CUDA device
+ * can be used (no driver, no GPU); mk_last_error() then says why. */
+const mk_backend *mk_backend_cuda(void);
+const char *mk_backend_name(const mk_backend *be);
+
+/* ---- model -------------------------------------------------------------- */
+
+typedef struct mk_model mk_model;
+
+/* Creates a model of size *cfg on back-end be (NULL means CPU), with room for
+ * batches of up to max_batch sequences of up to max_seq tokens
+ * (max_seq <= block_size).  Parameters are zero until mk_model_init or
+ * mk_load.  On success *out owns the model; free it with mk_model_free. */
+int mk_model_new(mk_model **out, const mk_config *cfg, int max_batch, int max_seq,
+                 const mk_backend *be);
+void mk_model_free(mk_model *m);
+const mk_config *mk_model_config(const mk_model *m);
+const mk_backend *mk_model_backend(const mk_model *m);
+
+/* GPT-2 initialisation from a seed, as Hugging Face does it: weights and
+ * embeddings N(0, 0.02), the two residual projections N(0, 0.02/sqrt(2 L)),
+ * biases 0, LayerNorm gains 1.  Zeroes the AdamW moments.  Deterministic. */
+void mk_model_init(mk_model *m, uint64_t seed);
+
+/* The flat parameter vector and its size table.  Tensors lie in checkpoint
+ * order: wte, wpe, then for each block ln_1.{weight,bias},
+ * attn.c_attn.{weight,bias}, attn.c_proj.{weight,bias}, ln_2.{weight,bias},
+ * mlp.c_fc.{weight,bias}, mlp.c_proj.{weight,bias}, then ln_f.{weight,bias}.
+ * Linear weights use GPT-2's Conv1D layout [in, out]; y = x W + b.  Gradients
+ * and AdamW moments have the same layout, so a learner shard can own the
+ * slice [off, off+len) of all four. */
+typedef struct mk_tensor_info {
+    char name[64]; /* Hugging Face name without prefix, e.g. "h.0.ln_1.weight" */
+    size_t offset; /* first element in the flat vector */
+    size_t numel;  /* elements */
+    int ndim;      /* 1 or 2 */
+    int shape[2];  /* shape[1] unused when ndim == 1 */
+} mk_tensor_info;
+size_t mk_model_num_params(const mk_model *m);
+int mk_model_num_tensors(const mk_model *m);
+/* Fills *info for tensor i in [0, mk_model_num_tensors); MK_ERR_ARG otherwise. */
+int mk_model_tensor(const mk_model *m, int i, mk_tensor_info *info);
+
+/* Back-end pointers to the flat parameters and gradients (host memory on the
+ * CPU back-end, device memory on CUDA).  Owned by the model. */
+float *mk_model_params(mk_model *m);
+float *mk_model_grads(mk_model *m);
+/* Copy elements [off, off+n) between the model and host memory; work on any
+ * back-end.  MK_ERR_ARG if the range is outside the vector. */
+int mk_model_read_params(const mk_model *m, float *dst, size_t off, size_t n);
+int mk_model_write_params(mk_model *m, const float *src, size_t off, size_t n);
+int mk_model_read_grads(const mk_model *m, float *dst, size_t off, size_t n);
+int mk_model_write_grads(mk_model *m, const float *src, size_t off, size_t n);
+
+/* ---- training ----------------------------------------------------------- */
+
+/* Forward pass over tokens [B,T] (host memory, ids in [0, V)), keeping every
+ * activation for mk_backward.  1 <= B <= max_batch, 1 <= T <= max_seq. */
+int mk_forward(mk_model *m, const int *tokens, int B, int T);
+/* Copies the logits [B,T,V] of the last mk_forward to host memory. */
+int mk_model_read_logits(const mk_model *m, float *dst);
+
+/* After mk_forward: per position, the log-probability of targets[i] under
+ * the (untempered) policy, and the entropy of the policy, in nats.  logp
+ * and entropy are host arrays of B*T floats; either may be NULL. */
+int mk_logprobs(mk_model *m, const int *targets, float *logp, float *entropy);
+
+/* Cross-entropy for supervised warm-up, after mk_forward.  targets [B,T];
+ * weights [B,T] (NULL means all 1; 0 masks a position).  The loss is
+ *     sum_i w_i * -log p(targets_i) / sum_i w_i,
+ * the weighted mean over the batch (0 when all weights are 0).  Stores the
+ * gradient for mk_backward; writes the loss to *loss. */
+int mk_loss_ce(mk_model *m, const int *targets, const float *weights, float *loss);
+
+/* The RL objective: a PPO-style clipped surrogate on per-token ratios
+ * r = exp(logp - behav_logp) of current to behaviour policy, with dual-clip
+ * cap on the importance weight.  Per masked token i, with advantage A:
+ *     L_i = max(-r A, -clip(r, 1-clip_low, 1+clip_high) A)
+ *     if A < 0 and ratio_cap > 0:  L_i = min(L_i, -ratio_cap A)
+ * and, with H_i the entropy of the policy at i,
+ *     loss = sum_i mask_i (L_i - entropy_coef H_i) / sum_i mask_i.
+ * ratio_cap (> 1, e.g. 3) bounds how much a stale, very-off-policy token with
+ * negative advantage can pull; 0 disables it.  Tokens whose term is clipped or
+ * capped contribute no gradient through L_i. */
+typedef struct mk_ppo_params {
+    float clip_low;     /* e.g. 0.2 */
+    float clip_high;    /* e.g. 0.2 (or 0.28, "clip-higher") */
+    float ratio_cap;    /* dual-clip constant c > 1, or 0 for none */
+    float entropy_coef; /* bonus on the policy entropy, usually 0 */
+} mk_ppo_params;
+
+/* Statistics over the masked tokens (weights mask_i). */
+typedef struct mk_ppo_stats {
+    float loss;       /* the objective above */
+    float pg_loss;    /* sum mask L / sum mask, without the entropy term */
+    float mean_ratio; /* mean r */
+    float clip_frac;  /* fraction of tokens clipped or capped (no gradient) */
+    float entropy;    /* mean H */
+    float approx_kl;  /* mean (r - 1) - log r, an estimate of KL(behaviour||current) */
+    float n_tokens;   /* sum of mask */
+} mk_ppo_stats;
+
+/* After mk_forward.  targets, behav_logp, adv, mask: host arrays [B,T]; mask
+ * NULL means all 1.  Stores the gradient for mk_backward; fills *stats. */
+int mk_loss_ppo(mk_model *m, const int *targets, const float *behav_logp, const float *adv,
+                const float *mask, const mk_ppo_params *p, mk_ppo_stats *stats);
+
+/* Back-propagates the gradient stored by the last mk_loss_* through the
+ * network, ADDING into the gradient vector (so gradients accumulate over
+ * micro-batches; call mk_zero_grad to start afresh). */
+int mk_backward(mk_model *m);
+void mk_zero_grad(mk_model *m);
+
+/* ---- optimiser ---------------------------------------------------------- */
+
+/* One AdamW step (PyTorch's torch.optim.AdamW, decoupled weight decay) over
+ * n elements: p -= lr*wd*p; m,v updated; p -= lr * mhat / (sqrt(vhat) + eps),
+ * with bias correction for step t >= 1.  Host arrays; thread-safe on
+ * disjoint arrays.  A learner shard calls it on its slice. */
+void mk_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+              float beta2, float eps, float weight_decay, int t);
+/* sum of x_i^2 in double precision: the partial sums of shards add up to the
+ * squared global norm.  Host arrays; thread-safe. */
+double mk_sumsq(const float *x, size_t n);
+/* x *= s over n elements (host).  Used to clip by a global norm. */
+void mk_scale(float *x, float s, size_t n);
+/* The factor to multiply gradients by so that their global norm is at most
+ * max_norm (PyTorch clip_grad_norm_: max_norm / (norm + 1e-6), at most 1). */
+float mk_clip_factor(double sumsq, float max_norm);
+
+typedef struct mk_adamw_params {
+    float lr, beta1, beta2, eps;
+    float weight_decay; /* applied to 2-D tensors only (matrices, embeddings) */
+    float grad_clip;    /* clip the global gradient norm to this; 0 means no clipping */
+} mk_adamw_params;
+
+/* Squared L2 norm of all gradients of the model. */
+double mk_model_grad_sumsq(mk_model *m);
+/* Whole-model step t >= 1: clip the gradients by global norm, then AdamW on
+ * every tensor.  *grad_norm (may be NULL) receives the norm before clipping.
+ * Does not zero the gradients. */
+int mk_model_step(mk_model *m, const mk_adamw_params *p, int t, float *grad_norm);
+/* The AdamW moments [n_params] each (back-end pointers), for shards. */
+float *mk_model_adam_m(mk_model *m);
+float *mk_model_adam_v(mk_model *m);
+
+/* ---- checkpoints (safetensors, Hugging Face GPT-2 names) ---------------- */
+
+/* Writes the parameters to path as safetensors, F32, names without prefix
+ * ("wte.weight", "h.0.attn.c_attn.weight" [C,3C], ..., "ln_f.bias"), with the
+ * metadata {"format":"pt"} that transformers expects.  Written to path.tmp
+ * then renamed, so a reader never sees half a file. */
+int mk_save(const mk_model *m, const char *path);
+/* Reads parameters from a safetensors file written here or by transformers
+ * (names with or without the "transformer." prefix; lm_head.weight and
+ * attention mask buffers are ignored).  Refuses, naming the tensor and file,
+ * a missing tensor (MK_ERR_MISSING), wrong shape (MK_ERR_SHAPE), non-F32
+ * dtype (MK_ERR_DTYPE), a file shorter than its header says
+ * (MK_ERR_TRUNCATED), or a malformed header (MK_ERR_FORMAT).  On failure the
+ * model's parameters are unchanged. */
+int mk_load(mk_model *m, const char *path);
+/* Writes a transformers config.json for cfg, so that a directory holding it
+ * and model.safetensors loads with GPT2LMHeadModel.from_pretrained(dir). */
+int mk_write_hf_config(const mk_config *cfg, const char *path);
+
+/* ---- decoding ----------------------------------------------------------- */
+
+/* A decoder holds n_slots sequences, each with its own KV cache (room for
+ * block_size positions), length and random generator.  It borrows the model's
+ * parameters: the model must outlive it.  New weights may be written into the
+ * model between calls (a policy update); caches built with the old weights
+ * are kept as they are and later tokens attend to them - callers that need
+ * exact per-version caches reset the slots.
+ *
+ * A slot's sequence is the tokens appended plus the tokens sampled.  Its last
+ * token is "pending": it has not been through the model yet; mk_decoder_step
+ * feeds it and samples the next.  So a slot needs at least one appended token
+ * before it can step. */
+typedef struct mk_decoder mk_decoder;
+
+int mk_decoder_new(mk_decoder **out, mk_model *m, int n_slots);
+void mk_decoder_free(mk_decoder *d);
+int mk_decoder_num_slots(const mk_decoder *d);
+/* Empties slot s (a sequence leaves; a new one may join) and seeds its
+ * generator.  The same seed gives the same tokens for the same inputs. */
+int mk_decoder_reset(mk_decoder *d, int slot, uint64_t seed);
+/* Appends n >= 1 given tokens to slot s without sampling them (a prompt, or
+ * a tool's observation).  All but the last go through the model now, into
+ * the KV cache.  MK_ERR_FULL if the sequence would exceed block_size tokens
+ * (nothing is appended then). */
+int mk_decoder_append(mk_decoder *d, int slot, const int *tokens, int n);
+/* Tokens in slot s, including the pending one. */
+int mk_decoder_len(const mk_decoder *d, int slot);
+
+/* One decoding step for the n distinct slots listed: feeds each slot's
+ * pending token (all in one batch), then samples its next token from
+ * softmax(logits / temperature[i]) restricted to the smallest set of tokens
+ * whose probability reaches top_p[i] (nucleus), using the slot's generator.
+ * temperature <= 0 means greedy.  Outputs, host arrays of n:
+ *   tokens[i]      the sampled token, which becomes the slot's pending token;
+ *   logp_sample[i] its log-probability under the distribution it was drawn
+ *                  from (tempered, truncated, renormalised; 0 when greedy);
+ *   logp_policy[i] its log-probability under the raw policy softmax(logits),
+ *                  the behaviour log-prob a learner needs.  May be NULL.
+ * MK_ERR_FULL (and nothing changes) if a slot already holds block_size
+ * tokens; MK_ERR_STATE if a slot is empty. */
+int mk_decoder_step(mk_decoder *d, const int *slots, int n, const float *temperature,
+                    const float *top_p, int *tokens, float *logp_sample, float *logp_policy);
+/* The logits [V] from which slot s's last step sampled (untempered); host
+ * pointer owned by the decoder, valid until the next step or reset. */
+const float *mk_decoder_last_logits(const mk_decoder *d, int slot);
+
+/* ---- sampling (also used by the decoder) -------------------------------- */
+
+/* xoshiro256** generator; state seeded by splitmix64.  Plain value type. */
+typedef struct mk_rng {
+    uint64_t s[4];
+} mk_rng;
+void mk_rng_seed(mk_rng *r, uint64_t seed);
+uint64_t mk_rng_next(mk_rng *r);
+/* Uniform in [0, 1) with 24 random bits. */
+float mk_rng_uniform(mk_rng *r);
+
+/* Samples from logits [V] with temperature and top-p as mk_decoder_step does.
+ * scratch: 2*V floats plus V ints of caller memory (see MK_SAMPLE_SCRATCH).
+ * Returns the token; *logp_sample and *logp_policy (may be NULL) as above. */
+#define MK_SAMPLE_SCRATCH(V) ((size_t)(V) * (2 * sizeof(float) + sizeof(int)))
+int mk_sample(const float *logits, int V, float temperature, float top_p, mk_rng *rng,
+              void *scratch, float *logp_sample, float *logp_policy);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
