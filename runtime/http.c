@@ -106,6 +106,9 @@ struct manta_http_client {
     uint64_t rng;
     manta_http_watch_fn watch;
     void *watch_arg;
+    manta_http_timer_fn timer;
+    void *timer_arg;
+    int64_t timer_told_ms; /* the deadline last given to timer, -1: none */
 };
 
 static int64_t now_ms(void)
@@ -198,6 +201,23 @@ static int on_timer(CURLM *multi, long timeout_ms, void *userp)
     return 0;
 }
 
+/* The earliest deadline: curl's timer or a retry's back-off; -1 if none. */
+static int64_t next_due_ms(const manta_http_client *c);
+
+/* Tells the timer callback when the next deadline moved. Called on the way
+ * out of every public function that can move it. */
+static void tell_timer(manta_http_client *c)
+{
+    if (!c->timer) return;
+    int64_t due = next_due_ms(c);
+    if (due == c->timer_told_ms) return;
+    c->timer_told_ms = due;
+    int64_t d = due < 0 ? -1 : due - now_ms();
+    if (due >= 0 && d < 0) d = 0;
+    if (d > 1000000000) d = 1000000000;
+    c->timer((int)d, c->timer_arg);
+}
+
 /* ---- client ------------------------------------------------------------ */
 
 manta_http_client *manta_http_new(const manta_http_config *cfg)
@@ -226,6 +246,7 @@ manta_http_client *manta_http_new(const manta_http_config *cfg)
     }
     c->cfg.user_agent = c->user_agent;
     c->timer_due_ms = -1;
+    c->timer_told_ms = -1;
     c->next_id = 1;
     c->rng = ((uint64_t)now_ms() << 20) ^ (uint64_t)getpid() ^ (uint64_t)(uintptr_t)c;
     if (c->rng == 0) c->rng = 0x9e3779b97f4a7c15ull;
@@ -470,6 +491,7 @@ int manta_http_submit(manta_http_client *c, const manta_http_request *req, manta
     list_link(c, x);
     c->stats.submitted++;
     if (id) *id = x->id;
+    tell_timer(c);
     return 0;
 nomem:
     xfer_free(x);
@@ -695,14 +717,21 @@ int manta_http_on_fd(manta_http_client *c, int fd, short revents)
         harvest(c);
     }
     run_timers(c);
+    tell_timer(c);
     return c->n_inflight;
 }
 
-int manta_http_timeout_ms(const manta_http_client *c)
+static int64_t next_due_ms(const manta_http_client *c)
 {
     int64_t due = c->timer_due_ms;
     for (const xfer *x = c->head; x; x = x->next)
         if (x->state == XFER_BACKOFF && (due < 0 || x->due_ms < due)) due = x->due_ms;
+    return due;
+}
+
+int manta_http_timeout_ms(const manta_http_client *c)
+{
+    int64_t due = next_due_ms(c);
     if (due < 0) return -1;
     int64_t d = due - now_ms();
     if (d < 0) return 0;
@@ -769,6 +798,7 @@ int manta_http_step(manta_http_client *c, int timeout_ms)
         if (now_ms() >= deadline) break;
     }
     if (pfd != stack) free(pfd);
+    tell_timer(c);
     return c->n_inflight;
 }
 
@@ -792,6 +822,7 @@ int manta_http_cancel(manta_http_client *c, uint64_t id)
     for (xfer *x = c->head; x; x = x->next) {
         if (x->id != id) continue;
         xfer_abort(c, x, MANTA_HTTP_ECANCELED, "canceled by the caller");
+        tell_timer(c);
         return 0;
     }
     return MANTA_HTTP_EINVAL;
@@ -814,6 +845,14 @@ void manta_http_set_watch(manta_http_client *c, manta_http_watch_fn fn, void *ar
     c->watch_arg = arg;
     if (fn)
         for (size_t i = 0; i < c->n_socks; i++) fn((int)c->socks[i].fd, c->socks[i].events, arg);
+}
+
+void manta_http_set_timer(manta_http_client *c, manta_http_timer_fn fn, void *arg)
+{
+    c->timer = fn;
+    c->timer_arg = arg;
+    c->timer_told_ms = -2; /* differs from any deadline: tell it now */
+    tell_timer(c);
 }
 
 void manta_http_get_stats(const manta_http_client *c, manta_http_stats *out)

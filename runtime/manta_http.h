@@ -212,6 +212,15 @@ int manta_http_on_fd(manta_http_client *c, int fd, short revents);
 typedef void (*manta_http_watch_fn)(int fd, short events, void *arg);
 void manta_http_set_watch(manta_http_client *c, manta_http_watch_fn fn, void *arg);
 
+/* Event-loop integration, timers: fn(timeout_ms, arg) is called whenever the
+ * client's next deadline changes, with the milliseconds from now until it
+ * (0: as soon as possible) or -1 when there is none. When it expires, call
+ * manta_http_on_fd(c, -1, 0). It is called at once with the current
+ * deadline. fn NULL removes it. fn must not call back into the client. With
+ * a watch and a timer an event loop needs nothing else to drive the client. */
+typedef void (*manta_http_timer_fn)(int timeout_ms, void *arg);
+void manta_http_set_timer(manta_http_client *c, manta_http_timer_fn fn, void *arg);
+
 /* Copies the counters into *out. */
 void manta_http_get_stats(const manta_http_client *c, manta_http_stats *out);
 
