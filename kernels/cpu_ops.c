@@ -418,7 +418,8 @@ static void row_grad(float *dlogits, const float *logits, const int *targets, co
     for (int r = 0; r < R; r++) {
         const float *z = logits + (size_t)r * V;
         float *d = dlogits + (size_t)r * V;
-        float a = ct ? ct[r] : 0.0f, e = ch ? ch[r] : 0.0f;
+        /* no target: log p(target) is the constant 0, so only entropy counts */
+        float a = ct && targets[r] >= 0 ? ct[r] : 0.0f, e = ch ? ch[r] : 0.0f;
         if (a == 0.0f && e == 0.0f) {
             memset(d, 0, sizeof(float) * V);
             continue;
@@ -430,7 +431,7 @@ static void row_grad(float *dlogits, const float *logits, const int *targets, co
             double lp = z[j] - lse, p = exp(lp);
             d[j] = (float)(-a * p - e * p * (lp + H));
         }
-        if (targets[r] >= 0) d[targets[r]] += a;
+        if (a != 0.0f) d[targets[r]] += a;
     }
 }
 

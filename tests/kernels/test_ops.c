@@ -1,0 +1,409 @@
+/*
+ * test_ops.c - every op of the CPU back-end against finite differences, the
+ * decode attention against the training attention, the optimiser helpers
+ * against hand-computed values, and the whole model's gradient (both losses)
+ * against finite differences of the loss.
+ *
+ * Each op check uses the scalar objective J = sum(dout * out) with a random
+ * dout, so that the backward op's output is dJ/dinput; central differences
+ * with step h in float32 give about 1e-3 relative accuracy, hence the
+ * tolerances (atol 2e-3, rtol 2e-2).
+ */
+#include "ktest.h"
+
+#include "mk_internal.h"
+
+static const mk_backend *be = &mk__cpu_backend;
+
+typedef struct fd_ctx {
+    void (*fwd)(void);
+    const float *out;
+    const float *dout;
+    size_t nout;
+} fd_ctx;
+
+static double objective(const fd_ctx *c)
+{
+    c->fwd();
+    double s = 0.0;
+    for (size_t i = 0; i < c->nout; i++) s += (double)c->dout[i] * c->out[i];
+    return s;
+}
+
+static void fd_check_(const fd_ctx *c, float *x, size_t n, const float *analytic, float h,
+                      const char *label, const char *file, int line)
+{
+    float *num = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        float save = x[i];
+        x[i] = save + h;
+        double jp = objective(c);
+        x[i] = save - h;
+        double jm = objective(c);
+        x[i] = save;
+        num[i] = (float)((jp - jm) / (2.0 * h));
+    }
+    c->fwd();
+    check_close_(analytic, num, n, 2e-3, 2e-2, label, file, line);
+    free(num);
+}
+#define fd_check(c, x, n, an, h, label)                                                            \
+    fd_check_((c), (x), (n), (an), (h), (label), __FILE__, __LINE__)
+
+static float *rnd(size_t n, float lo, float hi, mk_rng *r)
+{
+    float *x = malloc(n * sizeof(float));
+    fill_uniform(x, n, lo, hi, r);
+    return x;
+}
+
+static float *zeros(size_t n)
+{
+    return calloc(n, sizeof(float));
+}
+
+/* ---- LayerNorm ---------------------------------------------------------- */
+
+enum { LR = 5, LC = 7 };
+static float *ln_x, *ln_w, *ln_b, *ln_out, ln_mean[LR], ln_rstd[LR];
+static void ln_run(void)
+{
+    be->ln_fwd(ln_out, ln_mean, ln_rstd, ln_x, ln_w, ln_b, LR, LC);
+}
+
+static void test_layernorm(void **state)
+{
+    mk_rng r;
+    mk_rng_seed(&r, 1);
+    ln_x = rnd(LR * LC, -2, 2, &r), ln_w = rnd(LC, 0.5, 1.5, &r), ln_b = rnd(LC, -1, 1, &r);
+    ln_out = zeros(LR * LC);
+    float *dout = rnd(LR * LC, -1, 1, &r), *dx = zeros(LR * LC), *dw = zeros(LC), *db = zeros(LC);
+    ln_run();
+    /* the output of each row has mean b-weighted 0 and unit variance before the affine */
+    be->ln_bwd(dx, dw, db, dout, ln_x, ln_w, ln_mean, ln_rstd, LR, LC);
+    fd_ctx c = {ln_run, ln_out, dout, LR * LC};
+    fd_check(&c, ln_x, LR * LC, dx, 1e-3f, "layernorm dx");
+    fd_check(&c, ln_w, LC, dw, 1e-3f, "layernorm dw");
+    fd_check(&c, ln_b, LC, db, 1e-3f, "layernorm db");
+    /* backward adds: a second call doubles dw */
+    float dw0 = dw[3];
+    be->ln_bwd(dx, dw, db, dout, ln_x, ln_w, ln_mean, ln_rstd, LR, LC);
+    assert_near(dw[3], 2 * dw0, 1e-6);
+    free(ln_x), free(ln_w), free(ln_b), free(ln_out), free(dout), free(dx), free(dw), free(db);
+}
+
+/* ---- matrix products ---------------------------------------------------- */
+
+enum { MR = 4, MIC = 5, MOC = 6, HV = 7 };
+static float *mm_x, *mm_w, *mm_b, *mm_out;
+static void mm_run(void)
+{
+    be->mm_fwd(mm_out, mm_x, mm_w, mm_b, MR, MIC, MOC);
+}
+static void head_run(void)
+{
+    be->head_fwd(mm_out, mm_x, mm_w, MR, MIC, HV);
+}
+
+static void test_matmul(void **state)
+{
+    mk_rng r;
+    mk_rng_seed(&r, 2);
+    mm_x = rnd(MR * MIC, -1, 1, &r), mm_w = rnd(MIC * MOC, -1, 1, &r), mm_b = rnd(MOC, -1, 1, &r);
+    mm_out = zeros(MR * MOC);
+    float *dout = rnd(MR * MOC, -1, 1, &r), *dx = zeros(MR * MIC), *dw = zeros(MIC * MOC),
+          *db = zeros(MOC);
+    mm_run();
+    /* one element by hand */
+    float want = mm_b[2];
+    for (int k = 0; k < MIC; k++) want += mm_x[1 * MIC + k] * mm_w[k * MOC + 2];
+    assert_near(mm_out[1 * MOC + 2], want, 1e-5);
+    be->mm_bwd(dx, dw, db, dout, mm_x, mm_w, MR, MIC, MOC);
+    fd_ctx c = {mm_run, mm_out, dout, MR * MOC};
+    fd_check(&c, mm_x, MR * MIC, dx, 1e-2f, "matmul dx");
+    fd_check(&c, mm_w, MIC * MOC, dw, 1e-2f, "matmul dw");
+    fd_check(&c, mm_b, MOC, db, 1e-2f, "matmul db");
+    free(mm_x), free(mm_w), free(mm_b), free(mm_out), free(dout), free(dx), free(dw), free(db);
+}
+
+static void test_head(void **state)
+{
+    mk_rng r;
+    mk_rng_seed(&r, 3);
+    mm_x = rnd(MR * MIC, -1, 1, &r), mm_w = rnd(HV * MIC, -1, 1, &r);
+    mm_out = zeros(MR * HV);
+    float *dout = rnd(MR * HV, -1, 1, &r), *dx = zeros(MR * MIC), *dw = zeros(HV * MIC);
+    head_run();
+    float want = 0;
+    for (int k = 0; k < MIC; k++) want += mm_x[2 * MIC + k] * mm_w[5 * MIC + k];
+    assert_near(mm_out[2 * HV + 5], want, 1e-5);
+    be->head_bwd(dx, dw, dout, mm_x, mm_w, MR, MIC, HV);
+    fd_ctx c = {head_run, mm_out, dout, MR * HV};
+    fd_check(&c, mm_x, MR * MIC, dx, 1e-2f, "head dx");
+    fd_check(&c, mm_w, HV * MIC, dw, 1e-2f, "head dwte");
+    free(mm_x), free(mm_w), free(mm_out), free(dout), free(dx), free(dw);
+}
+
+/* ---- attention ---------------------------------------------------------- */
+
+enum { AB = 2, AT = 5, AC = 8, ANH = 2 };
+static float *at_qkv, *at_out, *at_att;
+static void attn_run(void)
+{
+    be->attn_fwd(at_out, at_att, at_qkv, AB, AT, AC, ANH);
+}
+
+static void test_attention(void **state)
+{
+    mk_rng r;
+    mk_rng_seed(&r, 4);
+    size_t nqkv = AB * AT * 3 * AC;
+    at_qkv = rnd(nqkv, -1.5, 1.5, &r), at_out = zeros(AB * AT * AC);
+    at_att = zeros(AB * ANH * AT * AT);
+    float *dout = rnd(AB * AT * AC, -1, 1, &r), *dqkv = rnd(nqkv, 5, 6, &r); /* overwritten */
+    attn_run();
+    /* causality and normalisation of the probabilities */
+    for (int i = 0; i < AB * ANH; i++)
+        for (int t = 0; t < AT; t++) {
+            double s = 0;
+            for (int t2 = 0; t2 < AT; t2++) {
+                float p = at_att[(i * AT + t) * AT + t2];
+                if (t2 > t) assert_true(p == 0.0f);
+                s += p;
+            }
+            assert_near(s, 1.0, 1e-5);
+        }
+    /* position 0 attends only to itself: output = its value */
+    for (int d = 0; d < AC; d++) assert_near(at_out[d], at_qkv[2 * AC + d], 1e-6);
+    be->attn_bwd(dqkv, dout, at_qkv, at_att, AB, AT, AC, ANH);
+    fd_ctx c = {attn_run, at_out, dout, AB * AT * AC};
+    fd_check(&c, at_qkv, nqkv, dqkv, 1e-3f, "attention dqkv");
+
+    /* the decode path over a KV cache gives the same outputs */
+    int S = AB, Tmax = AT + 3;
+    float *kc = zeros((size_t)S * Tmax * AC), *vc = zeros((size_t)S * Tmax * AC);
+    float *y = zeros(AB * AT * AC);
+    int slot[AB * AT], pos[AB * AT];
+    for (int b = 0; b < AB; b++)
+        for (int t = 0; t < AT; t++) slot[b * AT + t] = b, pos[b * AT + t] = t;
+    be->kv_store(kc, vc, at_qkv, slot, pos, AB * AT, AC, Tmax);
+    be->attn_decode(y, at_qkv, kc, vc, slot, pos, AB * AT, AC, ANH, Tmax);
+    check_close(y, at_out, AB * AT * AC, 1e-6, 1e-5, "attn_decode vs attn_fwd");
+    free(kc), free(vc), free(y);
+    free(at_qkv), free(at_out), free(at_att), free(dout), free(dqkv);
+}
+
+/* ---- GELU, embeddings --------------------------------------------------- */
+
+enum { GN = 40 };
+static float *g_x, *g_out;
+static void gelu_run(void)
+{
+    be->gelu_fwd(g_out, g_x, GN);
+}
+
+static void test_gelu(void **state)
+{
+    mk_rng r;
+    mk_rng_seed(&r, 5);
+    g_x = rnd(GN, -4, 4, &r), g_out = zeros(GN);
+    float *dout = rnd(GN, -1, 1, &r), *dx = zeros(GN);
+    g_x[0] = 1.0f;
+    gelu_run();
+    assert_near(g_out[0], 0.8411920f, 1e-6); /* tanh-GELU(1) */
+    be->gelu_bwd(dx, g_x, dout, GN);
+    fd_ctx c = {gelu_run, g_out, dout, GN};
+    fd_check(&c, g_x, GN, dx, 1e-3f, "gelu dx");
+    free(g_x), free(g_out), free(dout), free(dx);
+}
+
+enum { ER = 6, EC = 3, EV = 4, ET = 5 };
+static float *e_wte, *e_wpe, *e_out;
+static int e_tok[ER] = {1, 3, 1, 0, 3, 3}, e_pos[ER] = {0, 1, 2, 0, 1, 4};
+static void embed_run(void)
+{
+    be->embed_fwd(e_out, e_tok, e_pos, e_wte, e_wpe, ER, EC);
+}
+
+static void test_embedding(void **state)
+{
+    mk_rng r;
+    mk_rng_seed(&r, 6);
+    e_wte = rnd(EV * EC, -1, 1, &r), e_wpe = rnd(ET * EC, -1, 1, &r), e_out = zeros(ER * EC);
+    float *dout = rnd(ER * EC, -1, 1, &r), *dwte = zeros(EV * EC), *dwpe = zeros(ET * EC);
+    embed_run();
+    assert_near(e_out[4 * EC + 2], e_wte[3 * EC + 2] + e_wpe[1 * EC + 2], 1e-7);
+    be->embed_bwd(dwte, dwpe, dout, e_tok, e_pos, ER, EC);
+    fd_ctx c = {embed_run, e_out, dout, ER * EC};
+    fd_check(&c, e_wte, EV * EC, dwte, 1e-2f, "embedding dwte");
+    fd_check(&c, e_wpe, ET * EC, dwpe, 1e-2f, "embedding dwpe");
+    free(e_wte), free(e_wpe), free(e_out), free(dout), free(dwte), free(dwpe);
+}
+
+/* ---- softmax rows: log-probs and entropy -------------------------------- */
+
+enum { SR = 3, SV = 6 };
+static float *s_logits, s_stats[2 * SR];
+static int s_tg[SR] = {2, -1, 5};
+static void stats_run(void)
+{
+    be->row_stats(s_stats, s_stats + SR, s_logits, s_tg, SR, SV);
+}
+
+static void test_row_stats_and_grad(void **state)
+{
+    mk_rng r;
+    mk_rng_seed(&r, 7);
+    s_logits = rnd(SR * SV, -3, 3, &r);
+    float coef[2 * SR], *d = zeros(SR * SV);
+    fill_uniform(coef, 2 * SR, -1, 1, &r);
+    stats_run();
+    /* row 0 by hand */
+    double lse = 0, pz = 0;
+    for (int j = 0; j < SV; j++) lse += exp(s_logits[j]);
+    for (int j = 0; j < SV; j++) pz += exp(s_logits[j]) / lse * s_logits[j];
+    assert_near(s_stats[0], s_logits[2] - log(lse), 1e-6);
+    assert_near(s_stats[SR], log(lse) - pz, 1e-5);
+    assert_true(s_stats[1] == 0.0f); /* no target */
+    be->row_grad(d, s_logits, s_tg, coef, coef + SR, SR, SV);
+    fd_ctx c = {stats_run, s_stats, coef, 2 * SR};
+    fd_check(&c, s_logits, SR * SV, d, 1e-3f, "row_grad dlogits");
+    free(s_logits), free(d);
+}
+
+/* ---- optimiser helpers -------------------------------------------------- */
+
+static void test_adamw_by_hand(void **state)
+{
+    float p[2] = {1.0f, -2.0f}, g[2] = {0.5f, 0.0f}, m[2] = {0}, v[2] = {0};
+    mk_adamw(p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1);
+    /* m = 0.05, v = 0.00025, mhat = 0.5, vhat = 0.25: p = 1*(1 - 0.001) - 0.1 */
+    assert_near(p[0], 0.899, 1e-6);
+    assert_near(m[0], 0.05, 1e-7);
+    assert_near(v[0], 0.00025, 1e-8);            /* 1 - 0.999f is 0.00099999 in float */
+    assert_near(p[1], -2.0 * (1 - 0.001), 1e-6); /* zero gradient: decay only */
+    g[0] = -0.25f;
+    mk_adamw(p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 2);
+    double m2 = 0.9 * 0.05 - 0.1 * 0.25, v2 = 0.999 * 0.00025 + 0.001 * 0.0625;
+    double want =
+        0.899 * (1 - 0.001) - 0.1 * (m2 / (1 - 0.81)) / (sqrt(v2 / (1 - 0.998001)) + 1e-8);
+    assert_near(p[0], want, 1e-6);
+}
+
+static void test_sumsq_shards_and_clip(void **state)
+{
+    mk_rng r;
+    mk_rng_seed(&r, 8);
+    size_t n = 1001;
+    float *x = rnd(n, -1, 1, &r);
+    double whole = mk_sumsq(x, n), parts = mk_sumsq(x, 300) + mk_sumsq(x + 300, 701), ref = 0;
+    for (size_t i = 0; i < n; i++) ref += (double)x[i] * x[i];
+    assert_near(whole, ref, 1e-9 * ref);
+    assert_near(parts, ref, 1e-9 * ref);
+    assert_near(mk_clip_factor(16.0, 2.0f), 2.0 / (4.0 + 1e-6), 1e-7);
+    assert_true(mk_clip_factor(1.0, 2.0f) == 1.0f);
+    assert_true(mk_clip_factor(1e6, 0.0f) == 1.0f); /* 0 disables clipping */
+    mk_scale(x, 0.5f, n);
+    assert_near(mk_sumsq(x, n), ref / 4, 1e-6 * ref);
+    free(x);
+}
+
+/* ---- the whole model against finite differences of its loss ------------- */
+
+static mk_model *fm;
+static int fm_tok[2 * 6], fm_tg[2 * 6];
+static float fm_w[2 * 6], fm_behav[2 * 6], fm_adv[2 * 6];
+static int fm_ppo;
+static const mk_ppo_params fm_pp = {
+    .clip_low = 0.2f, .clip_high = 0.2f, .ratio_cap = 2.0f, .entropy_coef = 0.05f};
+
+static float model_loss(void)
+{
+    float loss = 0;
+    mk_ppo_stats s;
+    assert_mk_ok(mk_forward(fm, fm_tok, 2, 6));
+    if (fm_ppo) {
+        assert_mk_ok(mk_loss_ppo(fm, fm_tg, fm_behav, fm_adv, fm_w, &fm_pp, &s));
+        loss = s.loss;
+    } else {
+        assert_mk_ok(mk_loss_ce(fm, fm_tg, fm_w, &loss));
+    }
+    return loss;
+}
+
+static void model_fd(int ppo)
+{
+    fm_ppo = ppo;
+    model_loss();
+    mk_zero_grad(fm);
+    assert_mk_ok(mk_backward(fm));
+    float *p = mk_model_params(fm), *g = mk_model_grads(fm);
+    mk_rng r;
+    mk_rng_seed(&r, 99);
+    int checked = 0;
+    for (int i = 0; i < mk_model_num_tensors(fm); i++) {
+        mk_tensor_info t;
+        mk_model_tensor(fm, i, &t);
+        for (int k = 0; k < 4; k++) {
+            size_t j = t.offset + mk_rng_next(&r) % t.numel;
+            float save = p[j], h = 2e-3f;
+            p[j] = save + h;
+            double lp = model_loss();
+            p[j] = save - h;
+            double lm = model_loss();
+            p[j] = save;
+            float num = (float)((lp - lm) / (2 * h));
+            if (!(fabsf(num - g[j]) <= 2e-3f + 3e-2f * fabsf(num))) {
+                fprintf(stderr, "%s %s[%zu]: analytic %g numeric %g\n", ppo ? "ppo" : "ce", t.name,
+                        j - t.offset, g[j], num);
+                fail();
+            }
+            checked++;
+        }
+    }
+    assert_true(checked == 4 * mk_model_num_tensors(fm));
+}
+
+static void test_model_gradients(void **state)
+{
+    mk_config cfg = {.n_layer = 2, .n_head = 2, .n_embd = 8, .block_size = 8, .vocab_size = 11};
+    assert_mk_ok(mk_model_new(&fm, &cfg, 2, 6, NULL));
+    mk_model_init(fm, 5);
+    /* larger weights than GPT-2's init so every path carries signal */
+    size_t P = mk_model_num_params(fm);
+    float *p = mk_model_params(fm);
+    mk_rng r;
+    mk_rng_seed(&r, 6);
+    for (size_t i = 0; i < P; i++) p[i] += 0.3f * (mk_rng_uniform(&r) - 0.5f);
+    for (int i = 0; i < 12; i++) {
+        fm_tok[i] = (int)(mk_rng_next(&r) % 11);
+        fm_tg[i] = (int)(mk_rng_next(&r) % 11);
+        fm_w[i] = i % 5 == 3 ? 0.0f : 1.0f;
+        fm_adv[i] = 2 * mk_rng_uniform(&r) - 1;
+    }
+    float lp[12];
+    model_loss();
+    assert_mk_ok(mk_logprobs(fm, fm_tg, lp, NULL));
+    for (int i = 0; i < 12; i++) fm_behav[i] = lp[i] + 0.1f * (mk_rng_uniform(&r) - 0.5f);
+    model_fd(0);
+    model_fd(1);
+    mk_model_free(fm);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_head),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_gelu),
+        cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_row_stats_and_grad),
+        cmocka_unit_test(test_adamw_by_hand),
+        cmocka_unit_test(test_sumsq_shards_and_clip),
+        cmocka_unit_test(test_model_gradients),
+    };
+    mk_set_threads(2);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,209 @@
+/*
+ * test_safetensors.c - checkpoints: a save/load round trip, the Hugging Face
+ * names and layout in the written header, and every refusal (missing tensor,
+ * wrong shape, wrong dtype, truncated data, truncated or garbage header, no
+ * file), each naming the tensor and the file and leaving the model as it was.
+ * Broken files are written by a small writer here, independent of mk_save.
+ */
+#include <unistd.h>
+
+#include "ktest.h"
+
+static const mk_config cfg = {
+    .n_layer = 2, .n_head = 2, .n_embd = 8, .block_size = 8, .vocab_size = 13};
+static char dir[64];
+
+static int setup(void **state)
+{
+    snprintf(dir, sizeof dir, "/tmp/mk_st_XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd);
+}
+
+static void path_of(char *out, size_t n, const char *name)
+{
+    snprintf(out, n, "%s/%s", dir, name);
+}
+
+/* Writes a safetensors file holding the model's tensors, with one change:
+ * tensor `skip` left out, tensor `reshape` given swapped dims, tensor `f16`
+ * written as F16 (half the bytes); then cuts `cut` bytes off the end. */
+static void write_variant(mk_model *m, const char *path, const char *skip, const char *reshape,
+                          const char *f16, long cut)
+{
+    char hdr[16384];
+    size_t h = 0, off = 0;
+    h += (size_t)snprintf(hdr + h, sizeof hdr - h, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (int i = 0; i < mk_model_num_tensors(m); i++) {
+        mk_tensor_info t;
+        mk_model_tensor(m, i, &t);
+        if (skip && !strcmp(t.name, skip)) continue;
+        size_t bytes = t.numel * 4;
+        const char *dt = "F32";
+        if (f16 && !strcmp(t.name, f16)) bytes /= 2, dt = "F16";
+        char shape[32];
+        if (t.ndim == 1)
+            snprintf(shape, sizeof shape, "[%d]", t.shape[0]);
+        else if (reshape && !strcmp(t.name, reshape))
+            snprintf(shape, sizeof shape, "[%d,%d]", t.shape[1], t.shape[0]);
+        else
+            snprintf(shape, sizeof shape, "[%d,%d]", t.shape[0], t.shape[1]);
+        h += (size_t)snprintf(hdr + h, sizeof hdr - h,
+                              ",\"transformer.%s\":{\"dtype\":\"%s\",\"shape\":%s,"
+                              "\"data_offsets\":[%zu,%zu]}",
+                              t.name, dt, shape, off, off + bytes);
+        off += bytes;
+    }
+    h += (size_t)snprintf(hdr + h, sizeof hdr - h, "}");
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    uint64_t n = h;
+    fwrite(&n, 8, 1, f);
+    fwrite(hdr, 1, h, f);
+    size_t P = mk_model_num_params(m);
+    float *buf = malloc(P * 4);
+    mk_model_read_params(m, buf, 0, P);
+    fwrite(buf, 1, off, f); /* contents do not matter for the refusals */
+    free(buf);
+    long len = ftell(f);
+    fclose(f);
+    if (cut) assert_int_equal(truncate(path, len - cut), 0);
+}
+
+static void expect_refusal(mk_model *m, const char *path, int code, const char *needle)
+{
+    size_t P = mk_model_num_params(m);
+    float *before = malloc(P * 4), *after = malloc(P * 4);
+    mk_model_read_params(m, before, 0, P);
+    int rc = mk_load(m, path);
+    if (rc != code || !strstr(mk_last_error(), needle) || !strstr(mk_last_error(), path)) {
+        fprintf(stderr, "want %s mentioning '%s' and the path; got %s: %s\n", mk_strerror(code),
+                needle, mk_strerror(rc), mk_last_error());
+        fail();
+    }
+    mk_model_read_params(m, after, 0, P);
+    assert_memory_equal(before, after, P * 4); /* unchanged */
+    free(before), free(after);
+}
+
+static void test_round_trip(void **state)
+{
+    mk_model *a, *b;
+    assert_mk_ok(mk_model_new(&a, &cfg, 1, 8, NULL));
+    assert_mk_ok(mk_model_new(&b, &cfg, 1, 8, NULL));
+    mk_model_init(a, 42);
+    char path[128];
+    path_of(path, sizeof path, "rt.safetensors");
+    assert_mk_ok(mk_save(a, path));
+    assert_mk_ok(mk_load(b, path));
+    size_t P = mk_model_num_params(a);
+    assert_int_equal(P, mk_config_num_params(&cfg));
+    assert_memory_equal(mk_model_params(a), mk_model_params(b), P * 4);
+    /* the header uses GPT-2's names and Conv1D layout, 8-byte aligned data */
+    FILE *f = fopen(path, "rb");
+    uint64_t n;
+    assert_int_equal(fread(&n, 8, 1, f), 1);
+    assert_int_equal(n % 8, 0);
+    char *hdr = calloc(1, n + 1);
+    assert_int_equal(fread(hdr, 1, n, f), n);
+    fclose(f);
+    assert_non_null(strstr(hdr, "\"format\":\"pt\""));
+    assert_non_null(strstr(hdr, "\"h.1.attn.c_attn.weight\":{\"dtype\":\"F32\",\"shape\":[8,24]"));
+    assert_non_null(strstr(hdr, "\"h.0.mlp.c_proj.weight\":{\"dtype\":\"F32\",\"shape\":[32,8]"));
+    assert_non_null(strstr(hdr, "\"wte.weight\":{\"dtype\":\"F32\",\"shape\":[13,8]"));
+    assert_non_null(strstr(hdr, "\"ln_f.bias\""));
+    free(hdr);
+    /* the prefixed names transformers writes load too */
+    path_of(path, sizeof path, "prefixed.safetensors");
+    write_variant(a, path, NULL, NULL, NULL, 0);
+    mk_model_init(b, 1);
+    assert_mk_ok(mk_load(b, path));
+    assert_memory_equal(mk_model_params(a), mk_model_params(b), P * 4);
+    /* a config.json for transformers */
+    path_of(path, sizeof path, "config.json");
+    assert_mk_ok(mk_write_hf_config(&cfg, path));
+    f = fopen(path, "r");
+    char txt[2048] = {0};
+    assert_true(fread(txt, 1, sizeof txt - 1, f) > 0);
+    fclose(f);
+    assert_non_null(strstr(txt, "\"n_embd\": 8"));
+    assert_non_null(strstr(txt, "\"vocab_size\": 13"));
+    mk_model_free(a);
+    mk_model_free(b);
+}
+
+static void test_refusals(void **state)
+{
+    mk_model *m;
+    assert_mk_ok(mk_model_new(&m, &cfg, 1, 8, NULL));
+    mk_model_init(m, 3);
+    char path[128];
+
+    path_of(path, sizeof path, "missing.safetensors");
+    write_variant(m, path, "h.1.ln_2.bias", NULL, NULL, 0);
+    expect_refusal(m, path, MK_ERR_MISSING, "'h.1.ln_2.bias'");
+
+    path_of(path, sizeof path, "shape.safetensors");
+    write_variant(m, path, NULL, "h.0.attn.c_attn.weight", NULL, 0);
+    expect_refusal(m, path, MK_ERR_SHAPE, "'transformer.h.0.attn.c_attn.weight' has shape [24,8]");
+
+    path_of(path, sizeof path, "dtype.safetensors");
+    write_variant(m, path, NULL, NULL, "h.1.mlp.c_fc.bias", 0);
+    expect_refusal(m, path, MK_ERR_DTYPE, "'transformer.h.1.mlp.c_fc.bias' has dtype F16");
+
+    path_of(path, sizeof path, "cut.safetensors");
+    write_variant(m, path, NULL, NULL, NULL, 20); /* the last tensor, ln_f.bias, loses 5 floats */
+    expect_refusal(m, path, MK_ERR_TRUNCATED, "'transformer.ln_f.bias'");
+
+    path_of(path, sizeof path, "short.safetensors");
+    FILE *f = fopen(path, "wb");
+    fwrite("\x10\x00\x00", 1, 3, f);
+    fclose(f);
+    expect_refusal(m, path, MK_ERR_TRUNCATED, "8-byte");
+
+    path_of(path, sizeof path, "hdrcut.safetensors");
+    f = fopen(path, "wb");
+    uint64_t n = 1000;
+    fwrite(&n, 8, 1, f);
+    fwrite("{\"a\":", 1, 5, f);
+    fclose(f);
+    expect_refusal(m, path, MK_ERR_TRUNCATED, "header of 1000 bytes");
+
+    path_of(path, sizeof path, "garbage.safetensors");
+    f = fopen(path, "wb");
+    const char *g = "{\"wte.weight\": [1, 2, 3]}";
+    n = strlen(g);
+    fwrite(&n, 8, 1, f);
+    fwrite(g, 1, n, f);
+    fclose(f);
+    expect_refusal(m, path, MK_ERR_FORMAT, "bad header");
+
+    path_of(path, sizeof path, "absent.safetensors");
+    expect_refusal(m, path, MK_ERR_IO, "No such file");
+
+    /* a checkpoint of another size is refused by shape */
+    mk_config other = cfg;
+    other.vocab_size = 14;
+    mk_model *o;
+    assert_mk_ok(mk_model_new(&o, &other, 1, 8, NULL));
+    path_of(path, sizeof path, "other.safetensors");
+    assert_mk_ok(mk_save(o, path));
+    expect_refusal(m, path, MK_ERR_SHAPE, "'wte.weight' has shape [14,8], need [13,8]");
+    mk_model_free(o);
+    mk_model_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
