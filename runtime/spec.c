@@ -279,7 +279,8 @@ typedef struct ctx {
     size_t nodes;     /* nodes made, against MANTA_SPEC_MAX_NODES */
     bool too_many;    /* that limit has been reported */
     int fixed_line;   /* > 0 while parsing a --set value: its index */
-    int col_base;     /* ... and the value's offset inside the argument */
+    int col_base;     /* ... the value's offset inside the argument */
+    int value_len;    /* ... and its length */
 } ctx;
 
 static void node_free(manta_spec_node *n)
@@ -440,8 +441,10 @@ typedef struct anchor {
 static void mark_pos(const ctx *c, yaml_mark_t m, int *line, int *col)
 {
     if (c->fixed_line > 0) {
+        /* A --set value is one line; a mark past it (the scanner moves to
+         * the next line at the end of input) is the end of the value. */
         *line = c->fixed_line;
-        *col = c->col_base + (int)m.column + 1;
+        *col = c->col_base + (m.line > 0 ? c->value_len : (int)m.column) + 1;
     } else {
         *line = (int)m.line + 1;
         *col = (int)m.column + 1;
@@ -1104,25 +1107,27 @@ static bool name_ok(const char *s, size_t len, size_t max, bool upper_dot)
     return true;
 }
 
+/* Optimal-string-alignment distance, case-insensitive: insertions,
+ * deletions, substitutions and swaps of neighbours each cost one. */
 static size_t edit_distance(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
-    if (la > 64 || lb > 64) return 99;
-    size_t row[65];
-    for (size_t j = 0; j <= lb; j++) row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t prev = row[0];
-        row[0] = i;
+    if (la > 32 || lb > 32) return 99;
+    size_t d[33][33];
+    for (size_t i = 0; i <= la; i++) d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = j;
+    for (size_t i = 1; i <= la; i++)
         for (size_t j = 1; j <= lb; j++) {
-            size_t cur = row[j];
-            size_t sub =
-                prev + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
-            size_t best = row[j] + 1 < row[j - 1] + 1 ? row[j] + 1 : row[j - 1] + 1;
-            row[j] = sub < best ? sub : best;
-            prev = cur;
+            int ai = tolower((unsigned char)a[i - 1]), bj = tolower((unsigned char)b[j - 1]);
+            size_t v = d[i - 1][j - 1] + (ai != bj);
+            if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && ai == tolower((unsigned char)b[j - 2]) &&
+                tolower((unsigned char)a[i - 2]) == bj && d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
         }
-    }
-    return row[lb];
+    return d[la][lb];
 }
 
 /* The closest candidate within max edits, or NULL. */
@@ -1220,6 +1225,7 @@ static bool apply_set(ctx *c, manta_spec_node *root, const char *arg, int index)
         vc.file = SET_FILE;
         vc.fixed_line = index;
         vc.col_base = (int)(eq - arg) + 1;
+        vc.value_len = (int)strlen(eq + 1);
         bool empty;
         val = build_tree(&vc, eq + 1, strlen(eq + 1), &empty);
         c->nodes = vc.nodes;
@@ -1560,6 +1566,53 @@ static void check_placement(ctx *c, manta_spec *s, const manta_spec_node *nodes)
     free(d);
 }
 
+static void check_job(manta_spec_errors *e, manta_spec *s, const manta_spec_node *job)
+{
+    char gotbuf[128];
+    if (!(s->job = want_str(e, job, "the job's name"))) return;
+    if (!name_ok(job->text, job->len, MANTA_SPEC_MAX_NAME, false)) {
+        node_err(e, job, "expected a name of 1 to %d characters from a-z, 0-9, - and _, got %s",
+                 MANTA_SPEC_MAX_NAME, GOT(job));
+        s->job = NULL;
+    }
+}
+
+static void check_redis(manta_spec_errors *e, manta_spec *s, const manta_spec_node *v)
+{
+    char gotbuf[128], why[128];
+    const char *url;
+    if (is_null_node(v)) return;
+    if (!(url = want_str(e, v, "\"embedded\" or redis://[:password@]host:port"))) return;
+    if (manta_spec_parse_redis(url, &s->redis, why, sizeof why) != 0) {
+        node_err(e, v, "expected \"embedded\" or redis://[:password@]host:port, got %s (%s)",
+                 GOT(v), why);
+        manta_spec_parse_redis("embedded", &s->redis, NULL, 0);
+    } else {
+        s->redis_url = url;
+    }
+}
+
+static void check_groups(ctx *c, spec_impl *si, const manta_spec_node *groups,
+                         const manta_spec_options *o)
+{
+    manta_spec_errors *e = c->errs;
+    manta_spec *s = &si->pub;
+    char gotbuf[128];
+    if (groups->kind != MANTA_SPEC_MAP) {
+        node_err(e, groups, "expected a mapping of group names to groups, got %s", GOT(groups));
+    } else if (groups->count == 0) {
+        node_err(e, groups, "expected at least one group, got an empty mapping");
+    } else if (!(s->groups = calloc(groups->count, sizeof *s->groups))) {
+        manta_spec_errors_add(e, c->file, 0, 0, "", "out of memory");
+    } else {
+        s->n_groups = groups->count;
+        for (size_t i = 0; i < groups->count; i++)
+            check_group(c, si, &s->groups[i], groups->keys[i], groups->items[i], o);
+    }
+}
+
+/* Check the fixed schema in document order, so errors come out sorted by
+ * position (missing keys last). */
 static void validate(ctx *c, spec_impl *si, const manta_spec_options *o)
 {
     manta_spec_errors *e = c->errs;
@@ -1579,31 +1632,19 @@ static void validate(ctx *c, spec_impl *si, const manta_spec_options *o)
     size_t before = e->count + e->dropped;
     const manta_spec_node *job = NULL, *groups = NULL, *nodes = NULL;
     s->redis_url = "embedded";
-    s->redis.embedded = true;
+    manta_spec_parse_redis("embedded", &s->redis, NULL, 0);
     for (size_t i = 0; i < root->count; i++) {
         const manta_spec_node *k = root->keys[i], *v = root->items[i];
         if (!strcmp(k->text, "job")) {
-            job = v;
+            check_job(e, s, job = v);
         } else if (!strcmp(k->text, "redis")) {
-            const char *url;
-            char why[128];
-            if (is_null_node(v)) continue;
-            if ((url = want_str(e, v, "\"embedded\" or redis://[:password@]host:port"))) {
-                if (manta_spec_parse_redis(url, &s->redis, why, sizeof why) != 0)
-                    node_err(e, v,
-                             "expected \"embedded\" or redis://[:password@]host:port, got %s "
-                             "(%s)",
-                             GOT(v), why);
-                else
-                    s->redis_url = url;
-            }
+            check_redis(e, s, v);
         } else if (!strcmp(k->text, "log_dir")) {
-            if (is_null_node(v)) continue;
-            s->log_dir = want_str(e, v, "a folder path");
+            if (!is_null_node(v)) s->log_dir = want_str(e, v, "a folder path");
         } else if (!strcmp(k->text, "groups")) {
-            groups = v;
+            check_groups(c, si, groups = v, o);
         } else if (!strcmp(k->text, "nodes")) {
-            if (!is_null_node(v)) nodes = v;
+            if (!is_null_node(v)) check_nodes(c, si, nodes = v);
         } else {
             /* Free-form section. A scalar is almost surely a typo of a
              * fixed key, as is a collection named one edit away from one. */
@@ -1618,32 +1659,13 @@ static void validate(ctx *c, spec_impl *si, const manta_spec_options *o)
                          GOT(v));
         }
     }
-    if (!job) {
+    if (!job)
         manta_spec_errors_add(e, root->file, root->line, root->col, "job",
                               "missing required key; expected the job's name");
-    } else if ((s->job = want_str(e, job, "the job's name"))) {
-        if (!name_ok(job->text, job->len, MANTA_SPEC_MAX_NAME, false)) {
-            node_err(e, job, "expected 1 to %d characters from a-z, 0-9, - and _, got %s",
-                     MANTA_SPEC_MAX_NAME, GOT(job));
-            s->job = NULL;
-        }
-    }
-    if (!groups) {
+    if (!groups)
         manta_spec_errors_add(e, root->file, root->line, root->col, "groups",
                               "missing required key; expected a mapping of group names to "
                               "groups");
-    } else if (groups->kind != MANTA_SPEC_MAP) {
-        node_err(e, groups, "expected a mapping of group names to groups, got %s", GOT(groups));
-    } else if (groups->count == 0) {
-        node_err(e, groups, "expected at least one group, got an empty mapping");
-    } else if (!(s->groups = calloc(groups->count, sizeof *s->groups))) {
-        manta_spec_errors_add(e, c->file, 0, 0, "", "out of memory");
-    } else {
-        s->n_groups = groups->count;
-        for (size_t i = 0; i < groups->count; i++)
-            check_group(c, si, &s->groups[i], groups->keys[i], groups->items[i], o);
-    }
-    if (nodes) check_nodes(c, si, nodes);
     /* Placement only makes sense on a clean schema. */
     if (nodes && s->n_nodes && s->n_groups && e->count + e->dropped == before)
         check_placement(c, s, nodes);
