@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -48,6 +49,9 @@ int test_proc_start(test_proc *p, const char *script, const char *const *args)
         return -1;
     }
     if (pid == 0) {
+        /* If the test dies (a crash, a sanitizer abort), take the server
+         * with it rather than leave it serving forever. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
         dup2(fds[1], STDOUT_FILENO);
         close(fds[0]);
         close(fds[1]);
