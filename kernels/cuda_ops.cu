@@ -1,1 +1,609 @@
+/*
+ * cuda_ops.cu - the CUDA back-end: the same table as cpu_ops.c, over device
+ * memory, with cuBLAS for the matrix products and plain kernels for the rest.
+ *
+ * Every kernel mirrors its CPU reference line for line rather than being
+ * tuned: one thread per element for elementwise ops, one warp per row for
+ * LayerNorm, softmax rows and attention rows.  Sums that many rows add into
+ * one element (parameter gradients of LayerNorm and embeddings, keys and
+ * values in attention backward) use atomicAdd, so those results vary in the
+ * last bits from run to run; tests/kernels/test_cuda.c states the tolerance
+ * for each op.  Matrix products keep full FP32 (cuBLAS default math mode, no
+ * TF32).  All work goes to the default stream; uploads and downloads are
+ * synchronous, so a download sees every earlier kernel's result.
+ *
+ * cuBLAS is row-major-agnostic: a row-major matrix is its transpose in
+ * column-major, so C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T by
+ * swapping the operands (gemm_rm below).
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
 
+#include "mk_internal.h"
+
+#define CUDA_CHECK(call)                                                                           \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            mk__die(__FILE__, __LINE__, cudaGetErrorString(e_),                                    \
+                    "a CUDA call failed; run with compute-sanitizer to find the kernel");          \
+    } while (0)
+#define CUBLAS_CHECK(call)                                                                         \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            mk__die(__FILE__, __LINE__, cublasGetStatusString(s_),                                 \
+                    "a cuBLAS call failed; check the matrix sizes passed to the op");              \
+    } while (0)
+#define LAUNCHED() CUDA_CHECK(cudaGetLastError())
+
+static cublasHandle_t blas;
+
+static inline int blocks(size_t n, int t)
+{
+    return (int)((n + t - 1) / t);
+}
+
+__device__ static inline float warp_sum(float x)
+{
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+__device__ static inline float warp_max(float x)
+{
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
+/* ---- memory ------------------------------------------------------------- */
+
+static int cu_alloc(void **p, size_t bytes)
+{
+    if (bytes == 0) bytes = 16;
+    cudaError_t e = cudaMalloc(p, bytes);
+    if (e != cudaSuccess) {
+        *p = NULL;
+        return mk__fail(MK_ERR_DEVICE, "cudaMalloc(%zu): %s", bytes, cudaGetErrorString(e));
+    }
+    CUDA_CHECK(cudaMemset(*p, 0, bytes));
+    return MK_OK;
+}
+
+static void cu_release(void *p)
+{
+    CUDA_CHECK(cudaFree(p));
+}
+
+static void cu_upload(void *dst, const void *src, size_t bytes)
+{
+    if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
+static void cu_download(void *dst, const void *src, size_t bytes)
+{
+    if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+static void cu_copy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+}
+
+static void cu_zero(void *p, size_t bytes)
+{
+    if (bytes) CUDA_CHECK(cudaMemset(p, 0, bytes));
+}
+
+/* ---- embeddings --------------------------------------------------------- */
+
+__global__ static void embed_fwd_k(float *out, const int *tok, const int *pos, const float *wte,
+                                   const float *wpe, int R, int C)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)R * C) return;
+    int r = (int)(i / C), c = (int)(i % C);
+    out[i] = wte[(size_t)tok[r] * C + c] + wpe[(size_t)pos[r] * C + c];
+}
+
+__global__ static void embed_bwd_k(float *dwte, float *dwpe, const float *dout, const int *tok,
+                                   const int *pos, int R, int C)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)R * C) return;
+    int r = (int)(i / C), c = (int)(i % C);
+    atomicAdd(&dwte[(size_t)tok[r] * C + c], dout[i]);
+    atomicAdd(&dwpe[(size_t)pos[r] * C + c], dout[i]);
+}
+
+static void embed_fwd(float *out, const int *tokens, const int *pos, const float *wte,
+                      const float *wpe, int R, int C)
+{
+    embed_fwd_k<<<blocks((size_t)R * C, 256), 256>>>(out, tokens, pos, wte, wpe, R, C);
+    LAUNCHED();
+}
+
+static void embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens,
+                      const int *pos, int R, int C)
+{
+    embed_bwd_k<<<blocks((size_t)R * C, 256), 256>>>(dwte, dwpe, dout, tokens, pos, R, C);
+    LAUNCHED();
+}
+
+/* ---- LayerNorm: one warp per row ---------------------------------------- */
+
+__global__ static void ln_fwd_k(float *out, float *mean, float *rstd, const float *inp,
+                                const float *w, const float *b, int R, int C)
+{
+    int r = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    if (r >= R) return;
+    const float *x = inp + (size_t)r * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += x[c];
+    float m = warp_sum(s) / C;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
+    float rs = rsqrtf(warp_sum(v) / C + 1e-5f);
+    float *o = out + (size_t)r * C;
+    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * rs * w[c] + b[c];
+    if (lane == 0) {
+        if (mean) mean[r] = m;
+        if (rstd) rstd[r] = rs;
+    }
+}
+
+__global__ static void ln_bwd_k(float *dinp, float *dw, float *db, const float *dout,
+                                const float *inp, const float *w, const float *mean,
+                                const float *rstd, int R, int C)
+{
+    int r = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    if (r >= R) return;
+    const float *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
+    float m = mean[r], s = rstd[r], a = 0.0f, bsum = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float dn = d[c] * w[c];
+        a += dn;
+        bsum += dn * (x[c] - m) * s;
+    }
+    a = warp_sum(a) / C;
+    bsum = warp_sum(bsum) / C;
+    float *di = dinp + (size_t)r * C;
+    for (int c = lane; c < C; c += 32) {
+        float norm = (x[c] - m) * s;
+        di[c] += (d[c] * w[c] - a - norm * bsum) * s;
+        atomicAdd(&dw[c], d[c] * norm);
+        atomicAdd(&db[c], d[c]);
+    }
+}
+
+static void ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                   const float *b, int R, int C)
+{
+    ln_fwd_k<<<blocks((size_t)R * 32, 256), 256>>>(out, mean, rstd, inp, w, b, R, C);
+    LAUNCHED();
+}
+
+static void ln_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                   const float *w, const float *mean, const float *rstd, int R, int C)
+{
+    ln_bwd_k<<<blocks((size_t)R * 32, 256), 256>>>(dinp, dw, db, dout, inp, w, mean, rstd, R, C);
+    LAUNCHED();
+}
+
+/* ---- matrix products (cuBLAS) ------------------------------------------- */
+
+/* Row-major C[M,N] = alpha op(A) op(B) + beta C; lda, ldb, ldc are row lengths
+ * of the stored matrices. */
+static void gemm_rm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                    const float *B, int ldb, float beta, float *C, int ldc)
+{
+    CUBLAS_CHECK(cublasSgemm(blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                             N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+}
+
+__global__ static void bias_rows_k(float *out, const float *bias, int R, int OC)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < (size_t)R * OC) out[i] = bias[i % OC];
+}
+
+/* one thread per column; consecutive threads read consecutive addresses */
+__global__ static void colsum_add_k(float *dst, const float *src, int R, int OC)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= OC) return;
+    float s = 0.0f;
+    for (int r = 0; r < R; r++) s += src[(size_t)r * OC + c];
+    dst[c] += s;
+}
+
+static void mm_fwd(float *out, const float *inp, const float *w, const float *bias, int R, int IC,
+                   int OC)
+{
+    float beta = 0.0f;
+    if (bias) {
+        bias_rows_k<<<blocks((size_t)R * OC, 256), 256>>>(out, bias, R, OC);
+        LAUNCHED();
+        beta = 1.0f;
+    }
+    gemm_rm(false, false, R, OC, IC, 1.0f, inp, IC, w, OC, beta, out, OC);
+}
+
+static void mm_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                   const float *w, int R, int IC, int OC)
+{
+    gemm_rm(false, true, R, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, IC);
+    gemm_rm(true, false, IC, OC, R, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
+    if (dbias) {
+        colsum_add_k<<<blocks((size_t)OC, 128), 128>>>(dbias, dout, R, OC);
+        LAUNCHED();
+    }
+}
+
+static void head_fwd(float *logits, const float *inp, const float *wte, int R, int C, int V)
+{
+    gemm_rm(false, true, R, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);
+}
+
+static void head_bwd(float *dinp, float *dwte, const float *dlogits, const float *inp,
+                     const float *wte, int R, int C, int V)
+{
+    gemm_rm(false, false, R, C, V, 1.0f, dlogits, V, wte, C, 0.0f, dinp, C);
+    gemm_rm(true, false, V, C, R, 1.0f, dlogits, V, inp, C, 1.0f, dwte, C);
+}
+
+/* ---- attention: one warp per (b, h, t) row ------------------------------ */
+
+__global__ static void attn_fwd_k(float *out, float *att, const float *qkv, int B, int T, int C,
+                                  int NH)
+{
+    size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+    int lane = threadIdx.x % 32;
+    if (w >= (size_t)B * NH * T) return;
+    int t = (int)(w % T), h = (int)((w / T) % NH), b = (int)(w / ((size_t)T * NH));
+    int hs = C / NH;
+    float scale = rsqrtf((float)hs);
+    size_t C3 = 3 * (size_t)C;
+    const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+    float *a = att + (((size_t)b * NH + h) * T + t) * T;
+    float mx = -INFINITY;
+    for (int t2 = lane; t2 <= t; t2 += 32) {
+        const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
+        float s = 0.0f;
+        for (int i = 0; i < hs; i++) s += q[i] * k[i];
+        s *= scale;
+        a[t2] = s;
+        mx = fmaxf(mx, s);
+    }
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int t2 = lane; t2 <= t; t2 += 32) {
+        float e = expf(a[t2] - mx);
+        a[t2] = e;
+        sum += e;
+    }
+    float inv = 1.0f / warp_sum(sum);
+    for (int t2 = lane; t2 < T; t2 += 32) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
+    __syncwarp();
+    float *y = out + ((size_t)b * T + t) * C + h * hs;
+    for (int i = lane; i < hs; i += 32) {
+        float acc = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++)
+            acc += a[t2] * qkv[((size_t)b * T + t2) * C3 + 2 * C + h * hs + i];
+        y[i] = acc;
+    }
+}
+
+__global__ static void attn_bwd_k(float *dqkv, const float *dout, const float *qkv,
+                                  const float *att, int B, int T, int C, int NH)
+{
+    size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+    int lane = threadIdx.x % 32;
+    if (w >= (size_t)B * NH * T) return;
+    int t = (int)(w % T), h = (int)((w / T) % NH), b = (int)(w / ((size_t)T * NH));
+    int hs = C / NH;
+    float scale = rsqrtf((float)hs);
+    size_t C3 = 3 * (size_t)C;
+    const float *a = att + (((size_t)b * NH + h) * T + t) * T;
+    const float *dy = dout + ((size_t)b * T + t) * C + h * hs;
+    const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+    float *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
+    float s = 0.0f;
+    for (int t2 = lane; t2 <= t; t2 += 32) {
+        const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+        float dp = 0.0f;
+        for (int i = 0; i < hs; i++) dp += dy[i] * v[i];
+        s += a[t2] * dp;
+    }
+    s = warp_sum(s);
+    for (int t2 = lane; t2 <= t; t2 += 32) {
+        size_t o2 = ((size_t)b * T + t2) * C3 + h * hs;
+        const float *k = qkv + o2 + C, *v = qkv + o2 + 2 * C;
+        float dp = 0.0f;
+        for (int i = 0; i < hs; i++) dp += dy[i] * v[i];
+        float p = a[t2], ds = p * (dp - s) * scale;
+        for (int i = 0; i < hs; i++) {
+            atomicAdd(&dq[i], ds * k[i]);
+            atomicAdd(&dqkv[o2 + C + i], ds * q[i]);
+            atomicAdd(&dqkv[o2 + 2 * C + i], p * dy[i]);
+        }
+    }
+}
+
+static void attn_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+{
+    attn_fwd_k<<<blocks((size_t)B * NH * T * 32, 128), 128>>>(out, att, qkv, B, T, C, NH);
+    LAUNCHED();
+}
+
+static void attn_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
+                     int T, int C, int NH)
+{
+    cu_zero(dqkv, sizeof(float) * (size_t)B * T * 3 * C);
+    attn_bwd_k<<<blocks((size_t)B * NH * T * 32, 128), 128>>>(dqkv, dout, qkv, att, B, T, C, NH);
+    LAUNCHED();
+}
+
+__global__ static void kv_store_k(float *kc, float *vc, const float *qkv, const int *slot,
+                                  const int *pos, int R, int C, int Tmax)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)R * C) return;
+    int r = (int)(i / C), c = (int)(i % C);
+    size_t o = ((size_t)slot[r] * Tmax + pos[r]) * C + c;
+    kc[o] = qkv[(size_t)r * 3 * C + C + c];
+    vc[o] = qkv[(size_t)r * 3 * C + 2 * C + c];
+}
+
+/* one warp (one block) per (row, head); scores in shared memory */
+__global__ static void attn_decode_k(float *out, const float *qkv, const float *kc, const float *vc,
+                                     const int *slot, const int *pos, int C, int NH, int Tmax)
+{
+    extern __shared__ float a[];
+    int r = blockIdx.x / NH, h = blockIdx.x % NH, lane = threadIdx.x;
+    int hs = C / NH, n = pos[r] + 1;
+    float scale = rsqrtf((float)hs);
+    const float *q = qkv + (size_t)r * 3 * C + h * hs;
+    const float *k = kc + (size_t)slot[r] * Tmax * C + h * hs;
+    const float *v = vc + (size_t)slot[r] * Tmax * C + h * hs;
+    float mx = -INFINITY;
+    for (int t2 = lane; t2 < n; t2 += 32) {
+        float s = 0.0f;
+        for (int i = 0; i < hs; i++) s += q[i] * k[(size_t)t2 * C + i];
+        a[t2] = s * scale;
+        mx = fmaxf(mx, a[t2]);
+    }
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int t2 = lane; t2 < n; t2 += 32) sum += (a[t2] = expf(a[t2] - mx));
+    float inv = 1.0f / warp_sum(sum);
+    __syncwarp();
+    for (int i = lane; i < hs; i += 32) {
+        float acc = 0.0f;
+        for (int t2 = 0; t2 < n; t2++) acc += a[t2] * v[(size_t)t2 * C + i];
+        out[(size_t)r * C + h * hs + i] = acc * inv;
+    }
+}
+
+static void kv_store(float *kc, float *vc, const float *qkv, const int *slot, const int *pos, int R,
+                     int C, int Tmax)
+{
+    kv_store_k<<<blocks((size_t)R * C, 256), 256>>>(kc, vc, qkv, slot, pos, R, C, Tmax);
+    LAUNCHED();
+}
+
+static void attn_decode(float *out, const float *qkv, const float *kc, const float *vc,
+                        const int *slot, const int *pos, int R, int C, int NH, int Tmax)
+{
+    attn_decode_k<<<R * NH, 32, sizeof(float) * Tmax>>>(out, qkv, kc, vc, slot, pos, C, NH, Tmax);
+    LAUNCHED();
+}
+
+/* ---- GELU, residuals ---------------------------------------------------- */
+
+#define GELU_K 0.7978845608028654f
+
+__global__ static void gelu_fwd_k(float *out, const float *inp, size_t n)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+}
+
+__global__ static void gelu_bwd_k(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = inp[i], th = tanhf(GELU_K * (x + 0.044715f * x * x * x));
+    float g = 0.5f * (1.0f + th) +
+              0.5f * x * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] = g * dout[i];
+}
+
+__global__ static void add_k(float *out, const float *a, const float *b, size_t n)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+
+static void gelu_fwd(float *out, const float *inp, size_t n)
+{
+    gelu_fwd_k<<<blocks(n, 256), 256>>>(out, inp, n);
+    LAUNCHED();
+}
+
+static void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    gelu_bwd_k<<<blocks(n, 256), 256>>>(dinp, inp, dout, n);
+    LAUNCHED();
+}
+
+static void add(float *out, const float *a, const float *b, size_t n)
+{
+    add_k<<<blocks(n, 256), 256>>>(out, a, b, n);
+    LAUNCHED();
+}
+
+/* ---- softmax rows: one warp per row ------------------------------------- */
+
+/* log-sum-exp and sum p*z of row z, reduced over the warp */
+__device__ static void row_lse(const float *z, int V, int lane, float *lse, float *pz)
+{
+    float mx = -INFINITY;
+    for (int j = lane; j < V; j += 32) mx = fmaxf(mx, z[j]);
+    mx = warp_max(mx);
+    float s = 0.0f, sz = 0.0f;
+    for (int j = lane; j < V; j += 32) {
+        float e = expf(z[j] - mx);
+        s += e;
+        sz += e * z[j];
+    }
+    s = warp_sum(s);
+    sz = warp_sum(sz);
+    *lse = mx + logf(s);
+    *pz = sz / s;
+}
+
+__global__ static void row_stats_k(float *logp, float *ent, const float *logits, const int *targets,
+                                   int R, int V)
+{
+    int r = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    if (r >= R) return;
+    const float *z = logits + (size_t)r * V;
+    float lse, pz;
+    row_lse(z, V, lane, &lse, &pz);
+    if (lane == 0) {
+        int t = targets ? targets[r] : -1;
+        if (logp) logp[r] = t >= 0 ? z[t] - lse : 0.0f;
+        if (ent) ent[r] = lse - pz;
+    }
+}
+
+__global__ static void row_grad_k(float *dlogits, const float *logits, const int *targets,
+                                  const float *ct, const float *ch, int R, int V)
+{
+    int r = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    if (r >= R) return;
+    const float *z = logits + (size_t)r * V;
+    float *d = dlogits + (size_t)r * V;
+    int t = targets[r];
+    float a = ct && t >= 0 ? ct[r] : 0.0f, e = ch ? ch[r] : 0.0f;
+    float lse, pz;
+    row_lse(z, V, lane, &lse, &pz);
+    float H = lse - pz;
+    for (int j = lane; j < V; j += 32) {
+        float lp = z[j] - lse, p = expf(lp);
+        d[j] = -a * p - e * p * (lp + H) + (j == t ? a : 0.0f);
+    }
+}
+
+static void row_stats(float *logp, float *ent, const float *logits, const int *targets, int R,
+                      int V)
+{
+    row_stats_k<<<blocks((size_t)R * 32, 256), 256>>>(logp, ent, logits, targets, R, V);
+    LAUNCHED();
+}
+
+static void row_grad(float *dlogits, const float *logits, const int *targets, const float *ct,
+                     const float *ch, int R, int V)
+{
+    row_grad_k<<<blocks((size_t)R * 32, 256), 256>>>(dlogits, logits, targets, ct, ch, R, V);
+    LAUNCHED();
+}
+
+/* ---- optimiser ---------------------------------------------------------- */
+
+__global__ static void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                               float b1, float b2, float eps, float wd, float bc1, float bc2)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float gi = g[i];
+    float mi = b1 * m[i] + (1.0f - b1) * gi;
+    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * (1.0f - lr * wd) - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+}
+
+static void adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                  float b2, float eps, float wd, int t)
+{
+    float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
+    adamw_k<<<blocks(n, 256), 256>>>(p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2);
+    LAUNCHED();
+}
+
+__global__ static void sumsq_k(double *out, const float *x, size_t n)
+{
+    __shared__ double part[256];
+    double s = 0.0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        s += (double)x[i] * x[i];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+        if ((int)threadIdx.x < k) part[threadIdx.x] += part[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicAdd(out, part[0]);
+}
+
+static double sumsq(const float *x, size_t n)
+{
+    double *d, h = 0.0;
+    CUDA_CHECK(cudaMalloc(&d, sizeof(double)));
+    CUDA_CHECK(cudaMemset(d, 0, sizeof(double)));
+    int nb = blocks(n, 256);
+    sumsq_k < < <nb> 1024 ? 1024 : (nb < 1 ? 1 : nb), 256 >>> (d, x, n);
+    LAUNCHED();
+    CUDA_CHECK(cudaMemcpy(&h, d, sizeof(double), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(d));
+    return h;
+}
+
+__global__ static void scale_k(float *x, float s, size_t n)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= s;
+}
+
+static void scale(float *x, float s, size_t n)
+{
+    scale_k<<<blocks(n, 256), 256>>>(x, s, n);
+    LAUNCHED();
+}
+
+/* ---- the table ---------------------------------------------------------- */
+
+static const mk_backend cuda_backend = {
+    "cuda",      cu_alloc,  cu_release, cu_upload, cu_download, cu_copy, cu_zero,
+    embed_fwd,   embed_bwd, ln_fwd,     ln_bwd,    mm_fwd,      mm_bwd,  head_fwd,
+    head_bwd,    attn_fwd,  attn_bwd,   gelu_fwd,  gelu_bwd,    add,     kv_store,
+    attn_decode, row_stats, row_grad,   adamw,     sumsq,       scale,
+};
+
+/* Not thread-safe on its first call (it creates the cuBLAS handle): call it
+ * once at start-up, as mk_set_threads. */
+extern "C" const mk_backend *mk_backend_cuda(void)
+{
+    static int ready = 0;
+    if (ready) return &cuda_backend;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        mk__fail(MK_ERR_DEVICE, "no CUDA device: %s",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0");
+        return NULL;
+    }
+    cublasStatus_t s = cublasCreate(&blas);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        mk__fail(MK_ERR_DEVICE, "cublasCreate: %s", cublasGetStatusString(s));
+        return NULL;
+    }
+    ready = 1;
+    return &cuda_backend;
+}
