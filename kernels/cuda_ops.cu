@@ -558,7 +558,9 @@ static double sumsq(const float *x, size_t n)
     CUDA_CHECK(cudaMalloc(&d, sizeof(double)));
     CUDA_CHECK(cudaMemset(d, 0, sizeof(double)));
     int nb = blocks(n, 256);
-    sumsq_k < < <nb> 1024 ? 1024 : (nb < 1 ? 1 : nb), 256 >>> (d, x, n);
+    if (nb > 1024) nb = 1024;
+    if (nb < 1) nb = 1;
+    sumsq_k<<<nb, 256>>>(d, x, n);
     LAUNCHED();
     CUDA_CHECK(cudaMemcpy(&h, d, sizeof(double), cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaFree(d));
