@@ -78,6 +78,11 @@ typedef struct mcp_req {
     bool orphan;          /* the client is gone; only free it */
     int pages;
     cJSON *acc; /* tools/list: tools gathered so far */
+    /* An SSE answer watched while it streams: the response, once seen. */
+    size_t sse_scanned; /* body bytes already parsed (whole events) */
+    cJSON *early;
+    bool early_bad;
+    uint64_t early_skipped;
     double start_ms;
 } mcp_req;
 
@@ -163,6 +168,7 @@ static void req_free(mcp_req *r)
     if (!r) return;
     cJSON_Delete(r->params);
     cJSON_Delete(r->acc);
+    cJSON_Delete(r->early);
     free(r);
 }
 
@@ -234,6 +240,7 @@ static void really_free(mcp_client *m)
 /* ---- sending ----------------------------------------------------------- */
 
 static void on_http(const manta_http_result *res, void *arg);
+static int on_body(const char *content_type, const char *body, size_t len, void *arg);
 
 static char *xstrdup(const char *s)
 {
@@ -312,6 +319,13 @@ static mcp_err req_send(mcp_client *m, mcp_req *r)
      * server cannot have seen it, so a tools/call never runs twice. */
     hr.max_retries = m->connect_retries;
     hr.retry_on = MANTA_HTTP_RETRY_CONNECT;
+    hr.on_body = on_body;
+    hr.on_body_arg = r;
+    cJSON_Delete(r->early);
+    r->early = NULL;
+    r->sse_scanned = 0;
+    r->early_bad = false;
+    r->early_skipped = 0;
     int rc = manta_http_submit(m->http, &hr, on_http, r, &r->http_id);
     free(own[0]);
     free(own[1]);
@@ -502,6 +516,48 @@ cJSON *mcp_sse_find_response(const char *body, size_t len, int64_t rpc_id, bool 
     }
     free(data);
     return found;
+}
+
+/* The end of the last complete SSE event in body[from, len): the offset just
+ * after its blank line, or from when there is none yet. A CR as the last byte
+ * may be the first half of a CRLF, so it does not count yet. */
+static size_t sse_complete_prefix(const char *b, size_t from, size_t len)
+{
+    size_t pos = from, last = from;
+    while (pos < len) {
+        size_t e = pos;
+        while (e < len && b[e] != '\n' && b[e] != '\r') e++;
+        if (e == len) break;
+        size_t next = e + 1;
+        if (b[e] == '\r') {
+            if (next == len) break;
+            if (b[next] == '\n') next++;
+        }
+        if (e == pos) last = next;
+        pos = next;
+    }
+    return last;
+}
+
+/* Watches an SSE answer as it arrives and ends the transfer as soon as our
+ * response is in: a server may keep the stream open after it (the spec says
+ * it SHOULD close, not MUST), and the caller should not wait for that. */
+static int on_body(const char *content_type, const char *body, size_t len, void *arg)
+{
+    mcp_req *r = arg;
+    if (r->early || !media_is(content_type, "text/event-stream")) return 0;
+    size_t end = sse_complete_prefix(body, r->sse_scanned, len);
+    if (end == r->sse_scanned) return 0;
+    bool bad = false;
+    uint64_t skipped = 0;
+    cJSON *found =
+        mcp_sse_find_response(body + r->sse_scanned, end - r->sse_scanned, r->id, &bad, &skipped);
+    r->sse_scanned = end;
+    r->early_bad |= bad;
+    r->early_skipped += skipped;
+    if (!found) return 0;
+    r->early = found;
+    return 1;
 }
 
 static void handshake_failed(mcp_client *m, mcp_err err, const char *why)
@@ -777,7 +833,14 @@ static void handle_answer(mcp_client *m, mcp_req *r, const manta_http_result *hr
         m->stats.sse_answers++;
         bool bad = false;
         uint64_t skipped = 0;
-        doc = mcp_sse_find_response(hres->body, hres->body_len, r->id, &bad, &skipped);
+        if (r->early) { /* found while the stream was still open */
+            doc = r->early;
+            r->early = NULL;
+            bad = r->early_bad;
+            skipped = r->early_skipped;
+        } else {
+            doc = mcp_sse_find_response(hres->body, hres->body_len, r->id, &bad, &skipped);
+        }
         m->stats.sse_events_skipped += skipped;
         resp = doc;
         if (!doc) {

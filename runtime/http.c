@@ -76,6 +76,9 @@ typedef struct xfer {
     size_t resp_len, resp_cap;
     size_t max_body;
     bool too_large;
+    bool ended_early; /* on_body said the answer is complete */
+    manta_http_body_fn on_body;
+    void *on_body_arg;
 
     manta_http_header *hdrs; /* response headers (name and value malloc'd) */
     size_t n_hdrs, cap_hdrs;
@@ -268,6 +271,7 @@ static void xfer_reset_response(xfer *x)
     x->resp_len = 0;
     if (x->resp) x->resp[0] = '\0';
     x->too_large = false;
+    x->ended_early = false;
     for (size_t i = 0; i < x->n_hdrs; i++) {
         free((char *)x->hdrs[i].name);
         free((char *)x->hdrs[i].value);
@@ -310,6 +314,17 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userp)
     memcpy(x->resp + x->resp_len, ptr, n);
     x->resp_len += n;
     x->resp[x->resp_len] = '\0';
+    if (x->on_body) {
+        const char *ct = NULL;
+        for (size_t i = 0; i < x->n_hdrs; i++)
+            if (strcasecmp(x->hdrs[i].name, "Content-Type") == 0) ct = x->hdrs[i].value;
+        if (x->on_body(ct, x->resp, x->resp_len, x->on_body_arg)) {
+            /* Returning short aborts the transfer; xfer_done sees the flag
+             * and reports what arrived as a success. */
+            x->ended_early = true;
+            return 0;
+        }
+    }
     return n;
 }
 
@@ -481,6 +496,8 @@ int manta_http_submit(manta_http_client *c, const manta_http_request *req, manta
     else
         x->max_retries = method_idempotent(x->method) ? c->cfg.max_retries : 0;
     x->retry_on = req->retry_on ? req->retry_on : (MANTA_HTTP_RETRY_CONNECT | MANTA_HTTP_RETRY_5XX);
+    x->on_body = req->on_body;
+    x->on_body_arg = req->on_body_arg;
     if (!xfer_setup(x, req->url)) {
         xfer_free(x);
         return MANTA_HTTP_EINVAL;
@@ -577,6 +594,10 @@ static void xfer_done(xfer *x, CURLcode code)
     curl_easy_getinfo(x->easy, CURLINFO_EFFECTIVE_URL, &url);
     if (!url) url = "?";
     msg[0] = '\0';
+    if (code == CURLE_WRITE_ERROR && x->ended_early) {
+        code = CURLE_OK;
+        c->stats.ended_early++;
+    }
 
     switch (code) {
     case CURLE_OK:

@@ -94,6 +94,14 @@ typedef struct manta_http_config {
 /* Fills cfg with the defaults above. Never fails. */
 void manta_http_config_init(manta_http_config *cfg);
 
+/* Optional watcher of a response body as it arrives (see on_body below): the
+ * Content-Type so far (or NULL) and every body byte received so far. Returns
+ * nonzero to end the transfer now as a success; the callback then gets the
+ * status, headers and the body received so far. Must not call back into the
+ * client. */
+typedef int (*manta_http_body_fn)(const char *content_type, const char *body, size_t len,
+                                  void *arg);
+
 /* One request. Fill with manta_http_request_init, then set url and the rest.
  * Everything it points to is copied by manta_http_submit, so the caller may
  * free or reuse it as soon as submit returns. */
@@ -109,6 +117,12 @@ typedef struct manta_http_request {
     size_t max_body;         /* 0: the client's */
     int max_retries;         /* < 0: the client's for idempotent methods, 0 otherwise */
     unsigned retry_on;       /* MANTA_HTTP_RETRY_* mask; 0: CONNECT | 5XX */
+    /* For streamed answers (e.g. server-sent events) that may hold the
+     * wanted message long before the server closes the stream: on_body
+     * decides when enough has arrived. The connection is then closed, not
+     * reused. NULL: read to the end. */
+    manta_http_body_fn on_body;
+    void *on_body_arg;
 } manta_http_request;
 
 /* Sets every field of req to "use the client's default" and url to NULL. */
@@ -152,6 +166,7 @@ typedef struct manta_http_stats {
     uint64_t retries;
     uint64_t connects;       /* new connections opened (less than attempts when reused) */
     uint64_t bytes_received; /* response body bytes */
+    uint64_t ended_early;    /* transfers ended by an on_body callback */
 } manta_http_stats;
 
 typedef struct manta_http_client manta_http_client;

@@ -231,6 +231,14 @@ static void test_call_sse(void **state)
     assert_int_equal(g.err, MCP_OK);
     assert_string_equal(g.text, "ok");
     close_client(&f);
+
+    /* A stream left open after the response: the answer counts at once. */
+    open_client(&f, bad.port, "/mcp/sseopen", 4000, NULL);
+    call(&f, "any", NULL, &g);
+    assert_int_equal(g.err, MCP_OK);
+    assert_string_equal(g.text, "ok");
+    assert_true(g.elapsed_ms < 2000);
+    close_client(&f);
 }
 
 static void test_tool_errors(void **state)

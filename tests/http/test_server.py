@@ -11,6 +11,7 @@ Plain HTTP paths (any method):
   /big-chunked/<n>      200 with <n> bytes, chunked (no Content-Length)
   /flaky/<key>/<n>      503 for the first <n> requests with this key, then 200
   /count/<key>          200, body = how many requests /flaky/<key> has seen
+  /stream/<ms>           chunked: "hello\n" at once, "bye\n" after <ms>
   /hangup               closes the connection without answering
   /garbage              200 application/json with a body that is not JSON
 
@@ -29,6 +30,7 @@ answer correctly; tools/call answers according to <mode>:
   big           a JSON result with 1 MiB of text
   hangup        closes the connection without answering
   slow          sleeps 3 s, then answers
+  sseopen       SSE stream with the response, then kept open for 5 s
   expire        404 (the session is gone)
 """
 import argparse
@@ -138,6 +140,12 @@ class Handler(BaseHTTPRequestHandler):
             elif head == "count":
                 with _flaky_lock:
                     self._send(200, str(_flaky_seen.get(parts[1], 0)))
+            elif head == "stream":
+                self._start_chunked("text/plain")
+                self._chunk("hello\n")
+                time.sleep(int(parts[1]) / 1000.0)
+                self._chunk("bye\n")
+                self.wfile.write(b"0\r\n\r\n")
             elif head == "hangup":
                 self._hangup()
             elif head == "garbage":
@@ -189,6 +197,11 @@ class Handler(BaseHTTPRequestHandler):
                     "params": {"level": "info", "data": "working"}}
             self._chunk("event: message\ndata: %s\n\n" % json.dumps(note))
             self._chunk(": a comment\r\nid: 7\r\ndata: %s\r\n\r\n" % json.dumps(ok))
+            self.wfile.write(b"0\r\n\r\n")
+        elif mode == "sseopen":
+            self._start_chunked("text/event-stream")
+            self._chunk("data: %s\n\n" % json.dumps(ok))
+            time.sleep(5)
             self.wfile.write(b"0\r\n\r\n")
         elif mode == "garbage":
             self._send(200, "this is { not json", "application/json")
