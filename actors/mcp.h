@@ -115,7 +115,7 @@ typedef void (*mcp_done_fn)(const mcp_result *res, void *arg);
 
 /* Counters since mcp_new. */
 typedef struct mcp_stats {
-    uint64_t requests;  /* JSON-RPC requests sent (initialize and retries included) */
+    uint64_t requests;  /* JSON-RPC messages posted (handshake and resends included) */
     uint64_t calls;     /* tools/call accepted */
     uint64_t completed; /* callbacks fired */
     uint64_t ok;

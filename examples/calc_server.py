@@ -52,6 +52,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
 MAX_EXPRESSION = 10000  # characters
 MAX_INT_BITS = 100000  # bigger integer results are refused, not computed
+MAX_REQUEST = 1 << 20  # bytes of one JSON-RPC message
 
 if hasattr(sys, "set_int_max_str_digits"):
     sys.set_int_max_str_digits(0)
@@ -291,7 +292,14 @@ def make_handler(calc_state):
                 pass
 
         def _post(self):
-            n = int(self.headers.get("Content-Length") or 0)
+            try:
+                n = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                n = -1
+            if n < 0 or n > MAX_REQUEST:
+                self.close_connection = True
+                self._rpc_error(413 if n > 0 else 400, None, -32600, "bad Content-Length")
+                return
             raw = self.rfile.read(n) if n > 0 else b""
             if self.path.split("?")[0] != "/mcp":
                 self._send(404, json.dumps({"error": "not found"}))
@@ -328,6 +336,9 @@ def make_handler(calc_state):
                 self._send(202)
                 return
             params = msg.get("params") or {}
+            if not isinstance(params, dict):
+                self._rpc_error(200, rid, -32602, "params must be an object")
+                return
             if method == "initialize":
                 asked = params.get("protocolVersion")
                 version = asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
