@@ -281,6 +281,10 @@ typedef struct ctx {
     int fixed_line;   /* > 0 while parsing a --set value: its index */
     int col_base;     /* ... the value's offset inside the argument */
     int value_len;    /* ... and its length */
+    /* Merged-away `<<` values, which anchors may still name; freed when
+     * the parse ends. */
+    struct manta_spec_node **dead;
+    size_t n_dead, cap_dead;
 } ctx;
 
 static void node_free(manta_spec_node *n)
@@ -550,6 +554,70 @@ oom:
     return false;
 }
 
+/* Resolve YAML merge keys in a finished mapping: `<<: *base` (or a
+ * sequence of mappings) adds every entry of the merged mappings whose key
+ * the mapping does not have itself; among merged mappings the earlier wins.
+ * The `<<` entry itself goes away. A `<<` whose value is not a mapping or
+ * sequence of mappings is reported and dropped. False only when out of
+ * memory. */
+static bool merge_keys(ctx *c, manta_spec_node *m)
+{
+    char gotbuf[128];
+    for (size_t i = 0; i < m->count;) {
+        manta_spec_node *k = m->keys[i];
+        if (!k->plain || strcmp(k->text, "<<") != 0) {
+            i++;
+            continue;
+        }
+        manta_spec_node *src = m->items[i];
+        memmove(&m->keys[i], &m->keys[i + 1], (m->count - i - 1) * sizeof *m->keys);
+        memmove(&m->items[i], &m->items[i + 1], (m->count - i - 1) * sizeof *m->items);
+        m->count--;
+        bool ok = true;
+        size_t n_src = src->kind == MANTA_SPEC_SEQ ? src->count : 1;
+        for (size_t j = 0; j < n_src && ok; j++) {
+            manta_spec_node *from = src->kind == MANTA_SPEC_SEQ ? src->items[j] : src;
+            if (from->kind != MANTA_SPEC_MAP) {
+                node_err(c->errs, from,
+                         "expected a mapping or a sequence of mappings to merge, got %s",
+                         GOT(from));
+                continue;
+            }
+            for (size_t e = 0; e < from->count && ok; e++) {
+                if (map_index(m, from->keys[e]->text) >= 0) continue;
+                /* Copies, not moves: an anchor on `src` must still name
+                 * the whole mapping. */
+                char *path = child_path(m->path, from->keys[e]->text);
+                manta_spec_node *kc = path ? node_copy(c, from->keys[e]) : NULL;
+                manta_spec_node *vc = kc ? node_copy(c, from->items[e]) : NULL;
+                ok = vc && set_paths(kc, path) && set_paths(vc, path) && node_push(m, kc, vc);
+                if (!ok) node_free(kc), node_free(vc);
+                free(path);
+            }
+        }
+        /* Anchors may still point into `src`: keep it until the parse ends. */
+        if (ok && c->n_dead == c->cap_dead) {
+            size_t cap = c->cap_dead ? c->cap_dead * 2 : 8;
+            manta_spec_node **d = realloc(c->dead, cap * sizeof *d);
+            if (d)
+                c->dead = d, c->cap_dead = cap;
+            else
+                ok = false;
+        }
+        node_free(k);
+        if (ok)
+            c->dead[c->n_dead++] = src;
+        else
+            node_free(src); /* the parse stops; no alias will be resolved */
+        if (!ok) {
+            if (!c->too_many)
+                manta_spec_errors_add(c->errs, c->file, m->line, m->col, "", "out of memory");
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Parse buf as one YAML document. Returns the root, or NULL with errors
  * appended; or NULL with *empty set (and no error) when there is no
  * document at all. */
@@ -564,6 +632,8 @@ static manta_spec_node *build_tree(ctx *c, const char *buf, size_t len, bool *em
     bool ok = true, done = false;
 
     *empty = false;
+    c->dead = NULL;
+    c->n_dead = c->cap_dead = 0;
     if (!yaml_parser_initialize(&p)) {
         manta_spec_errors_add(c->errs, c->file, 0, 0, "", "out of memory");
         return NULL;
@@ -648,7 +718,10 @@ static manta_spec_node *build_tree(ctx *c, const char *buf, size_t len, bool *em
             push = true;
             break;
         case YAML_SEQUENCE_END_EVENT:
+            depth--;
+            break;
         case YAML_MAPPING_END_EVENT:
+            if (!merge_keys(c, stack[depth - 1].node)) ok = false;
             depth--;
             break;
         default:
@@ -694,6 +767,10 @@ static manta_spec_node *build_tree(ctx *c, const char *buf, size_t len, bool *em
         }
         yaml_event_delete(&ev);
     }
+    for (size_t i = 0; i < c->n_dead; i++) node_free(c->dead[i]);
+    free(c->dead);
+    c->dead = NULL;
+    c->n_dead = c->cap_dead = 0;
     /* Keys waiting for a value when the parse stopped belong to no node. */
     for (int i = 0; i < depth; i++) node_free(stack[i].key);
     for (size_t i = 0; i < n_anchors; i++) free(anchors[i].name);

@@ -256,6 +256,46 @@ static void test_aliases(void **state)
     manta_spec_errors_destroy(&e);
 }
 
+static void test_merge_keys(void **state)
+{
+    static const char text[] = "job: j\n"
+                               "base: &b {cpu: 2, memory: 1GiB}\n"
+                               "more: &m {gpu: 1, cpu: 8}\n"
+                               "groups:\n"
+                               "  a: {class: x, resources: {<<: *b, cpu: 3}}\n"
+                               "  b: {class: x, resources: {<<: [*b, *m]}}\n"
+                               "  c:\n"
+                               "    <<: &inline {class: y, replicas: 2}\n"
+                               "    replicas: 5\n"
+                               "again: *inline\n";
+    manta_spec_errors e;
+    manta_spec *s = load_text(text, NULL, 0, &e);
+    if (!s) manta_spec_errors_print(&e, stderr);
+    assert_non_null(s);
+    /* Explicit keys win, wherever they stand. */
+    assert_true(s->groups[0].cpu == 3);
+    assert_int_equal(s->groups[0].memory_bytes, 1ull << 30);
+    /* Among merged mappings the earlier wins. */
+    assert_true(s->groups[1].cpu == 2);
+    assert_int_equal(s->groups[1].gpu, 1);
+    assert_string_equal(s->groups[2].class_name, "y");
+    assert_int_equal(s->groups[2].replicas, 5);
+    const manta_spec_node *res = manta_spec_find(s->root, "groups.b.resources");
+    assert_int_equal(manta_spec_len(res), 3);
+    assert_null(manta_spec_find(res, "<<"));
+    assert_string_equal(manta_spec_find(res, "gpu")->path, "groups.b.resources.gpu");
+    /* An anchor on a merged-away value still resolves. */
+    int64_t i;
+    assert_int_equal(manta_spec_get_int(s->root, "again.replicas", 0, &i, &e), 0);
+    assert_int_equal(i, 2);
+    manta_spec_free(s);
+    manta_spec_errors_destroy(&e);
+
+    expect_one("job: j\ngroups: {a: {class: x, <<: 3}}\n",
+               "inline.yaml:2:28: groups.a.<<: expected a mapping or a sequence of mappings to "
+               "merge, got \"3\"");
+}
+
 /* ---- overrides -------------------------------------------------------------------- */
 
 static void test_overrides(void **state)
@@ -1229,6 +1269,7 @@ int main(void)
         cmocka_unit_test(test_minimal_defaults),
         cmocka_unit_test(test_library_path),
         cmocka_unit_test(test_aliases),
+        cmocka_unit_test(test_merge_keys),
         cmocka_unit_test(test_overrides),
         cmocka_unit_test(test_override_errors),
         cmocka_unit_test(test_getters),
