@@ -1141,9 +1141,14 @@ static void test_msgpack(void **state)
     assert_int_equal(map_lookup(m, "replicas")->via.u64, 2);
     assert_int_equal(map_lookup(m, "settings")->via.map.size, 6);
     o = map_lookup(m, "sections");
-    assert_int_equal(o->via.map.size, 4); /* defaults, model, rl, tools */
+    assert_int_equal(o->via.map.size, 5); /* defaults, model, rl, tools, extra */
     assert_str_obj(&o->via.map.ptr[0].key, "defaults");
     assert_str_obj(&o->via.map.ptr[3].key, "tools");
+    const msgpack_object *extra = map_lookup(o, "extra");
+    assert_int_equal(extra->via.map.size, 3); /* cpu, memory, gpu; no "<<" */
+    assert_int_equal(map_lookup(extra, "cpu")->via.u64, 1);
+    assert_str_obj(map_lookup(extra, "memory"), "512MiB");
+    assert_int_equal(map_lookup(extra, "gpu")->via.u64, 1);
     const msgpack_object *model = map_lookup(o, "model");
     assert_int_equal(map_lookup(model, "vocab")->via.u64, 256);
     msgpack_unpacked_destroy(&u);
@@ -1232,7 +1237,7 @@ static void test_fuzz_mutations(void **state)
 {
     size_t len;
     char *buf = read_all("full.yaml", &len);
-    static const char alphabet[] = ":-[]{}&*!|>'\"#,? \n\t%@`\\0a9.~\xc3\xff";
+    static const char alphabet[] = ":-[]{}&*!|><'\"#,? \n\t%@`\\0a9.~\xc3\xff";
     uint64_t x = 0x9e3779b97f4a7c15ull; /* fixed seed: reproducible */
     char *m = malloc(len);
     for (int iter = 0; iter < 3000; iter++) {
