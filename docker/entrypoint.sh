@@ -27,12 +27,40 @@ for a in "$@"; do
     prev=$a
 done
 
+# redis-cli -u sends `AUTH "" password` for redis://:password@host, which
+# Redis 7 refuses, so split the URL here: [[user]:password@]host[:port][/db].
+# The password goes through REDISCLI_AUTH, not the command line; %XX
+# escapes are not decoded (use a URL-safe password).
+redis_ping() {
+    rest=${1#redis://}
+    auth=
+    case "$rest" in *@*) auth=${rest%@*} rest=${rest##*@} ;; esac
+    hostport=${rest%%/*}
+    case "$auth" in
+    *:*) user=${auth%%:*} pass=${auth#*:} ;;
+    *) user=$auth pass= ;;
+    esac
+    case "$hostport" in
+    \[*\]:*) host=${hostport%]:*} host=${host#[} port=${hostport##*]:} ;;
+    \[*\]) host=${hostport#[} host=${host%]} port=6379 ;;
+    *:*) host=${hostport%:*} port=${hostport##*:} ;;
+    *) host=$hostport port=6379 ;;
+    esac
+    if [ -n "$user" ]; then
+        REDISCLI_AUTH=$pass redis-cli -h "$host" -p "$port" --user "$user" ping
+    elif [ -n "$pass" ]; then
+        REDISCLI_AUTH=$pass redis-cli -h "$host" -p "$port" ping
+    else
+        redis-cli -h "$host" -p "$port" ping
+    fi
+}
+
 wait_s="${MANTA_WAIT_REDIS:-60}"
 case "$url" in
 redis://*)
     if [ "$wait_s" -gt 0 ]; then
         i=0
-        until redis-cli --no-auth-warning -u "$url" ping 2>/dev/null | grep -q PONG; do
+        until redis_ping "$url" 2>/dev/null | grep -q PONG; do
             i=$((i + 1))
             if [ "$i" -ge "$wait_s" ]; then
                 # The URL holds the password: say where, not what.
