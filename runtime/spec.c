@@ -1507,7 +1507,8 @@ static void check_group(ctx *c, spec_impl *si, manta_spec_group *g, const manta_
         }
     }
     if (!cls) {
-        manta_spec_errors_add(e, v->file, v->line, v->col, key->path,
+        /* At the group's name: the mapping itself may start lines below. */
+        manta_spec_errors_add(e, key->file, key->line, key->col, key->path,
                               "missing required key \"class\" (the actor class to run)");
     } else if ((g->class_name = want_str(e, cls, "a class name"))) {
         if (!name_ok(cls->text, cls->len, 64, true)) {
@@ -1578,6 +1579,8 @@ static void check_nodes(ctx *c, spec_impl *si, const manta_spec_node *nodes)
     }
 }
 
+/* `nodes` is the key of the nodes section: cluster-wide problems are
+ * reported there. */
 static void check_placement(ctx *c, manta_spec *s, const manta_spec_node *nodes)
 {
     manta_spec_errors *e = c->errs;
@@ -1707,7 +1710,7 @@ static void validate(ctx *c, spec_impl *si, const manta_spec_options *o)
         return;
     }
     size_t before = e->count + e->dropped;
-    const manta_spec_node *job = NULL, *groups = NULL, *nodes = NULL;
+    const manta_spec_node *job = NULL, *groups = NULL, *nodes = NULL, *nodes_key = NULL;
     s->redis_url = "embedded";
     manta_spec_parse_redis("embedded", &s->redis, NULL, 0);
     for (size_t i = 0; i < root->count; i++) {
@@ -1721,7 +1724,7 @@ static void validate(ctx *c, spec_impl *si, const manta_spec_options *o)
         } else if (!strcmp(k->text, "groups")) {
             check_groups(c, si, groups = v, o);
         } else if (!strcmp(k->text, "nodes")) {
-            if (!is_null_node(v)) check_nodes(c, si, nodes = v);
+            if (!is_null_node(v)) check_nodes(c, si, nodes = v), nodes_key = k;
         } else {
             /* Free-form section. A scalar is almost surely a typo of a
              * fixed key, as is a collection named one edit away from one. */
@@ -1745,7 +1748,7 @@ static void validate(ctx *c, spec_impl *si, const manta_spec_options *o)
                               "groups");
     /* Placement only makes sense on a clean schema. */
     if (nodes && s->n_nodes && s->n_groups && e->count + e->dropped == before)
-        check_placement(c, s, nodes);
+        check_placement(c, s, nodes_key);
 }
 
 /* ---- Loading ---------------------------------------------------------------------------- */

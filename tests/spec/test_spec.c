@@ -638,7 +638,7 @@ static void test_error_schema_file(void **state)
         "schema_errors.yaml:10:15: groups.rollout.settings: expected a mapping, got \"fast\"",
         "schema_errors.yaml:11:3: groups.Bad.Name: bad group name; expected 1 to 40 characters "
         "from a-z, 0-9, - and _, got \"Bad.Name\"",
-        "schema_errors.yaml:12:5: groups.Bad.Name: missing required key \"class\" (the actor "
+        "schema_errors.yaml:11:3: groups.Bad.Name: missing required key \"class\" (the actor "
         "class to run)",
         "schema_errors.yaml:13:8: groups.env: expected a mapping with class, replicas, resources "
         "and settings, got a sequence",
@@ -718,7 +718,7 @@ static void test_error_cases(void **state)
         {G "  a: {class: x, replicas: \"2\"}\n",
          "inline.yaml:3:27: groups.a.replicas: expected a non-negative integer, got \"2\""},
         {G "  a: {replicas: 2}\n",
-         "inline.yaml:3:6: groups.a: missing required key \"class\" (the actor class to run)"},
+         "inline.yaml:3:3: groups.a: missing required key \"class\" (the actor class to run)"},
         {G "  a: {class: \"my class\"}\n",
          "inline.yaml:3:14: groups.a.class: expected a class name of 1 to 64 characters from "
          "A-Z, a-z, 0-9, ., - and _, got \"my class\""},
@@ -890,9 +890,9 @@ static void test_placement_spec_errors(void **state)
     static const char *const want[] = {
         "placement.yaml:6:16: groups.learner.resources: one replica needs cpu 4, gpu 4, memory "
         "16GiB, more than any node in \"nodes\" has",
-        "placement.yaml:12:3: nodes: the groups need cpu 24 in total, more than the 16 the nodes "
+        "placement.yaml:11:1: nodes: the groups need cpu 24 in total, more than the 16 the nodes "
         "have",
-        "placement.yaml:12:3: nodes: the groups need gpu 8 in total, more than the 4 the nodes "
+        "placement.yaml:11:1: nodes: the groups need gpu 8 in total, more than the 4 the nodes "
         "have",
     };
     assert_null(load_file("placement.yaml", NULL, 0, &e));
@@ -910,9 +910,9 @@ static void test_placement_spec_errors(void **state)
     static const char *const want_brk[] = {
         "--set:1:19: groups.rollout.resources: one replica needs cpu 9, gpu 0, memory 0B, more "
         "than any node in \"nodes\" has",
-        "placement.yaml:12:3: nodes: the groups need cpu 80 in total, more than the 16 the nodes "
+        "placement.yaml:11:1: nodes: the groups need cpu 80 in total, more than the 16 the nodes "
         "have",
-        "placement.yaml:12:3: nodes: the groups need gpu 8 in total, more than the 4 the nodes "
+        "placement.yaml:11:1: nodes: the groups need gpu 8 in total, more than the 4 the nodes "
         "have",
     };
     const char *brk2[] = {"rollout.resources={cpu: 9}", "learner.replicas=0", "rollout.replicas=1"};
@@ -929,7 +929,7 @@ static void test_placement_spec_errors(void **state)
     manta_spec_errors_destroy(&e);
 
     static const char *const pack[] = {
-        "packing.yaml:13:3: nodes: cannot place every replica (first-fit, largest first): group "
+        "packing.yaml:12:1: nodes: cannot place every replica (first-fit, largest first): group "
         "\"small\" replica 1 of 1 (cpu 2, gpu 0, memory 0B) does not fit: free: a cpu 1 gpu 0 "
         "memory 0B; b cpu 1 gpu 0 memory 0B",
     };
