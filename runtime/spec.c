@@ -403,7 +403,10 @@ static manta_spec_node *node_copy(ctx *c, const manta_spec_node *src)
     for (size_t i = 0; i < src->count; i++) {
         manta_spec_node *k = src->kind == MANTA_SPEC_MAP ? node_copy(c, src->keys[i]) : NULL;
         manta_spec_node *v = node_copy(c, src->items[i]);
-        if ((src->kind == MANTA_SPEC_MAP && !k) || !v || !node_push(n, k, v)) {
+        bool made = (src->kind != MANTA_SPEC_MAP || k) && v;
+        if (!made || !node_push(n, k, v)) {
+            if (made)
+                manta_spec_errors_add(c->errs, c->file, src->line, src->col, "", "out of memory");
             node_free(k);
             node_free(v);
             node_free(n);
@@ -1383,7 +1386,10 @@ static bool apply_set(ctx *c, manta_spec_node *root, const char *arg, int index)
             node_free(*slot);
             *slot = m;
         }
-        if (!set_paths(*slot, next_path)) ok = false;
+        if (!set_paths(*slot, next_path)) {
+            manta_spec_errors_add(c->errs, SET_FILE, index, 1, "", "out of memory");
+            ok = false;
+        }
         free(next_path);
         cur = *slot;
     }
@@ -1792,6 +1798,10 @@ manta_spec *manta_spec_load_buffer(const char *buf, size_t len, const char *name
         if (si->root || empty) validate(&c, si, opts);
     }
     si->pub.root = si->root;
+    /* Every failure above reports itself; this net keeps a silent one (a
+     * bug) from handing out a half-made spec. */
+    if (errs->count + errs->dropped == before && (!si->pub.job || !si->pub.n_groups))
+        manta_spec_errors_add(errs, name, 0, 0, "", "internal error: the spec was not loaded");
     if (errs->count + errs->dropped != before) {
         manta_spec_free(&si->pub);
         return NULL;
