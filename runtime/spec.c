@@ -482,14 +482,18 @@ static void syntax_error(ctx *c, const yaml_parser_t *p, const char *buf, size_t
         return;
     }
     mark_pos(c, p->problem_mark, &line, &col);
+    /* The commonest cause by far deserves a plain word. */
+    const char *hint = p->problem_mark.index < len && buf[p->problem_mark.index] == '\t'
+                           ? "; YAML does not allow tabs for indentation"
+                           : "";
     if (p->context && c->fixed_line == 0)
         manta_spec_errors_add(c->errs, c->file, line, col, "",
-                              "YAML syntax error: %s (%s at line %d, column %d)",
+                              "YAML syntax error: %s (%s at line %d, column %d)%s",
                               p->problem ? p->problem : "unknown", p->context,
-                              (int)p->context_mark.line + 1, (int)p->context_mark.column + 1);
+                              (int)p->context_mark.line + 1, (int)p->context_mark.column + 1, hint);
     else
-        manta_spec_errors_add(c->errs, c->file, line, col, "", "YAML syntax error: %s",
-                              p->problem ? p->problem : "unknown");
+        manta_spec_errors_add(c->errs, c->file, line, col, "", "YAML syntax error: %s%s",
+                              p->problem ? p->problem : "unknown", hint);
 }
 
 /* 0: no tag or a resolving tag, 1: !!str, -1: unsupported. */

@@ -776,6 +776,10 @@ static void test_error_cases(void **state)
         {G "  ? [a, b]\n  : {class: x}\n",
          "inline.yaml:3:5: groups: mapping keys must be scalars, got a sequence"},
         {"job: \"a\tb\xff\"\n", "inline.yaml:1:10: invalid input: invalid leading UTF-8 octet"},
+        {"job: x\ngroups:\n\ta: {class: b}\n",
+         "inline.yaml:3:1: YAML syntax error: found character that cannot start any token (while "
+         "scanning for the next token at line 3, column 1); YAML does not allow tabs for "
+         "indentation"},
         {"job: j\ngroups:\n  a: {class: x\n", "inline.yaml:4:1: YAML syntax error: did not find "
                                               "expected ',' or '}' (while parsing a flow mapping "
                                               "at line 3, column 6)"},
