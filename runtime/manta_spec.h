@@ -226,8 +226,10 @@ typedef struct manta_spec_group {
     const char *name;                /* [a-z0-9_-]{1,40} */
     const char *class_name;          /* built-in class, or one from `library` */
     const char *library;             /* as written, or NULL */
-    const char *library_path;        /* `library` resolved against the spec file's
-                                        folder when relative, or NULL */
+    const char *library_path;        /* what to dlopen(): a relative path with a '/'
+                                        joined to the spec file's folder; an
+                                        absolute path or a bare name (left to
+                                        dlopen's search) as written; or NULL */
     int replicas;                    /* >= 0; default 1 */
     double cpu;                      /* >= 0; default 1 */
     int gpu;                         /* >= 0; default 0 */
