@@ -326,8 +326,8 @@ int manta_actor_wait_ready(manta_ctx *m, manta_actor *a, int timeout_ms)
         manta_actor_info info;
         int rc = mn_directory_read(m, a->name, &info);
         if (rc == 0 && !strcmp(info.state, "alive")) {
-            a->peer->incarnation = info.incarnation;
-            a->peer->suspect = a->peer->dead = false;
+            if (info.incarnation > a->peer->incarnation) a->peer->incarnation = info.incarnation;
+            a->peer->dead = false;
             return 0;
         }
         if (rc == 0 && (!strcmp(info.state, "failed") || !strcmp(info.state, "dead"))) {
@@ -432,7 +432,8 @@ int mn_node_spawn_local(manta_ctx *m)
     if (!envp) return MANTA_ENOMEM;
     size_t k = 0;
     for (size_t i = 0; i < nenv; i++)
-        if (strncmp(environ[i], "MANTA_", 6) != 0) envp[k++] = environ[i];
+        if (strncmp(environ[i], "MANTA_", 6) != 0 || !strncmp(environ[i], "MANTA_DEBUG=", 12))
+            envp[k++] = environ[i];
     envp[k++] = e_role, envp[k++] = e_redis, envp[k++] = e_job, envp[k++] = e_name;
     envp[k++] = e_tr, envp[k++] = e_host, envp[k++] = e_log, envp[k++] = e_max;
     char *argv[] = {exe, NULL};

@@ -92,6 +92,7 @@ struct mn_peer {
     int incarnation;    /* last known, from the directory */
     bool suspect;       /* disconnected: check the directory before trusting */
     bool dead;          /* directory says dead for good */
+    bool reconnected;   /* the socket connected again after a disconnect */
     int64_t next_check; /* when to look at the directory again */
     manta_actor *owner; /* the handle, for named actors */
     mn_peer *next;

@@ -167,7 +167,10 @@ mn_peer *mn_peer_get(manta_ctx *m, const char *endpoint)
     zmq_setsockopt(p->sock, ZMQ_ROUTING_ID, rid, (size_t)rl);
     char mon[64];
     snprintf(mon, sizeof mon, "inproc://mn-mon-%d", ++m->npeers);
-    if (zmq_socket_monitor(p->sock, mon, ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED) != 0)
+    if (zmq_socket_monitor(p->sock, mon,
+                           getenv("MANTA_DEBUG")
+                               ? ZMQ_EVENT_ALL
+                               : ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED) != 0)
         goto fail;
     p->mon = zmq_socket(m->zmq, ZMQ_PAIR);
     if (!p->mon || zmq_connect(p->mon, mon) != 0) goto fail;
@@ -217,7 +220,11 @@ static int check_peer(manta_ctx *m, mn_peer *p)
             p->endpoint = mn_strdup(info.endpoint);
         }
     }
-    if (!strcmp(info.state, "alive")) {
+    /* "alive" may be stale (the agent has not reaped the old process yet),
+     * so it counts only once the socket has connected again. Until then
+     * calls still go (they queue for the next incarnation) and the loop
+     * re-reads the record every 100 ms while any is pending. */
+    if (!strcmp(info.state, "alive") && p->reconnected) {
         p->suspect = false;
         p->incarnation = info.incarnation;
     }
@@ -458,13 +465,20 @@ static void recv_monitor(manta_ctx *m, mn_peer *p)
             return;
         }
         uint16_t event = 0;
+        uint32_t value = 0;
         if (zmq_msg_size(&ev) >= 2) memcpy(&event, zmq_msg_data(&ev), 2);
+        if (zmq_msg_size(&ev) >= 6) memcpy(&value, (char *)zmq_msg_data(&ev) + 2, 4);
         zmq_msg_init(&addr);
         if (zmq_msg_more(&ev)) zmq_msg_recv(&addr, p->mon, 0);
         zmq_msg_close(&ev);
         zmq_msg_close(&addr);
+        if (getenv("MANTA_DEBUG"))
+            mn_log("peer %s (%s): socket event 0x%x value %u", p->endpoint,
+                   p->owner && p->owner->name ? p->owner->name : "-", event, value);
+        if (event == ZMQ_EVENT_CONNECTED) p->reconnected = true;
         if (event == ZMQ_EVENT_DISCONNECTED) {
             p->suspect = true;
+            p->reconnected = false;
             p->next_check = mn_now_ms() + 20;
             char why[256];
             snprintf(why, sizeof why,
@@ -802,6 +816,11 @@ int mn_mailbox_bind(manta_ctx *m, const char *endpoint)
     zmq_setsockopt(m->mailbox, ZMQ_LINGER, &linger, sizeof linger);
     /* A reply to a caller that has gone fails loudly instead of vanishing. */
     zmq_setsockopt(m->mailbox, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    /* Callers name themselves (routing id NAME#PID). When a caller's socket
+     * reconnects before this side has noticed the old connection is gone,
+     * the new connection must win; without handover ZeroMQ would close it,
+     * and the caller would take that for the actor's death. */
+    zmq_setsockopt(m->mailbox, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
     if (zmq_bind(m->mailbox, endpoint) != 0)
         return mn_fail(MANTA_EZMQ, "bind mailbox %s: %s", endpoint, zmq_strerror(zmq_errno()));
     size_t n = sizeof m->endpoint;

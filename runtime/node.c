@@ -43,6 +43,7 @@ typedef struct child {
     bool stopping;        /* asked to stop: do not restart */
     bool no_restart;      /* killed with restart=0 */
     manta_req *stop_call; /* answered when it exits */
+    manta_req *kill_call; /* answered once the exit is handled */
     struct child *next;
 } child;
 
@@ -89,7 +90,7 @@ static int start_child(node *nd, child *c)
     if (!envp) return MANTA_ENOMEM;
     size_t k = 0;
     for (size_t i = 0; i < nenv; i++)
-        if (strncmp(environ[i], "MANTA_", 6) != 0 || !strncmp(environ[i], "MANTA_LOG_DIR=", 14))
+        if (strncmp(environ[i], "MANTA_", 6) != 0 || !strncmp(environ[i], "MANTA_DEBUG=", 12))
             envp[k++] = environ[i];
     char *vars[] = {e_role, e_redis, e_job, e_name, e_class, e_lib,
                     e_ep,   e_node,  e_inc, e_tr,   e_host,  e_max};
@@ -295,6 +296,8 @@ static void child_exited(node *nd, child *c, int status)
     int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     c->pid = 0;
     bool remove = true;
+    manta_req *kill_call = c->kill_call;
+    c->kill_call = NULL;
     if (c->stopping || nd->shutdown) {
         forget_actor(m, c->name);
         if (c->stop_call) manta_reply(c->stop_call, NULL, 0);
@@ -316,6 +319,7 @@ static void child_exited(node *nd, child *c, int status)
                  c->restarts);
         freeReplyObject(mn_redis(m, "HSET %s state dead error %s", key, why));
     }
+    if (kill_call) manta_reply(kill_call, NULL, 0);
     if (remove) {
         for (child **pp = &nd->children; *pp; pp = &(*pp)->next) {
             if (*pp == c) {
@@ -372,7 +376,12 @@ static int node_method(manta_ctx *m, manta_req *call, const mn_env *e, const voi
             return 0;
         }
         c->no_restart = !restart;
-        if (c->pid > 0) kill(c->pid, SIGKILL);
+        if (c->pid > 0) {
+            kill(c->pid, SIGKILL);
+            /* Answer once the exit is handled, so that the directory shows
+             * "restarting" or "dead" by then, never the stale "alive". */
+            if (!c->kill_call) c->kill_call = manta_req_defer(call);
+        }
         return 0;
     }
     if (!strcmp(meth, "stop")) {

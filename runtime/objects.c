@@ -255,7 +255,8 @@ int manta_put(manta_ctx *m, const void *data, size_t len, manta_obj_id *id)
     mn_key(m, key, sizeof key, "obj", id->s);
     redisReply *r;
     if (len <= MN_OBJ_INLINE_MAX) {
-        r = mn_redis(m, "HSET %s size %zu refs 1 data %b", key, len, data ? data : "", len);
+        r = mn_redis(m, "HSET %s size %llu refs 1 data %b", key, (unsigned long long)len,
+                     data ? data : "", len);
         freeReplyObject(r);
         return r ? 0 : MANTA_EREDIS;
     }
@@ -274,7 +275,8 @@ int manta_put(manta_ctx *m, const void *data, size_t len, manta_obj_id *id)
     p->o.next = m->objs->objs;
     m->objs->objs = &p->o;
     pthread_mutex_unlock(&m->objs->mu);
-    r = mn_redis(m, "HSET %s size %zu refs 1 owner %s", key, len, m->objs->endpoint);
+    r = mn_redis(m, "HSET %s size %llu refs 1 owner %s", key, (unsigned long long)len,
+                 m->objs->endpoint);
     if (!r) {
         drop(m->objs, id->s);
         return MANTA_EREDIS;
