@@ -141,7 +141,8 @@ int manta_init(manta_ctx **out, const manta_options *opts)
     const char *url = opts->redis_url ? opts->redis_url : getenv("MANTA_REDIS");
     int rc = url && *url ? mn_redis_parse_url(m, url) : 0;
     if (rc == 0) rc = url && *url ? mn_redis_connect(m) : mn_redis_start_embedded(m);
-    if (rc == 0 && !opts->no_local_node) rc = mn_node_spawn_local(m);
+    m->attached = opts->attach != 0;
+    if (rc == 0 && !opts->no_local_node && !opts->attach) rc = mn_node_spawn_local(m);
     if (rc != 0) {
         char why[512];
         snprintf(why, sizeof why, "%s", manta_last_error());
@@ -379,13 +380,35 @@ int manta_actor_stop(manta_ctx *m, manta_actor *a, int timeout_ms)
 
 /* ---- shutdown ---- */
 
+/* Ask every node agent of the job (other machines' too) to stop its actors
+ * and leave; they answer once their actors are gone. */
+static void shutdown_nodes(manta_ctx *m)
+{
+    char setkey[256];
+    mn_key(m, setkey, sizeof setkey, "nodes", NULL);
+    redisReply *r = mn_redis(m, "SMEMBERS %s", setkey);
+    if (!r) return;
+    manta_future *fs[64];
+    size_t n = 0;
+    for (size_t i = 0; i < r->elements && n < 64; i++) {
+        mn_peer *p = node_peer(m, r->element[i]->str);
+        if (p) fs[n++] = mn_call_peer(m, p, "shutdown", NULL, 0, 15000, NULL);
+    }
+    freeReplyObject(r);
+    manta_wait(fs, n, n, 16000);
+    for (size_t i = 0; i < n; i++) {
+        if (manta_future_status(fs[i]) != 0)
+            mn_log("shutdown: a node agent: %s", manta_future_error(fs[i]));
+        manta_future_free(fs[i]);
+    }
+}
+
 void manta_shutdown(manta_ctx *m)
 {
     if (!m) return;
+    if (m->role == MN_ROLE_DRIVER && !m->attached && (m->redis || m->redis_host)) shutdown_nodes(m);
     if (m->role == MN_ROLE_DRIVER && m->node_pid > 0) {
-        int rc = call_node(m, m->node, "shutdown", NULL, 0, 15000, NULL, 0);
-        if (rc) mn_log("shutdown: node agent: %s", manta_last_error());
-        int64_t until = mn_now_ms() + (rc ? 100 : 5000);
+        int64_t until = mn_now_ms() + 5000;
         int status;
         while (waitpid(m->node_pid, &status, WNOHANG) == 0) {
             if (mn_now_ms() > until) {
@@ -397,8 +420,8 @@ void manta_shutdown(manta_ctx *m)
         }
         m->node_pid = 0;
     }
-    if (m->role == MN_ROLE_DRIVER) {
-        mn_objstore_free(m);
+    if (m->role == MN_ROLE_DRIVER) mn_objstore_free(m);
+    if (m->role == MN_ROLE_DRIVER && !m->attached) {
         if (m->redis || m->redis_host) mn_delete_job_keys(m);
         remove_rundir(m->rundir);
     }
@@ -432,7 +455,8 @@ int mn_node_spawn_local(manta_ctx *m)
     if (!envp) return MANTA_ENOMEM;
     size_t k = 0;
     for (size_t i = 0; i < nenv; i++)
-        if (strncmp(environ[i], "MANTA_", 6) != 0 || !strncmp(environ[i], "MANTA_DEBUG=", 12))
+        if (strncmp(environ[i], "MANTA_", 6) != 0 || !strncmp(environ[i], "MANTA_DEBUG=", 12) ||
+            !strncmp(environ[i], "MANTA_RUN_DIR=", 14) || !strncmp(environ[i], "MANTA_NODE_", 11))
             envp[k++] = environ[i];
     envp[k++] = e_role, envp[k++] = e_redis, envp[k++] = e_job, envp[k++] = e_name;
     envp[k++] = e_tr, envp[k++] = e_host, envp[k++] = e_log, envp[k++] = e_max;

@@ -179,6 +179,7 @@ struct manta_ctx {
     struct mn_objstore *objs;
 
     /* driver */
+    bool attached;
     pid_t node_pid;
     char node_endpoint[192];
     manta_actor *node_handle;

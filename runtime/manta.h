@@ -125,7 +125,10 @@ typedef struct manta_options {
     size_t max_message;                /* largest accepted message; default 1 GiB */
     int call_timeout_ms;               /* default deadline of a call; default 60000 */
     int no_local_node;                 /* 1: do not start a local node agent */
-    const char *log_dir;               /* actors' stdout/stderr go to log_dir/NAME.log */
+    /* 1: join a job that another driver owns (the CLI's scale and status):
+     * no local node, and shutdown leaves the job's actors and keys alone. */
+    int attach;
+    const char *log_dir; /* actors' stdout/stderr go to log_dir/NAME.log */
 } manta_options;
 
 /* ---- Runtime --------------------------------------------------------------- */

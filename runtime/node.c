@@ -90,7 +90,8 @@ static int start_child(node *nd, child *c)
     if (!envp) return MANTA_ENOMEM;
     size_t k = 0;
     for (size_t i = 0; i < nenv; i++)
-        if (strncmp(environ[i], "MANTA_", 6) != 0 || !strncmp(environ[i], "MANTA_DEBUG=", 12))
+        if (strncmp(environ[i], "MANTA_", 6) != 0 || !strncmp(environ[i], "MANTA_DEBUG=", 12) ||
+            !strncmp(environ[i], "MANTA_RUN_DIR=", 14))
             envp[k++] = environ[i];
     char *vars[] = {e_role, e_redis, e_job, e_name, e_class, e_lib,
                     e_ep,   e_node,  e_inc, e_tr,   e_host,  e_max};
@@ -457,8 +458,23 @@ int mn_node_main(manta_ctx *m)
     gethostname(host, sizeof host - 1);
     mn_key(m, key, sizeof key, "node", m->self);
     mn_key(m, setkey, sizeof setkey, "nodes", NULL);
-    redisReply *r = mn_redis(m, "HSET %s endpoint %s host %s pid %d state alive hb %lld", key,
-                             m->endpoint, host, (int)getpid(), (long long)mn_wall_ms());
+    /* Resources offered for placement: the machine's, unless set. */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned long long mem =
+        (unsigned long long)sysconf(_SC_PHYS_PAGES) * (unsigned long long)sysconf(_SC_PAGESIZE);
+    const char *cpu_s = getenv("MANTA_NODE_CPU"), *gpu_s = getenv("MANTA_NODE_GPU"),
+               *mem_s = getenv("MANTA_NODE_MEMORY");
+    char cpu[32], gpu[32], memory[32];
+    snprintf(cpu, sizeof cpu, "%s", cpu_s && *cpu_s ? cpu_s : "");
+    if (!cpu[0]) snprintf(cpu, sizeof cpu, "%ld", ncpu > 0 ? ncpu : 1);
+    snprintf(gpu, sizeof gpu, "%s", gpu_s && *gpu_s ? gpu_s : "0");
+    snprintf(memory, sizeof memory, "%s", mem_s && *mem_s ? mem_s : "");
+    if (!memory[0]) snprintf(memory, sizeof memory, "%llu", mem);
+    redisReply *r = mn_redis(m,
+                             "HSET %s endpoint %s host %s pid %d state alive hb %lld cpu %s gpu %s "
+                             "memory %s transport %s",
+                             key, m->endpoint, host, (int)getpid(), (long long)mn_wall_ms(), cpu,
+                             gpu, memory, m->transport);
     if (!r) {
         mn_log("node %s: register: %s", m->self, manta_last_error());
         _exit(3);
