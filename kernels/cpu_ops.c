@@ -2,32 +2,85 @@
  * cpu_ops.c - the CPU back-end: the reference implementation of every op in
  * the back-end table, plus the library's thread setting.
  *
- * Matrix products go to OpenBLAS (cblas_sgemm), called from the calling thread
- * so that OpenBLAS uses its own pool of mk_get_threads() threads.  Everything
- * else is a plain loop, split over rows (or heads, or column blocks) with
- * OpenMP, never inside a BLAS call.  Reductions are written so that no two
- * threads add into the same element: backward ops that sum over rows split
- * the work by columns instead.  Elementwise loops use float arithmetic;
- * per-row softmax sums use double where rounding would show in the tests.
+ * One pool of threads, OpenMP's, does all the work: matrix products are split
+ * into row (or column) blocks, each handed to single-threaded OpenBLAS
+ * (cblas_sgemm) on one thread of the team; everything else is a plain loop
+ * split over rows (or heads, or column blocks).  Two pools - OpenMP's and
+ * OpenBLAS's own - each spin-waiting for work, starve each other on a small
+ * machine.  Loops too small to be worth waking the team run serially.  Reductions are written so
+ * that no two threads add into the same element: backward ops that sum over rows split the work by
+ * columns instead.  Elementwise loops use float arithmetic; per-row softmax sums use double where
+ * rounding would show in the tests.
  */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mk_internal.h"
 
-/* ---- threads ------------------------------------------------------------ */
+/* ---- threads and the BLAS kernel choice -------------------------------- */
+
+/* Loops over fewer elements than this run on the calling thread: waking the
+ * team costs more than it saves, and on a loaded machine every barrier can
+ * wait a whole scheduler quantum for a descheduled thread. */
+#define PAR_MIN 32768
 
 static int n_threads = 1;
 
+/* OpenBLAS built with DYNAMIC_ARCH picks its kernels from the CPU's model
+ * number.  Under some hypervisors the model is generic and OpenBLAS 0.3.21
+ * falls back to "Prescott" (SSE3) kernels, 7x slower than the AVX-512 ones
+ * the CPU can run.  When that happens, and the user has not chosen with
+ * OPENBLAS_CORETYPE, choose from the CPU's feature flags instead and re-run
+ * OpenBLAS's own start-up selection (gotoblas_dynamic_quit/init, the same
+ * code that reads OPENBLAS_CORETYPE at load time).  The symbols are weak, so
+ * a single-architecture OpenBLAS simply keeps its kernels. */
+extern char *openblas_get_corename(void);
+extern void gotoblas_dynamic_init(void) __attribute__((weak));
+extern void gotoblas_dynamic_quit(void) __attribute__((weak));
+
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void choose_blas_kernels(void)
+{
+    if (getenv("OPENBLAS_CORETYPE") || !gotoblas_dynamic_init || !gotoblas_dynamic_quit) return;
+    const char *core = openblas_get_corename();
+    const char *old[] = {"Prescott", "Core2",      "Penryn",    "Dunnington", "Nehalem",    "Atom",
+                         "Katmai",   "Coppermine", "Northwood", "Banias",     "Sandybridge"};
+    int is_old = 0;
+    for (size_t i = 0; core && i < sizeof old / sizeof old[0]; i++)
+        if (!strcmp(core, old[i])) is_old = 1;
+    if (!is_old) return;
+    const char *want = NULL;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        want = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        want = "Haswell";
+    if (!want) return;
+    setenv("OPENBLAS_CORETYPE", want, 0);
+    gotoblas_dynamic_quit();
+    gotoblas_dynamic_init();
+}
+
+void mk__blas_init(void)
+{
+    pthread_once(&blas_once, choose_blas_kernels);
+}
+
 void mk_set_threads(int n)
 {
+    mk__blas_init();
     if (n <= 0) n = omp_get_num_procs();
     n_threads = n;
     omp_set_num_threads(n);
-    openblas_set_num_threads(n);
+    /* one pool only: OpenBLAS runs on the calling thread, inside our OpenMP
+     * team (see gemm below), so its own spinning workers never compete with
+     * ours for the cores */
+    openblas_set_num_threads(1);
 }
 
 int mk_get_threads(void)
@@ -67,7 +120,7 @@ static void cpu_zero(void *p, size_t bytes)
 static void embed_fwd(float *out, const int *tokens, const int *pos, const float *wte,
                       const float *wpe, int R, int C)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)R * C > PAR_MIN)
     for (int r = 0; r < R; r++) {
         const float *te = wte + (size_t)tokens[r] * C;
         const float *pe = wpe + (size_t)pos[r] * C;
@@ -80,7 +133,7 @@ static void embed_fwd(float *out, const int *tokens, const int *pos, const float
 static void embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens,
                       const int *pos, int R, int C)
 {
-#pragma omp parallel
+#pragma omp parallel if ((size_t)R * C > PAR_MIN)
     {
         int nt = omp_get_num_threads(), id = omp_get_thread_num();
         int c0 = (int)((long)C * id / nt), c1 = (int)((long)C * (id + 1) / nt);
@@ -101,7 +154,7 @@ static void embed_bwd(float *dwte, float *dwpe, const float *dout, const int *to
 static void ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
                    const float *b, int R, int C)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)R * C > PAR_MIN)
     for (int r = 0; r < R; r++) {
         const float *x = inp + (size_t)r * C;
         float m = 0.0f;
@@ -124,7 +177,7 @@ static void ln_fwd(float *out, float *mean, float *rstd, const float *inp, const
 static void ln_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                    const float *w, const float *mean, const float *rstd, int R, int C)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)R * C > PAR_MIN)
     for (int r = 0; r < R; r++) {
         const float *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
         float m = mean[r], s = rstd[r];
@@ -142,7 +195,7 @@ static void ln_bwd(float *dinp, float *dw, float *db, const float *dout, const f
             di[c] += (d[c] * w[c] - dn_mean - norm * dn_norm_mean) * s;
         }
     }
-#pragma omp parallel
+#pragma omp parallel if ((size_t)R * C > PAR_MIN)
     {
         int nt = omp_get_num_threads(), id = omp_get_thread_num();
         int c0 = (int)((long)C * id / nt), c1 = (int)((long)C * (id + 1) / nt);
@@ -159,28 +212,58 @@ static void ln_bwd(float *dinp, float *dw, float *db, const float *dout, const f
 
 /* ---- matrix products ---------------------------------------------------- */
 
+/* Row-major C[M,N] = alpha op(A) op(B) + beta C, split over the OpenMP team:
+ * each thread calls single-threaded OpenBLAS on a block of rows of C (or of
+ * columns, when C is wider than tall, as for a decoding step's one row).
+ * lda, ldb, ldc are the row lengths of the stored matrices. */
+static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc)
+{
+    enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+    int nt = n_threads;
+    if (nt <= 1 || 2.0 * M * N * K < 4e6) {
+        cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    int by_rows = M >= N;
+#pragma omp parallel num_threads(nt)
+    {
+        int id = omp_get_thread_num(), n = omp_get_num_threads();
+        int len = by_rows ? M : N;
+        /* blocks of 16: whole vectors for the micro-kernels */
+        int b0 = (int)((long)(len / 16) * id / n) * 16;
+        int b1 = id == n - 1 ? len : (int)((long)(len / 16) * (id + 1) / n) * 16;
+        if (b1 > b0) {
+            if (by_rows)
+                cblas_sgemm(CblasRowMajor, TA, TB, b1 - b0, N, K, alpha,
+                            ta ? A + b0 : A + (size_t)b0 * lda, lda, B, ldb, beta,
+                            C + (size_t)b0 * ldc, ldc);
+            else
+                cblas_sgemm(CblasRowMajor, TA, TB, M, b1 - b0, K, alpha, A, lda,
+                            tb ? B + (size_t)b0 * ldb : B + b0, ldb, beta, C + b0, ldc);
+        }
+    }
+}
+
 static void mm_fwd(float *out, const float *inp, const float *w, const float *bias, int R, int IC,
                    int OC)
 {
     float beta = 0.0f;
     if (bias) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)R * OC > PAR_MIN)
         for (int r = 0; r < R; r++) memcpy(out + (size_t)r * OC, bias, sizeof(float) * OC);
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, OC, IC, 1.0f, inp, IC, w, OC, beta,
-                out, OC);
+    gemm(0, 0, R, OC, IC, 1.0f, inp, IC, w, OC, beta, out, OC);
 }
 
 static void mm_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                    const float *w, int R, int IC, int OC)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, IC, OC, 1.0f, dout, OC, w, OC, 0.0f,
-                dinp, IC);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IC, OC, R, 1.0f, inp, IC, dout, OC, 1.0f,
-                dw, OC);
+    gemm(0, 1, R, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, IC);
+    gemm(1, 0, IC, OC, R, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
     if (dbias) {
-#pragma omp parallel
+#pragma omp parallel if ((size_t)R * OC > PAR_MIN)
         {
             int nt = omp_get_num_threads(), id = omp_get_thread_num();
             int c0 = (int)((long)OC * id / nt), c1 = (int)((long)OC * (id + 1) / nt);
@@ -194,17 +277,14 @@ static void mm_bwd(float *dinp, float *dw, float *dbias, const float *dout, cons
 
 static void head_fwd(float *logits, const float *inp, const float *wte, int R, int C, int V)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, V, C, 1.0f, inp, C, wte, C, 0.0f,
-                logits, V);
+    gemm(0, 1, R, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);
 }
 
 static void head_bwd(float *dinp, float *dwte, const float *dlogits, const float *inp,
                      const float *wte, int R, int C, int V)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, C, V, 1.0f, dlogits, V, wte, C, 0.0f,
-                dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, R, 1.0f, dlogits, V, inp, C, 1.0f,
-                dwte, C);
+    gemm(0, 0, R, C, V, 1.0f, dlogits, V, wte, C, 0.0f, dinp, C);
+    gemm(1, 0, V, C, R, 1.0f, dlogits, V, inp, C, 1.0f, dwte, C);
 }
 
 /* ---- attention ---------------------------------------------------------- */
@@ -236,7 +316,7 @@ static void attn_fwd(float *out, float *att, const float *qkv, int B, int T, int
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     size_t C3 = 3 * (size_t)C;
-#pragma omp parallel for collapse(3) schedule(dynamic, 8)
+#pragma omp parallel for collapse(3) schedule(dynamic, 8) if ((size_t)B * T * T * C > PAR_MIN)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
@@ -267,7 +347,7 @@ static void attn_bwd(float *dqkv, const float *dout, const float *qkv, const flo
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     size_t C3 = 3 * (size_t)C;
-#pragma omp parallel
+#pragma omp parallel if ((size_t)B * T * T * C > PAR_MIN)
     {
         float *dp = malloc(sizeof(float) * (size_t)T);
         if (!dp) mk__die(__FILE__, __LINE__, "out of memory in attention backward", NULL);
@@ -323,7 +403,9 @@ static void attn_decode(float *out, const float *qkv, const float *kc, const flo
 {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel
+    size_t work = 0; /* multiply-adds: each row attends to pos + 1 cached positions */
+    for (int r = 0; r < R; r++) work += (size_t)(pos[r] + 1) * 2 * C;
+#pragma omp parallel if (work > 4 * PAR_MIN)
     {
         float *a = malloc(sizeof(float) * (size_t)Tmax);
         if (!a) mk__die(__FILE__, __LINE__, "out of memory in attention decode", NULL);
@@ -355,7 +437,7 @@ static void attn_decode(float *out, const float *qkv, const float *kc, const flo
 
 static void gelu_fwd(float *out, const float *inp, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
@@ -364,7 +446,7 @@ static void gelu_fwd(float *out, const float *inp, size_t n)
 
 static void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float th = tanhf(GELU_K * (x + 0.044715f * x * x * x));
@@ -376,7 +458,7 @@ static void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n)
 
 static void add(float *out, const float *a, const float *b, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
@@ -400,7 +482,7 @@ static void row_lse(const float *z, int V, double *lse, double *pz)
 static void row_stats(float *logp, float *ent, const float *logits, const int *targets, int R,
                       int V)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)R * V > PAR_MIN)
     for (int r = 0; r < R; r++) {
         const float *z = logits + (size_t)r * V;
         double lse, pz;
@@ -414,7 +496,7 @@ static void row_stats(float *logp, float *ent, const float *logits, const int *t
 static void row_grad(float *dlogits, const float *logits, const int *targets, const float *ct,
                      const float *ch, int R, int V)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)R * V > PAR_MIN)
     for (int r = 0; r < R; r++) {
         const float *z = logits + (size_t)r * V;
         float *d = dlogits + (size_t)r * V;
@@ -441,7 +523,7 @@ void mk_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, 
               float beta2, float eps, float weight_decay, int t)
 {
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float gi = g[i];
         float mi = beta1 * m[i] + (1.0f - beta1) * gi;
@@ -456,14 +538,14 @@ void mk_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, 
 double mk_sumsq(const float *x, size_t n)
 {
     double s = 0.0;
-#pragma omp parallel for reduction(+ : s) schedule(static)
+#pragma omp parallel for reduction(+ : s) schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
     return s;
 }
 
 void mk_scale(float *x, float s, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 

@@ -90,6 +90,10 @@ struct mk__backend {
 
 extern const mk_backend mk__cpu_backend;
 
+/* Makes sure OpenBLAS runs kernels this CPU supports at full width (see
+ * cpu_ops.c); idempotent and thread-safe. */
+void mk__blas_init(void);
+
 /* Records a formatted message for mk_last_error and returns code. */
 int mk__fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Aborts with file, line, message and a hint: for broken invariants. */

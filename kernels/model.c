@@ -146,6 +146,7 @@ int mk_model_new(mk_model **out, const mk_config *cfg, int max_batch, int max_se
         return mk__fail(MK_ERR_ARG, "max_batch %d, max_seq %d: need >= 1 and max_seq <= %d",
                         max_batch, max_seq, cfg->block_size);
     if (!be) be = &mk__cpu_backend;
+    if (be == &mk__cpu_backend) mk__blas_init();
     mk_model *m = calloc(1, sizeof *m);
     if (!m) return mk__fail(MK_ERR_NOMEM, "cannot allocate model");
     m->cfg = *cfg;
