@@ -1,0 +1,37 @@
+/*
+ * manta_cli.h -- the `manta` command line, as a library function.
+ *
+ * The runtime knows nothing of the classes a program offers, so the CLI is
+ * a function that a main() calls with its built-in classes; the `manta`
+ * executable passes the RL classes of actors/, and a user can build their
+ * own `manta` with other built-ins. Classes in shared libraries named by a
+ * spec (`library:`) work with any of them.
+ */
+#ifndef MANTA_CLI_H
+#define MANTA_CLI_H
+
+#include "manta.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Exit codes of the `manta` command (documented in `manta --help`). */
+enum {
+    MANTA_EXIT_OK = 0,           /* done */
+    MANTA_EXIT_JOB_FAILED = 1,   /* the job's run method answered an error */
+    MANTA_EXIT_USAGE = 2,        /* bad command line or spec file */
+    MANTA_EXIT_RUNTIME = 3,      /* Redis, spawning, placement or transport failure */
+    MANTA_EXIT_TIMEOUT = 4,      /* a wait ran out (readiness, run, drain) */
+    MANTA_EXIT_NOT_FOUND = 5,    /* no such job, group or actor */
+    MANTA_EXIT_INTERRUPTED = 130 /* Ctrl-C / SIGTERM: torn down cleanly */
+};
+
+/* Run the CLI. `classes` is the NULL-terminated list of built-in classes.
+ * Returns the exit code. Not thread-safe (installs signal handlers). */
+int manta_cli_main(int argc, char **argv, const manta_class *const *classes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
