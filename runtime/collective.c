@@ -1,0 +1,1131 @@
+/*
+ * collective.c -- group collectives: the rendezvous in Redis, the public
+ * entry points, CRC32C, and the ZeroMQ backend.
+ *
+ * Rendezvous. A group's control record is one hash, manta:JOB:coll:NAME:
+ * "world" (set once, checked by every member), "r.R" (rank R is here: its
+ * pid), and what the backend publishes ("ep.R" for ZeroMQ, "nccl_id" for
+ * NCCL). Each member waits until every r.R is present (naming the missing
+ * ranks on timeout), then opens the backend, which completes its own
+ * handshake. Then each member deletes its own fields and counts itself out
+ * ("done"); the last one deletes the hash, so nothing stays behind and the
+ * name can serve again.
+ *
+ * ZeroMQ data plane. Each rank binds one PULL socket and connects one PUSH
+ * socket to every peer, in a private ZeroMQ context (so collectives neither
+ * share I/O threads with the mailbox nor wait behind it). Every message is
+ * two frames: a 32-byte header (op, op sequence number, sender, chunk
+ * index, running CRC, length) and the payload. PUSH->PULL keeps each
+ * sender's order, and every rank receives a given peer's messages in the
+ * order that peer sent them, so a message that arrives from another peer
+ * early (a fast rank already in the next step or the next operation) waits
+ * in a per-sender queue, and the header of each message is checked against
+ * what this rank expects: a rank running another operation is an EPROTO,
+ * not a silent mix-up.
+ *
+ * Zero copy. Payloads of at least ZC_MIN bytes are sent with
+ * zmq_msg_init_data on the caller's buffer; a counter of such messages not
+ * yet released by ZeroMQ is drained before an operation returns, since the
+ * caller may then write to its buffer. Received chunks are forwarded as the
+ * very message that arrived (zmq_msg_send moves it), and partial sums are
+ * added into the received message in place, so the ring needs no scratch.
+ * After a failure the group's sockets are closed with linger 0 and its
+ * context terminated, which releases every message still queued before the
+ * error is returned: ZeroMQ never reads a caller's buffer after we return.
+ */
+#include "internal.h"
+#include "manta_collective.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_TIMEOUT_MS 30000
+#define DEFAULT_CHUNK      ((size_t)4 << 20)
+#define MIN_CHUNK          ((size_t)4 << 10)
+/* Below this a payload is copied into the message: a zero-copy message
+ * costs a callback from the I/O thread and a wait for it. */
+#define ZC_MIN ((size_t)16 << 10)
+/* All-reduce and broadcast up to this many bytes go direct (every rank to
+ * every rank, root to every rank): one step of latency instead of S-1. */
+#define DIRECT_MAX ((size_t)64 << 10)
+
+struct manta_coll_group {
+    manta_ctx *m;
+    char name[72];
+    char key[200];
+    int world, rank;
+    int default_timeout;
+    size_t chunk;
+    int cuda_device;
+    bool broken;
+    const manta_coll_backend *be;
+    void *impl;
+};
+
+/* ---- errors and helpers ---- */
+
+int manta_coll_fail(int code, const char *fmt, ...)
+{
+    char buf[480];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return mn_fail(code, "%s", buf);
+}
+
+int64_t manta_coll_now_ms(void)
+{
+    return mn_now_ms();
+}
+
+size_t manta_coll_chunk_bytes(const manta_coll_group *g)
+{
+    return g->chunk;
+}
+
+int manta_coll_cuda_device(const manta_coll_group *g)
+{
+    return g->cuda_device;
+}
+
+const char *manta_coll_name(const manta_coll_group *g)
+{
+    return g->name;
+}
+
+int manta_coll_rank(const manta_coll_group *g)
+{
+    return g ? g->rank : -1;
+}
+
+int manta_coll_world(const manta_coll_group *g)
+{
+    return g ? g->world : 0;
+}
+
+const char *manta_coll_backend_name(const manta_coll_group *g)
+{
+    return g && g->be ? g->be->name : "";
+}
+
+void manta_coll_slice(size_t count, int world, int rank, size_t *offset, size_t *len)
+{
+    size_t w = world > 0 ? (size_t)world : 1, r = rank > 0 ? (size_t)rank : 0;
+    size_t base = count / w, rem = count % w;
+    if (offset) *offset = r * base + (r < rem ? r : rem);
+    if (len) *len = base + (r < rem ? 1 : 0);
+}
+
+/* Sleep a little while polling Redis: 1, 2, 4 ... 50 ms. */
+static void backoff(int *step)
+{
+    struct timespec ts = {0, (long)*step * 1000000L};
+    nanosleep(&ts, NULL);
+    if (*step < 50) *step *= 2;
+}
+
+/* ---- CRC32C ---- */
+
+static uint32_t crc_table[8][256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 255];
+}
+
+/* Slicing-by-8 in software: the reference, and the path without SSE4.2. */
+static uint32_t crc_soft(uint32_t c, const unsigned char *p, size_t n)
+{
+    pthread_once(&crc_once, crc_init);
+    while (n && ((uintptr_t)p & 7)) c = crc_table[0][(c ^ *p++) & 255] ^ (c >> 8), n--;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        w ^= c;
+        c = crc_table[7][w & 255] ^ crc_table[6][(w >> 8) & 255] ^ crc_table[5][(w >> 16) & 255] ^
+            crc_table[4][(w >> 24) & 255] ^ crc_table[3][(w >> 32) & 255] ^
+            crc_table[2][(w >> 40) & 255] ^ crc_table[1][(w >> 48) & 255] ^
+            crc_table[0][(w >> 56) & 255];
+        p += 8, n -= 8;
+    }
+    while (n--) c = crc_table[0][(c ^ *p++) & 255] ^ (c >> 8);
+    return c;
+}
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t c, const unsigned char *p,
+                                                         size_t n)
+{
+    uint64_t c64 = c;
+    while (n && ((uintptr_t)p & 7)) c64 = _mm_crc32_u8((uint32_t)c64, *p++), n--;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c64 = _mm_crc32_u64(c64, w);
+        p += 8, n -= 8;
+    }
+    while (n--) c64 = _mm_crc32_u8((uint32_t)c64, *p++);
+    return (uint32_t)c64;
+}
+#endif
+
+uint32_t manta_crc32c(uint32_t crc, const void *data, size_t len)
+{
+    uint32_t c = ~crc;
+#if defined(__x86_64__)
+    /* MANTA_CRC_SOFT=1 forces the table path (tests compare the two). */
+    static int hw = -1;
+    if (hw < 0) hw = __builtin_cpu_supports("sse4.2") && !getenv("MANTA_CRC_SOFT");
+    if (hw) return ~crc_hw(c, data, len);
+#endif
+    return ~crc_soft(c, data, len);
+}
+
+/* ---- rendezvous (Redis) ---- */
+
+int manta_coll_put(manta_coll_group *g, const char *field, const void *val, size_t len)
+{
+    redisReply *r = mn_redis(g->m, "HSET %s %s %b", g->key, field, val, len);
+    if (!r) return mn_fail(MANTA_EREDIS, "group '%s': %s", g->name, manta_last_error());
+    freeReplyObject(r);
+    return 0;
+}
+
+int manta_coll_get(manta_coll_group *g, const char *field, void *out, size_t len, int64_t deadline)
+{
+    int step = 1;
+    for (;;) {
+        redisReply *r = mn_redis(g->m, "HGET %s %s", g->key, field);
+        if (!r) return mn_fail(MANTA_EREDIS, "group '%s': %s", g->name, manta_last_error());
+        if (r->type == REDIS_REPLY_STRING) {
+            int rc = 0;
+            if (r->len != len)
+                rc = mn_fail(MANTA_EPROTO, "group '%s': field %s has %zu bytes, expected %zu",
+                             g->name, field, (size_t)r->len, len);
+            else
+                memcpy(out, r->str, len);
+            freeReplyObject(r);
+            return rc;
+        }
+        freeReplyObject(r);
+        if (mn_now_ms() >= deadline)
+            return mn_fail(MANTA_ETIMEDOUT, "group '%s': '%s' not published in time", g->name,
+                           field);
+        backoff(&step);
+    }
+}
+
+/* Wait until every rank has announced itself; name the missing ones. */
+static int wait_presence(manta_coll_group *g, int64_t deadline, int timeout_ms)
+{
+    int step = 1;
+    for (;;) {
+        redisReply *r = mn_redis(g->m, "HGETALL %s", g->key);
+        if (!r) return mn_fail(MANTA_EREDIS, "group '%s': %s", g->name, manta_last_error());
+        char *seen = calloc((size_t)g->world, 1);
+        if (!seen) {
+            freeReplyObject(r);
+            return mn_fail(MANTA_ENOMEM, "group '%s': out of memory", g->name);
+        }
+        int present = 0;
+        for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+            const char *f = r->element[i]->str;
+            if (f && f[0] == 'r' && f[1] == '.') {
+                int k = atoi(f + 2);
+                if (k >= 0 && k < g->world && !seen[k]) seen[k] = 1, present++;
+            }
+        }
+        freeReplyObject(r);
+        if (present == g->world) {
+            free(seen);
+            return 0;
+        }
+        if (mn_now_ms() >= deadline) {
+            char list[256] = "";
+            size_t n = 0;
+            int missing = 0;
+            for (int k = 0; k < g->world; k++) {
+                if (seen[k]) continue;
+                if (n < sizeof list - 16)
+                    n +=
+                        (size_t)snprintf(list + n, sizeof list - n, "%s%d", missing ? ", " : "", k);
+                missing++;
+            }
+            free(seen);
+            return mn_fail(MANTA_ETIMEDOUT, "group '%s': rank%s %s of %d did not join within %d ms",
+                           g->name, missing > 1 ? "s" : "", list, g->world, timeout_ms);
+        }
+        free(seen);
+        backoff(&step);
+    }
+}
+
+/* Remove this rank's fields; the last rank out deletes the hash. */
+static void leave_rendezvous(manta_coll_group *g, bool count_out)
+{
+    char f1[32], f2[32];
+    snprintf(f1, sizeof f1, "r.%d", g->rank);
+    snprintf(f2, sizeof f2, "ep.%d", g->rank);
+    freeReplyObject(mn_redis(g->m, "HDEL %s %s %s", g->key, f1, f2));
+    if (!count_out) return;
+    redisReply *r = mn_redis(g->m, "HINCRBY %s done 1", g->key);
+    if (r && r->type == REDIS_REPLY_INTEGER && r->integer >= g->world)
+        freeReplyObject(mn_redis(g->m, "DEL %s", g->key));
+    freeReplyObject(r);
+}
+
+static int valid_group_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 64) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.'))
+            return 0;
+    }
+    return 1;
+}
+
+int manta_coll_create(manta_ctx *m, const char *name, int world, int rank,
+                      const manta_coll_options *o, manta_coll_group **out)
+{
+    static const manta_coll_options none;
+    if (out) *out = NULL;
+    if (!o) o = &none;
+    if (!m || !name || !out || world < 1 || world > 4096 || rank < 0 || rank >= world)
+        return mn_fail(MANTA_EINVAL,
+                       "manta_coll_create: need ctx, name, out and 0 <= rank (%d) "
+                       "< world (%d) <= 4096",
+                       rank, world);
+    if (!valid_group_name(name))
+        return mn_fail(MANTA_EINVAL, "group name '%s': use 1..64 of [A-Za-z0-9._-]", name);
+    manta_coll_group *g = calloc(1, sizeof *g);
+    if (!g) return mn_fail(MANTA_ENOMEM, "manta_coll_create: out of memory");
+    g->m = m;
+    snprintf(g->name, sizeof g->name, "%s", name);
+    mn_key(m, g->key, sizeof g->key, "coll", name);
+    g->world = world, g->rank = rank;
+    g->default_timeout = o->timeout_ms > 0 ? o->timeout_ms : DEFAULT_TIMEOUT_MS;
+    g->chunk = o->chunk_bytes ? o->chunk_bytes : DEFAULT_CHUNK;
+    if (g->chunk < MIN_CHUNK) g->chunk = MIN_CHUNK;
+    g->chunk &= ~(size_t)7; /* whole floats, and aligned for the CRC's 8-byte steps */
+    g->cuda_device = o->cuda_device;
+    g->be = o->backend ? o->backend : manta_coll_zmq();
+    int64_t deadline = mn_now_ms() + g->default_timeout;
+
+    /* The world size is set by the first member; the others must agree. */
+    int rc = 0;
+    redisReply *r = mn_redis(m, "HSETNX %s world %d", g->key, world);
+    if (!r) rc = mn_fail(MANTA_EREDIS, "group '%s': %s", name, manta_last_error());
+    freeReplyObject(r);
+    if (rc == 0) {
+        r = mn_redis(m, "HGET %s world", g->key);
+        if (!r)
+            rc = mn_fail(MANTA_EREDIS, "group '%s': %s", name, manta_last_error());
+        else if (r->type == REDIS_REPLY_STRING && atoi(r->str) != world)
+            rc = mn_fail(MANTA_EINVAL, "group '%s': rank %d says world %d, another member said %s",
+                         name, rank, world, r->str);
+        freeReplyObject(r);
+    }
+    char field[32], pid[24];
+    snprintf(field, sizeof field, "r.%d", rank);
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    if (rc == 0) rc = manta_coll_put(g, field, pid, strlen(pid));
+    if (rc == 0) rc = wait_presence(g, deadline, g->default_timeout);
+    if (rc == 0) rc = g->be->open(g, &g->impl);
+    if (rc != 0) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", manta_last_error());
+        leave_rendezvous(g, false);
+        free(g);
+        return mn_fail(rc, "%s", why);
+    }
+    leave_rendezvous(g, true);
+    *out = g;
+    return 0;
+}
+
+void manta_coll_free(manta_coll_group *g)
+{
+    if (!g) return;
+    if (g->be && g->impl) g->be->close(g->impl);
+    free(g);
+}
+
+/* ---- public operations: checks, deadline, broken state ---- */
+
+static int enter(manta_coll_group *g, const char *op, int timeout_ms, int64_t *deadline)
+{
+    if (!g) return mn_fail(MANTA_EINVAL, "%s: no group", op);
+    if (g->broken)
+        return mn_fail(MANTA_ECLOSED, "%s: group '%s' is broken by an earlier failure: free it", op,
+                       g->name);
+    *deadline = mn_now_ms() + (timeout_ms > 0 ? timeout_ms : g->default_timeout);
+    return 0;
+}
+
+static int leave(manta_coll_group *g, int rc)
+{
+    if (rc != 0 && rc != MANTA_EINVAL) g->broken = true;
+    return rc;
+}
+
+int manta_coll_broadcast(manta_coll_group *g, void *buf, size_t count, manta_coll_dtype dt,
+                         int root, int timeout_ms)
+{
+    int64_t dl = 0;
+    int rc = enter(g, "broadcast", timeout_ms, &dl);
+    if (rc) return rc;
+    if ((!buf && count) || root < 0 || root >= g->world ||
+        (dt != MANTA_COLL_FLOAT32 && dt != MANTA_COLL_BYTE))
+        return mn_fail(MANTA_EINVAL, "broadcast: bad buffer, dtype or root %d (world %d)", root,
+                       g->world);
+    size_t bytes = dt == MANTA_COLL_FLOAT32 ? count * sizeof(float) : count;
+    return leave(g, g->be->broadcast(g->impl, buf, bytes, root, 0, NULL, dl));
+}
+
+int manta_coll_broadcast_crc(manta_coll_group *g, void *buf, size_t bytes, int root, uint32_t *crc,
+                             int timeout_ms)
+{
+    int64_t dl = 0;
+    int rc = enter(g, "broadcast_crc", timeout_ms, &dl);
+    if (rc) return rc;
+    if ((!buf && bytes) || root < 0 || root >= g->world)
+        return mn_fail(MANTA_EINVAL, "broadcast_crc: bad buffer or root %d (world %d)", root,
+                       g->world);
+    uint32_t c = 0;
+    rc = leave(g, g->be->broadcast(g->impl, buf, bytes, root, 1, &c, dl));
+    if (rc == 0 && crc) *crc = c;
+    return rc;
+}
+
+int manta_coll_all_reduce(manta_coll_group *g, float *buf, size_t count, int timeout_ms)
+{
+    int64_t dl = 0;
+    int rc = enter(g, "all_reduce", timeout_ms, &dl);
+    if (rc) return rc;
+    if (!buf && count) return mn_fail(MANTA_EINVAL, "all_reduce: no buffer");
+    return leave(g, g->be->all_reduce(g->impl, buf, count, dl));
+}
+
+int manta_coll_reduce_scatter(manta_coll_group *g, const float *send, float *recv, size_t count,
+                              int timeout_ms)
+{
+    int64_t dl = 0;
+    int rc = enter(g, "reduce_scatter", timeout_ms, &dl);
+    if (rc) return rc;
+    size_t mine;
+    manta_coll_slice(count, g->world, g->rank, NULL, &mine);
+    if ((!send && count) || (!recv && mine))
+        return mn_fail(MANTA_EINVAL, "reduce_scatter: no send or recv buffer");
+    return leave(g, g->be->reduce_scatter(g->impl, send, recv, count, dl));
+}
+
+int manta_coll_all_gather(manta_coll_group *g, const void *send, void *recv, size_t count,
+                          manta_coll_dtype dt, int timeout_ms)
+{
+    int64_t dl = 0;
+    int rc = enter(g, "all_gather", timeout_ms, &dl);
+    if (rc) return rc;
+    size_t mine;
+    manta_coll_slice(count, g->world, g->rank, NULL, &mine);
+    if ((!send && mine) || (!recv && count) || (dt != MANTA_COLL_FLOAT32 && dt != MANTA_COLL_BYTE))
+        return mn_fail(MANTA_EINVAL, "all_gather: no send or recv buffer, or bad dtype");
+    size_t elem = dt == MANTA_COLL_FLOAT32 ? sizeof(float) : 1;
+    return leave(g, g->be->all_gather(g->impl, send, recv, count, elem, dl));
+}
+
+int manta_coll_barrier(manta_coll_group *g, int timeout_ms)
+{
+    int64_t dl = 0;
+    int rc = enter(g, "barrier", timeout_ms, &dl);
+    if (rc) return rc;
+    return leave(g, g->be->barrier(g->impl, dl));
+}
+
+/* ======================= the ZeroMQ backend ======================= */
+
+enum { OP_HELLO = 1, OP_BCAST, OP_ALLREDUCE, OP_RSCATTER, OP_AGATHER, OP_BARRIER };
+static const char *const op_names[] = {
+    "?", "hello", "broadcast", "all_reduce", "reduce_scatter", "all_gather", "barrier"};
+
+#define HDR_MAGIC 0x4c4f434du /* "MCOL" */
+
+typedef struct hdr {
+    uint32_t magic;
+    uint16_t src;
+    uint8_t op;
+    uint8_t check; /* 1: crc holds the running CRC32C of the broadcast */
+    uint32_t seq;  /* this sender's operation counter: ranks must agree */
+    uint32_t chunk;
+    uint32_t crc;
+    uint32_t pad;
+    uint64_t len;
+} hdr;
+
+typedef struct pending_msg {
+    zmq_msg_t h, d;
+    struct pending_msg *next;
+} pending_msg;
+
+typedef struct zimpl {
+    manta_coll_group *g;
+    int rank, world;
+    void *zctx;
+    void *pull;
+    void **push; /* [world]; NULL for self */
+    char endpoint[256];
+    uint32_t seq;
+    size_t chunk;
+    pending_msg **head, **tail; /* [world]: early messages per sender */
+    atomic_long zc_out;         /* zero-copy messages ZeroMQ still holds */
+} zimpl;
+
+static int zfail(zimpl *z, const char *what)
+{
+    return mn_fail(MANTA_EZMQ, "group '%s' rank %d: %s: %s", z->g->name, z->rank, what,
+                   zmq_strerror(zmq_errno()));
+}
+
+static void zc_free(void *data, void *hint)
+{
+    atomic_fetch_sub_explicit((atomic_long *)hint, 1, memory_order_release);
+}
+
+/* Close every socket at once, dropping what is queued (linger 0), and end
+ * the context: once zmq_ctx_term returns ZeroMQ holds no caller memory. */
+static void z_teardown(zimpl *z)
+{
+    if (!z->zctx) return;
+    int zero = 0;
+    if (z->pull) zmq_setsockopt(z->pull, ZMQ_LINGER, &zero, sizeof zero), zmq_close(z->pull);
+    z->pull = NULL;
+    for (int i = 0; z->push && i < z->world; i++)
+        if (z->push[i]) {
+            zmq_setsockopt(z->push[i], ZMQ_LINGER, &zero, sizeof zero);
+            zmq_close(z->push[i]);
+            z->push[i] = NULL;
+        }
+    while (zmq_ctx_term(z->zctx) != 0 && zmq_errno() == EINTR) {
+    }
+    z->zctx = NULL;
+}
+
+static void z_close(void *impl)
+{
+    zimpl *z = impl;
+    if (!z) return;
+    z_teardown(z);
+    for (int i = 0; z->head && i < z->world; i++)
+        while (z->head[i]) {
+            pending_msg *p = z->head[i];
+            z->head[i] = p->next;
+            zmq_msg_close(&p->h), zmq_msg_close(&p->d);
+            free(p);
+        }
+    if (!strncmp(z->endpoint, "ipc://", 6)) unlink(z->endpoint + 6);
+    free(z->push), free(z->head), free(z->tail);
+    free(z);
+}
+
+/* A failure mid-operation: release everything ZeroMQ holds, keep rc. */
+static int z_abort(zimpl *z, int rc)
+{
+    char why[512];
+    snprintf(why, sizeof why, "%s", manta_last_error());
+    z_teardown(z);
+    return mn_fail(rc, "%s", why);
+}
+
+/* Send a header and payload to `to`. zc: the payload stays the caller's
+ * (zero copy) until ZeroMQ releases it. */
+static int z_send(zimpl *z, int to, int op, uint32_t chunk, uint32_t crc, int check,
+                  const void *data, size_t len)
+{
+    hdr h = {HDR_MAGIC, (uint16_t)z->rank, (uint8_t)op, (uint8_t)check, z->seq, chunk, crc, 0, len};
+    zmq_msg_t d;
+    if (len >= ZC_MIN) {
+        atomic_fetch_add_explicit(&z->zc_out, 1, memory_order_relaxed);
+        if (zmq_msg_init_data(&d, (void *)data, len, zc_free, &z->zc_out) != 0) {
+            atomic_fetch_sub_explicit(&z->zc_out, 1, memory_order_relaxed);
+            return zfail(z, "zmq_msg_init_data");
+        }
+    } else {
+        if (zmq_msg_init_size(&d, len) != 0) return zfail(z, "zmq_msg_init_size");
+        if (len) memcpy(zmq_msg_data(&d), data, len);
+    }
+    if (zmq_send(z->push[to], &h, sizeof h, ZMQ_SNDMORE) != (int)sizeof h) {
+        zmq_msg_close(&d);
+        return zfail(z, "send header");
+    }
+    if (zmq_msg_send(&d, z->push[to], 0) < 0) {
+        zmq_msg_close(&d);
+        return zfail(z, "send payload");
+    }
+    return 0;
+}
+
+/* Forward a received payload message (moved, no copy) with a new header. */
+static int z_forward(zimpl *z, int to, int op, uint32_t chunk, uint32_t crc, int check,
+                     zmq_msg_t *d)
+{
+    hdr h = {HDR_MAGIC, (uint16_t)z->rank, (uint8_t)op, (uint8_t)check, z->seq, chunk, crc,
+             0,         zmq_msg_size(d)};
+    if (zmq_send(z->push[to], &h, sizeof h, ZMQ_SNDMORE) != (int)sizeof h)
+        return zfail(z, "send header");
+    if (zmq_msg_send(d, z->push[to], 0) < 0) return zfail(z, "forward payload");
+    return 0;
+}
+
+static int names_op(int op)
+{
+    return op > 0 && op <= OP_BARRIER ? op : 0;
+}
+
+/* Receive the next message from `from`, which must be operation `op`,
+ * chunk `chunk`, of this operation's sequence number. *d is initialised
+ * and owned by the caller on success. *h gets the header. */
+static int z_recv(zimpl *z, int from, int op, uint32_t chunk, hdr *h, zmq_msg_t *d,
+                  int64_t deadline)
+{
+    for (;;) {
+        pending_msg *p = z->head[from];
+        if (p) {
+            z->head[from] = p->next;
+            if (!p->next) z->tail[from] = NULL;
+            memcpy(h, zmq_msg_data(&p->h), sizeof *h);
+            zmq_msg_close(&p->h);
+            zmq_msg_init(d);
+            zmq_msg_move(d, &p->d);
+            zmq_msg_close(&p->d);
+            free(p);
+            if (h->op != op || h->seq != z->seq || h->chunk != chunk) {
+                zmq_msg_close(d);
+                return mn_fail(MANTA_EPROTO,
+                               "group '%s' rank %d: rank %d sent %s #%u chunk %u while this rank "
+                               "expected %s #%u chunk %u (ranks called different operations?)",
+                               z->g->name, z->rank, from, op_names[names_op(h->op)], h->seq,
+                               h->chunk, op_names[op], z->seq, chunk);
+            }
+            return 0;
+        }
+        int64_t left = deadline - mn_now_ms();
+        if (left < 0) left = 0;
+        zmq_pollitem_t it = {z->pull, 0, ZMQ_POLLIN, 0};
+        int n = zmq_poll(&it, 1, (long)left);
+        if (n < 0) {
+            if (zmq_errno() == EINTR) continue;
+            return zfail(z, "zmq_poll");
+        }
+        if (n == 0)
+            return mn_fail(MANTA_ETIMEDOUT,
+                           "group '%s' rank %d: %s #%u: no message from rank %d before the "
+                           "deadline (is it alive and in the same operation?)",
+                           z->g->name, z->rank, op_names[op], z->seq, from);
+        pending_msg *q = malloc(sizeof *q);
+        if (!q) return mn_fail(MANTA_ENOMEM, "group '%s': out of memory", z->g->name);
+        zmq_msg_init(&q->h);
+        zmq_msg_init(&q->d);
+        q->next = NULL;
+        int more = 0;
+        size_t ml = sizeof more;
+        int bad = zmq_msg_recv(&q->h, z->pull, ZMQ_DONTWAIT) < 0;
+        if (!bad) zmq_getsockopt(z->pull, ZMQ_RCVMORE, &more, &ml);
+        if (!bad && more) bad = zmq_msg_recv(&q->d, z->pull, ZMQ_DONTWAIT) < 0;
+        if (bad && (zmq_errno() == EAGAIN || zmq_errno() == EINTR)) {
+            zmq_msg_close(&q->h), zmq_msg_close(&q->d), free(q);
+            continue;
+        }
+        hdr hh;
+        if (bad || !more || zmq_msg_size(&q->h) != sizeof hh) {
+            zmq_msg_close(&q->h), zmq_msg_close(&q->d), free(q);
+            if (bad) return zfail(z, "receive");
+            return mn_fail(MANTA_EPROTO, "group '%s' rank %d: malformed message on the data socket",
+                           z->g->name, z->rank);
+        }
+        memcpy(&hh, zmq_msg_data(&q->h), sizeof hh);
+        if (hh.magic != HDR_MAGIC || hh.src >= z->world || hh.src == z->rank ||
+            hh.len != zmq_msg_size(&q->d)) {
+            zmq_msg_close(&q->h), zmq_msg_close(&q->d), free(q);
+            return mn_fail(MANTA_EPROTO,
+                           "group '%s' rank %d: malformed header on the data socket "
+                           "(magic %08x, sender %u)",
+                           z->g->name, z->rank, hh.magic, hh.src);
+        }
+        if (z->tail[hh.src])
+            z->tail[hh.src]->next = q;
+        else
+            z->head[hh.src] = q;
+        z->tail[hh.src] = q;
+    }
+}
+
+/* Wait until ZeroMQ has released every zero-copy message of this operation. */
+static int z_drain(zimpl *z, int64_t deadline)
+{
+    int spins = 0;
+    while (atomic_load_explicit(&z->zc_out, memory_order_acquire) > 0) {
+        if (mn_now_ms() > deadline)
+            return mn_fail(MANTA_ETIMEDOUT,
+                           "group '%s' rank %d: %ld chunks still unsent at the deadline (a peer "
+                           "stopped reading?)",
+                           z->g->name, z->rank, (long)atomic_load(&z->zc_out));
+        if (++spins < 64) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return 0;
+}
+
+static int z_check_len(zimpl *z, int from, const hdr *h, size_t want)
+{
+    if (h->len == want) return 0;
+    return mn_fail(MANTA_EPROTO,
+                   "group '%s' rank %d: rank %d sent %llu bytes where this rank expected %zu "
+                   "(different sizes on different ranks?)",
+                   z->g->name, z->rank, from, (unsigned long long)h->len, want);
+}
+
+static int z_open(manta_coll_group *g, void **impl)
+{
+    manta_ctx *m = g->m;
+    zimpl *z = calloc(1, sizeof *z);
+    if (!z) return mn_fail(MANTA_ENOMEM, "group '%s': out of memory", g->name);
+    z->g = g, z->rank = g->rank, z->world = g->world, z->chunk = g->chunk;
+    atomic_init(&z->zc_out, 0);
+    z->push = calloc((size_t)g->world, sizeof *z->push);
+    z->head = calloc((size_t)g->world, sizeof *z->head);
+    z->tail = calloc((size_t)g->world, sizeof *z->tail);
+    int rc = 0;
+    if (!z->push || !z->head || !z->tail) {
+        rc = mn_fail(MANTA_ENOMEM, "group '%s': out of memory", g->name);
+        goto fail;
+    }
+    z->zctx = zmq_ctx_new();
+    if (!z->zctx) {
+        rc = zfail(z, "zmq_ctx_new");
+        goto fail;
+    }
+    /* Two I/O threads let one rank's send to its right and receive from
+     * its left proceed at once (the ring's steady state). */
+    zmq_ctx_set(z->zctx, ZMQ_IO_THREADS, g->world > 2 ? 2 : 1);
+    zmq_ctx_set(z->zctx, ZMQ_BLOCKY, 0);
+    z->pull = zmq_socket(z->zctx, ZMQ_PULL);
+    if (!z->pull) {
+        rc = zfail(z, "zmq_socket PULL");
+        goto fail;
+    }
+    int zero = 0, big = 8 << 20;
+    zmq_setsockopt(z->pull, ZMQ_RCVHWM, &zero, sizeof zero);
+    zmq_setsockopt(z->pull, ZMQ_RCVBUF, &big, sizeof big);
+    zmq_setsockopt(z->pull, ZMQ_LINGER, &zero, sizeof zero);
+    char bind_ep[256];
+    if (!strcmp(m->transport, "tcp")) {
+        snprintf(bind_ep, sizeof bind_ep, "tcp://%s:*", m->host);
+    } else {
+        mkdir(m->rundir, 0700); /* the driver made it on its node; an actor elsewhere may not */
+        char hex[13] = "";
+        mn_random_hex(hex, 12);
+        snprintf(bind_ep, sizeof bind_ep, "ipc://%s/c%s.%d", m->rundir, hex, g->rank);
+    }
+    if (zmq_bind(z->pull, bind_ep) != 0) {
+        rc = zfail(z, bind_ep);
+        goto fail;
+    }
+    size_t eplen = sizeof z->endpoint;
+    zmq_getsockopt(z->pull, ZMQ_LAST_ENDPOINT, z->endpoint, &eplen);
+    char field[32];
+    snprintf(field, sizeof field, "ep.%d", g->rank);
+    if ((rc = manta_coll_put(g, field, z->endpoint, strlen(z->endpoint))) != 0) goto fail;
+
+    /* Everyone is present (the caller waited), so endpoints come fast. */
+    int64_t deadline = mn_now_ms() + g->default_timeout;
+    for (int i = 0; i < g->world; i++) {
+        if (i == g->rank) continue;
+        snprintf(field, sizeof field, "ep.%d", i);
+        redisReply *r = NULL;
+        int step = 1;
+        for (;;) {
+            r = mn_redis(m, "HGET %s %s", g->key, field);
+            if (!r) {
+                rc = mn_fail(MANTA_EREDIS, "group '%s': %s", g->name, manta_last_error());
+                goto fail;
+            }
+            if (r->type == REDIS_REPLY_STRING) break;
+            freeReplyObject(r);
+            if (mn_now_ms() >= deadline) {
+                rc = mn_fail(MANTA_ETIMEDOUT,
+                             "group '%s': rank %d joined but never published its endpoint", g->name,
+                             i);
+                goto fail;
+            }
+            backoff(&step);
+        }
+        z->push[i] = zmq_socket(z->zctx, ZMQ_PUSH);
+        if (!z->push[i]) {
+            freeReplyObject(r);
+            rc = zfail(z, "zmq_socket PUSH");
+            goto fail;
+        }
+        zmq_setsockopt(z->push[i], ZMQ_SNDHWM, &zero, sizeof zero);
+        zmq_setsockopt(z->push[i], ZMQ_SNDBUF, &big, sizeof big);
+        if (zmq_connect(z->push[i], r->str) != 0) {
+            rc = zfail(z, r->str);
+            freeReplyObject(r);
+            goto fail;
+        }
+        freeReplyObject(r);
+    }
+    /* Hello to everyone, from everyone: proves each pair can talk, and that
+     * every rank has read every endpoint (so the fields may go). */
+    for (int i = 0; i < g->world && rc == 0; i++)
+        if (i != g->rank) rc = z_send(z, i, OP_HELLO, 0, 0, 0, NULL, 0);
+    for (int i = 0; i < g->world && rc == 0; i++) {
+        if (i == g->rank) continue;
+        hdr h;
+        zmq_msg_t d;
+        rc = z_recv(z, i, OP_HELLO, 0, &h, &d, deadline);
+        if (rc == 0) zmq_msg_close(&d);
+        if (rc == MANTA_ETIMEDOUT)
+            rc = mn_fail(MANTA_ETIMEDOUT,
+                         "group '%s': rank %d joined but sent no hello on the data plane within "
+                         "%d ms (endpoint unreachable?)",
+                         g->name, i, g->default_timeout);
+    }
+    if (rc) goto fail;
+    z->seq++;
+    *impl = z;
+    return 0;
+fail:
+    z_close(z);
+    return rc;
+}
+
+static int z_broadcast(void *impl, void *buf, size_t bytes, int root, int check, uint32_t *crc,
+                       int64_t deadline)
+{
+    zimpl *z = impl;
+    int P = z->world, r = z->rank, rc = 0;
+    uint32_t run = 0;
+    char *b = buf;
+    if (P == 1) {
+        if (check && crc) *crc = manta_crc32c(0, buf, bytes);
+        return 0;
+    }
+    size_t ch = z->chunk;
+    size_t nchunks = bytes ? (bytes + ch - 1) / ch : 1;
+    bool direct = bytes <= DIRECT_MAX;
+    int pos = (r - root + P) % P;
+    int prev = (r - 1 + P) % P, next = (r + 1) % P;
+    if (r == root) {
+        for (size_t c = 0; c < nchunks && rc == 0; c++) {
+            size_t off = c * ch, n = bytes - off < ch ? bytes - off : ch;
+            if (check) run = manta_crc32c(run, b + off, n);
+            if (direct) {
+                for (int i = 0; i < P && rc == 0; i++)
+                    if (i != r) rc = z_send(z, i, OP_BCAST, (uint32_t)c, run, check, b + off, n);
+            } else {
+                rc = z_send(z, next, OP_BCAST, (uint32_t)c, run, check, b + off, n);
+            }
+        }
+    } else {
+        int from = direct ? root : prev;
+        bool fwd = !direct && pos < P - 1;
+        for (size_t c = 0; c < nchunks && rc == 0; c++) {
+            size_t off = c * ch, n = bytes - off < ch ? bytes - off : ch;
+            hdr h;
+            zmq_msg_t d;
+            if ((rc = z_recv(z, from, OP_BCAST, (uint32_t)c, &h, &d, deadline)) != 0) break;
+            if ((rc = z_check_len(z, from, &h, n)) == 0 && h.check != check)
+                rc = mn_fail(MANTA_EPROTO,
+                             "group '%s' rank %d: rank %d broadcasts %s a checksum, this rank "
+                             "called %s",
+                             z->g->name, r, from, h.check ? "with" : "without",
+                             check ? "broadcast_crc" : "broadcast");
+            if (rc == 0 && fwd) {
+                /* Forward first (a shared reference, no copy), then copy out. */
+                zmq_msg_t f;
+                zmq_msg_init(&f);
+                zmq_msg_copy(&f, &d);
+                rc = z_forward(z, next, OP_BCAST, (uint32_t)c, h.crc, check, &f);
+                if (rc) zmq_msg_close(&f);
+            }
+            if (rc == 0) {
+                memcpy(b + off, zmq_msg_data(&d), n);
+                if (check) {
+                    run = manta_crc32c(run, b + off, n);
+                    if (run != h.crc)
+                        rc = mn_fail(MANTA_EPROTO,
+                                     "group '%s' rank %d: broadcast from rank %d: checksum "
+                                     "mismatch at chunk %zu of %zu (crc32c %08x, sender says "
+                                     "%08x)",
+                                     z->g->name, r, root, c, nchunks, run, h.crc);
+                }
+            }
+            zmq_msg_close(&d);
+        }
+    }
+    if (rc == 0) rc = z_drain(z, deadline);
+    if (rc) return z_abort(z, rc);
+    z->seq++;
+    if (check && crc) *crc = run;
+    return 0;
+}
+
+/* dst[i] = a[i] + b[i] over n floats; dst and a may be unaligned (and equal). */
+static void add_into(char *dst, const char *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float x, y;
+        memcpy(&x, a + i * sizeof x, sizeof x);
+        memcpy(&y, b + i, sizeof y);
+        x += y;
+        memcpy(dst + i * sizeof x, &x, sizeof x);
+    }
+}
+
+/* The ring reduce-scatter on floats: rank r ends with its slice of the sum
+ * in recv. Each step's chunks are forwarded as they arrive. */
+static int ring_rs(zimpl *z, int op, const float *send, float *recv, size_t count, int64_t deadline)
+{
+    int P = z->world, r = z->rank, rc = 0;
+    int left = (r - 1 + P) % P, right = (r + 1) % P;
+    size_t ce = z->chunk / sizeof(float);
+    uint32_t rx = 0, tx = 0; /* chunk counters per direction */
+    /* step 0: our own input for slice r-1 */
+    size_t off, len;
+    manta_coll_slice(count, P, (r - 1 + P) % P, &off, &len);
+    for (size_t c = 0; c < len || (c == 0 && len == 0); c += ce) {
+        size_t n = len - c < ce ? len - c : ce;
+        if ((rc = z_send(z, right, op, tx++, 0, 0, send + off + c, n * sizeof(float)))) return rc;
+        if (len == 0) break;
+    }
+    for (int s = 1; s < P; s++) {
+        int k = ((r - s - 1) % P + P) % P;
+        manta_coll_slice(count, P, k, &off, &len);
+        for (size_t c = 0; c < len || (c == 0 && len == 0); c += ce) {
+            size_t n = len - c < ce ? len - c : ce;
+            hdr h;
+            zmq_msg_t d;
+            if ((rc = z_recv(z, left, op, rx++, &h, &d, deadline))) return rc;
+            if ((rc = z_check_len(z, left, &h, n * sizeof(float)))) {
+                zmq_msg_close(&d);
+                return rc;
+            }
+            /* Received payloads may sit at any address inside ZeroMQ's
+             * receive buffer: access them through memcpy, never as float *. */
+            char *acc = zmq_msg_data(&d);
+            const float *mine = send + off + c;
+            if (s < P - 1) {
+                add_into(acc, acc, mine, n);
+                rc = z_forward(z, right, op, tx++, 0, 0, &d);
+                if (rc) {
+                    zmq_msg_close(&d);
+                    return rc;
+                }
+            } else {
+                add_into((char *)(recv + c), acc, mine, n);
+                zmq_msg_close(&d);
+            }
+            if (len == 0) break;
+        }
+    }
+    return 0;
+}
+
+/* The ring all-gather: recv holds this rank's slice at its offset already. */
+static int ring_ag(zimpl *z, int op, char *recv, size_t count, size_t elem, int64_t deadline)
+{
+    int P = z->world, r = z->rank, rc = 0;
+    int left = (r - 1 + P) % P, right = (r + 1) % P;
+    size_t ce = z->chunk / elem;
+    uint32_t rx = 0, tx = 0;
+    size_t off, len;
+    manta_coll_slice(count, P, r, &off, &len);
+    for (size_t c = 0; c < len || (c == 0 && len == 0); c += ce) {
+        size_t n = len - c < ce ? len - c : ce;
+        if ((rc = z_send(z, right, op, tx++, 0, 0, recv + (off + c) * elem, n * elem))) return rc;
+        if (len == 0) break;
+    }
+    for (int s = 0; s < P - 1; s++) {
+        int k = ((r - s - 1) % P + P) % P;
+        manta_coll_slice(count, P, k, &off, &len);
+        for (size_t c = 0; c < len || (c == 0 && len == 0); c += ce) {
+            size_t n = len - c < ce ? len - c : ce;
+            hdr h;
+            zmq_msg_t d;
+            if ((rc = z_recv(z, left, op, rx++, &h, &d, deadline))) return rc;
+            if ((rc = z_check_len(z, left, &h, n * elem))) {
+                zmq_msg_close(&d);
+                return rc;
+            }
+            if (n) memcpy(recv + (off + c) * elem, zmq_msg_data(&d), n * elem);
+            if (s < P - 2) {
+                rc = z_forward(z, right, op, tx++, 0, 0, &d);
+                if (rc) {
+                    zmq_msg_close(&d);
+                    return rc;
+                }
+            } else {
+                zmq_msg_close(&d);
+            }
+            if (len == 0) break;
+        }
+    }
+    return 0;
+}
+
+static int z_reduce_scatter(void *impl, const float *send, float *recv, size_t count,
+                            int64_t deadline)
+{
+    zimpl *z = impl;
+    size_t off, len;
+    manta_coll_slice(count, z->world, z->rank, &off, &len);
+    if (z->world == 1) {
+        if (len && recv != send) memmove(recv, send, len * sizeof(float));
+        return 0;
+    }
+    int rc = ring_rs(z, OP_RSCATTER, send, recv, count, deadline);
+    if (rc == 0) rc = z_drain(z, deadline);
+    if (rc) return z_abort(z, rc);
+    z->seq++;
+    return 0;
+}
+
+static int z_all_gather(void *impl, const void *send, void *recv, size_t count, size_t elem,
+                        int64_t deadline)
+{
+    zimpl *z = impl;
+    size_t off, len;
+    manta_coll_slice(count, z->world, z->rank, &off, &len);
+    char *out = recv;
+    if (len && out + off * elem != send) memmove(out + off * elem, send, len * elem);
+    if (z->world == 1) return 0;
+    int rc = ring_ag(z, OP_AGATHER, out, count, elem, deadline);
+    if (rc == 0) rc = z_drain(z, deadline);
+    if (rc) return z_abort(z, rc);
+    z->seq++;
+    return 0;
+}
+
+/* Small all-reduce: everyone sends everything to everyone, and each rank
+ * sums the S contributions in rank order (so all ranks get the same bits). */
+static int direct_allreduce(zimpl *z, float *buf, size_t count, int64_t deadline)
+{
+    int P = z->world, r = z->rank, rc = 0;
+    size_t bytes = count * sizeof(float);
+    for (int i = 0; i < P && rc == 0; i++)
+        if (i != r) rc = z_send(z, i, OP_ALLREDUCE, 0, 0, 0, buf, bytes);
+    if (rc) return rc;
+    zmq_msg_t *got = calloc((unsigned)P, sizeof *got);
+    const char **src = calloc((unsigned)P, sizeof *src);
+    if (!got || !src) {
+        free(got), free(src);
+        return mn_fail(MANTA_ENOMEM, "all_reduce: out of memory");
+    }
+    int n = 0; /* messages initialised in got[0..n) */
+    for (; n < P; n++) {
+        zmq_msg_init(&got[n]);
+        if (n == r) continue;
+        hdr h;
+        zmq_msg_close(&got[n]);
+        if ((rc = z_recv(z, n, OP_ALLREDUCE, 0, &h, &got[n], deadline))) break;
+        if ((rc = z_check_len(z, n, &h, bytes))) {
+            n++;
+            break;
+        }
+        src[n] = zmq_msg_data(&got[n]);
+    }
+    /* Our own zero-copy sends read buf: they must be gone before we write. */
+    if (rc == 0) rc = z_drain(z, deadline);
+    if (rc == 0) {
+        src[r] = (const char *)buf;
+        for (size_t j = 0; j < count; j++) {
+            float s = 0, v;
+            for (int i = 0; i < P; i++) memcpy(&v, src[i] + j * sizeof v, sizeof v), s += v;
+            buf[j] = s;
+        }
+    }
+    for (int i = 0; i < n; i++) zmq_msg_close(&got[i]);
+    free(got), free(src);
+    return rc;
+}
+
+static int z_all_reduce(void *impl, float *buf, size_t count, int64_t deadline)
+{
+    zimpl *z = impl;
+    if (z->world == 1) return 0;
+    int rc;
+    if (count * sizeof(float) <= DIRECT_MAX) {
+        rc = direct_allreduce(z, buf, count, deadline);
+    } else {
+        size_t off;
+        manta_coll_slice(count, z->world, z->rank, &off, NULL);
+        rc = ring_rs(z, OP_ALLREDUCE, buf, buf + off, count, deadline);
+        /* The all-gather overwrites slices that zero-copy sends of the
+         * reduce-scatter may still be reading. */
+        if (rc == 0) rc = z_drain(z, deadline);
+        if (rc == 0) rc = ring_ag(z, OP_ALLREDUCE, (char *)buf, count, sizeof(float), deadline);
+    }
+    if (rc == 0) rc = z_drain(z, deadline);
+    if (rc) return z_abort(z, rc);
+    z->seq++;
+    return 0;
+}
+
+/* Dissemination barrier: in round k rank r signals r + 2^k and waits for
+ * r - 2^k; after ceil(log2 S) rounds everyone has heard from everyone. */
+static int z_barrier(void *impl, int64_t deadline)
+{
+    zimpl *z = impl;
+    int P = z->world, r = z->rank, rc = 0;
+    uint32_t k = 0;
+    for (int d = 1; d < P && rc == 0; d *= 2, k++) {
+        rc = z_send(z, (r + d) % P, OP_BARRIER, k, 0, 0, NULL, 0);
+        hdr h;
+        zmq_msg_t m;
+        if (rc == 0) rc = z_recv(z, (r - d % P + P) % P, OP_BARRIER, k, &h, &m, deadline);
+        if (rc == 0) zmq_msg_close(&m);
+    }
+    if (rc) return z_abort(z, rc);
+    z->seq++;
+    return 0;
+}
+
+static const manta_coll_backend zmq_backend = {
+    .name = "zmq",
+    .open = z_open,
+    .close = z_close,
+    .broadcast = z_broadcast,
+    .all_reduce = z_all_reduce,
+    .reduce_scatter = z_reduce_scatter,
+    .all_gather = z_all_gather,
+    .barrier = z_barrier,
+};
+
+const manta_coll_backend *manta_coll_zmq(void)
+{
+    return &zmq_backend;
+}
