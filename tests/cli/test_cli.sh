@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# test_cli.sh MANTA USER_CLASS_SPEC USER_SERVICE_SPEC
+# The `manta` command end to end on the embedded Redis: run with a run
+# method, bad specs, and a detached service grown and shrunk with `scale`,
+# read with `status` and `logs`, ended with `stop`; then nothing is left.
+set -u
+MANTA=$1 RUN_SPEC=$2 SERVICE_SPEC=$3
+work=$(mktemp -d /tmp/manta-cli-test-XXXXXX)
+export MANTA_STATE_DIR=$work/state
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+check() { # check DESCRIPTION COMMAND...: the command must succeed
+    local what=$1; shift
+    if "$@"; then echo "ok: $what"; else fail "$what"; fi
+}
+procs_of_job() { # processes whose environment names the job
+    local n=0
+    for e in /proc/[0-9]*/environ; do
+        tr '\0' '\n' < "$e" 2>/dev/null | grep -qx "MANTA_JOB=$1" && n=$((n + 1))
+    done
+    echo $n
+}
+
+# 1. help and usage errors
+check "--help exits 0" "$MANTA" --help
+"$MANTA" frobnicate >/dev/null 2>&1; rc=$?
+check "unknown command exits 2 (got $rc)" test $rc -eq 2
+
+# 2. a bad spec names file, line and column, exits 2
+cat > $work/bad.yaml <<'YAML'
+job: bad-spec
+groups:
+  w:
+    class: squarer
+    replicas: two
+YAML
+out=$("$MANTA" run $work/bad.yaml 2>&1); rc=$?
+check "bad spec exits 2 (got $rc)" test $rc -eq 2
+check "bad spec error names file:line:col ($out)" grep -q "bad.yaml:5:15: groups.w.replicas" <<<"$out"
+
+# 3. run with a run method: the answer is printed, everything torn down
+out=$("$MANTA" run --log-dir $work/runs "$RUN_SPEC" 2>$work/run.err); rc=$?
+check "run exits 0 (got $rc; $(tail -2 $work/run.err))" test $rc -eq 0
+check "run prints the job's answer ($out)" grep -q '"sum": 2666466670000, "failed": 0' <<<"$out"
+check "no process of the job is left" test "$(procs_of_job user-class-demo)" -eq 0
+check "the actors' logs are kept" test -f $work/runs/user-class-demo/logs/squarer-0.log
+
+# 4. --set overrides reach the actors
+out=$("$MANTA" run --log-dir $work/runs --set summer.settings.items=10 "$RUN_SPEC" 2>$work/set.err)
+check "--set reaches init ($out $(tail -3 $work/set.err))" grep -q '"sum": 285,' <<<"$out"
+
+# 5. a detached service: status, scale up and down, logs, stop
+"$MANTA" run --detach --log-dir $work/runs "$SERVICE_SPEC" > $work/detach.out 2>&1; rc=$?
+check "detached run exits 0 (got $rc: $(cat $work/detach.out))" test $rc -eq 0
+st=$("$MANTA" status --job user-service-demo)
+check "status shows 3/3 squarers" grep -q "squarer *ready 3/3" <<<"$st"
+check "scale up to 5" "$MANTA" scale squarer 5 --job user-service-demo
+st=$("$MANTA" status --job user-service-demo -v)
+check "status shows 5/5 ($st)" grep -q "squarer *ready 5/5" <<<"$st"
+check "scale down to 1" "$MANTA" scale squarer 1 --job user-service-demo
+st=$("$MANTA" status --job user-service-demo -v)
+check "status shows 1/1" grep -q "squarer *ready 1/1" <<<"$st"
+check "the drained replicas are gone" bash -c "! grep -q 'squarer-4' <<<'$st'"
+"$MANTA" scale nosuchgroup 2 --job user-service-demo >/dev/null 2>&1; rc=$?
+check "scale of an unknown group exits 5 (got $rc)" test $rc -eq 5
+check "logs of an actor" "$MANTA" logs squarer-0 --job user-service-demo
+check "stop" "$MANTA" stop --job user-service-demo
+check "no process of the service is left" test "$(procs_of_job user-service-demo)" -eq 0
+"$MANTA" status --job user-service-demo >/dev/null 2>&1; rc=$?
+check "status of a stopped job exits 5 (got $rc)" test $rc -eq 5
+
+rm -rf "$work"
+echo "$fails failure(s)"
+test $fails -eq 0
