@@ -233,19 +233,20 @@ int manta_coll_get(manta_coll_group *g, const char *field, void *out, size_t len
     }
 }
 
-/* Wait until every rank has announced itself; name the missing ones. */
+/* Wait until every rank has announced itself; name the missing ones. A
+ * rank counts as joined once seen, even if it gave up since (its own
+ * timeout may fall a moment before ours). */
 static int wait_presence(manta_coll_group *g, int64_t deadline, int timeout_ms)
 {
-    int step = 1;
+    int step = 1, present = 0, rc = 0;
+    char *seen = calloc((unsigned)g->world, 1);
+    if (!seen) return mn_fail(MANTA_ENOMEM, "group '%s': out of memory", g->name);
     for (;;) {
         redisReply *r = mn_redis(g->m, "HGETALL %s", g->key);
-        if (!r) return mn_fail(MANTA_EREDIS, "group '%s': %s", g->name, manta_last_error());
-        char *seen = calloc((size_t)g->world, 1);
-        if (!seen) {
-            freeReplyObject(r);
-            return mn_fail(MANTA_ENOMEM, "group '%s': out of memory", g->name);
+        if (!r) {
+            rc = mn_fail(MANTA_EREDIS, "group '%s': %s", g->name, manta_last_error());
+            break;
         }
-        int present = 0;
         for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
             const char *f = r->element[i]->str;
             if (f && f[0] == 'r' && f[1] == '.') {
@@ -254,10 +255,7 @@ static int wait_presence(manta_coll_group *g, int64_t deadline, int timeout_ms)
             }
         }
         freeReplyObject(r);
-        if (present == g->world) {
-            free(seen);
-            return 0;
-        }
+        if (present == g->world) break;
         if (mn_now_ms() >= deadline) {
             char list[256] = "";
             size_t n = 0;
@@ -269,13 +267,14 @@ static int wait_presence(manta_coll_group *g, int64_t deadline, int timeout_ms)
                         (size_t)snprintf(list + n, sizeof list - n, "%s%d", missing ? ", " : "", k);
                 missing++;
             }
-            free(seen);
-            return mn_fail(MANTA_ETIMEDOUT, "group '%s': rank%s %s of %d did not join within %d ms",
-                           g->name, missing > 1 ? "s" : "", list, g->world, timeout_ms);
+            rc = mn_fail(MANTA_ETIMEDOUT, "group '%s': rank%s %s of %d did not join within %d ms",
+                         g->name, missing > 1 ? "s" : "", list, g->world, timeout_ms);
+            break;
         }
-        free(seen);
         backoff(&step);
     }
+    free(seen);
+    return rc;
 }
 
 /* Remove this rank's fields; the last rank out deletes the hash. */
@@ -285,7 +284,15 @@ static void leave_rendezvous(manta_coll_group *g, bool count_out)
     snprintf(f1, sizeof f1, "r.%d", g->rank);
     snprintf(f2, sizeof f2, "ep.%d", g->rank);
     freeReplyObject(mn_redis(g->m, "HDEL %s %s %s", g->key, f1, f2));
-    if (!count_out) return;
+    if (!count_out) {
+        /* A failed join: if no rank is left waiting, drop the record (in
+         * one atomic step, so a rank joining meanwhile keeps it). */
+        static const char lua[] = "for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do "
+                                  "if string.sub(f, 1, 2) == 'r.' then return 0 end end "
+                                  "redis.call('DEL', KEYS[1]) return 1";
+        freeReplyObject(mn_redis(g->m, "EVAL %s 1 %s", lua, g->key));
+        return;
+    }
     redisReply *r = mn_redis(g->m, "HINCRBY %s done 1", g->key);
     if (r && r->type == REDIS_REPLY_INTEGER && r->integer >= g->world)
         freeReplyObject(mn_redis(g->m, "DEL %s", g->key));
