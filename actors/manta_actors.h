@@ -1,0 +1,157 @@
+/*
+ * manta_actors.h - the RL actor classes of Manta and the pieces they share.
+ *
+ * The classes (controller, rollout, env, reward, learner) are const
+ * manta_class tables listed in manta_builtin_classes; `manta run SPEC`
+ * creates `<group>-<i>` replicas of them with manta_spec_init_payload() as
+ * their init arguments. How they work together, the spec sections they read
+ * and the trajectory schema are in actors/README.md.
+ *
+ * Besides the classes this header exposes the pure parts of the RL system,
+ * so that tests can check them without processes:
+ *   - the byte-level vocabulary (256 bytes and four special tokens);
+ *   - rl_traj, one episode's tokens with behaviour log-probs, versions and
+ *     loss masks, and its msgpack codec (the documented trajectory schema);
+ *   - GRPO group-normalised advantages;
+ *   - the bounded-staleness admission and dropping rules;
+ *   - the ledger (every admitted episode ends in exactly one bucket).
+ *
+ * Ownership: rl_traj_* functions work on caller storage (_init/_destroy);
+ * decode returns a trajectory the caller destroys. Nothing here is
+ * thread-safe and nothing needs to be: every actor is one thread.
+ */
+#ifndef MANTA_ACTORS_H
+#define MANTA_ACTORS_H
+
+#include <manta.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* controller, rollout, env, reward, learner; NULL-terminated. */
+extern const manta_class *const manta_builtin_classes[];
+
+extern const manta_class rl_controller_class;
+extern const manta_class rl_rollout_class;
+extern const manta_class rl_env_class;
+extern const manta_class rl_reward_class;
+extern const manta_class rl_learner_class;
+
+/* ---- vocabulary ----------------------------------------------------------- *
+ * Token ids 0..255 are bytes; four specials follow. A tool call is
+ * RL_TOK_CALL <argument bytes> RL_TOK_END in the policy's output; the
+ * observation that the env returns is appended as given bytes (loss mask 0)
+ * followed by '\n'. An episode ends at RL_TOK_EOS. */
+#define RL_TOK_BOS  256
+#define RL_TOK_EOS  257
+#define RL_TOK_CALL 258
+#define RL_TOK_END  259
+#define RL_VOCAB    260
+
+/* ---- trajectories ----------------------------------------------------------- */
+
+enum { RL_SEG_PROMPT = 0, RL_SEG_POLICY = 1, RL_SEG_TOOL = 2 };
+
+/* How an episode ended. OK episodes are trainable; the others are dropped
+ * with the status as the ledger's reason. */
+enum { RL_EP_OK = 0, RL_EP_ERROR = 1 };
+
+typedef struct rl_traj {
+    int64_t episode; /* controller-wide id */
+    int64_t group;   /* GRPO group id: the G episodes of one prompt share it */
+    int32_t prompt;  /* index of the prompt in its dataset */
+    int eval;        /* 1: held-out evaluation episode (greedy, never trained) */
+    int n, cap;      /* tokens */
+    int32_t *tok;    /* token ids */
+    float *logp;     /* behaviour log-prob of a sampled token; 0 for given ones */
+    int32_t *ver;    /* policy version that sampled the token; -1 for given ones */
+    uint8_t *mask;   /* 1: sampled by the policy (trained on), 0: prompt/observation */
+    int n_seg, seg_cap;
+    int32_t *seg_start; /* first token of each segment (turn) */
+    uint8_t *seg_kind;  /* RL_SEG_* */
+    float reward;
+    int status; /* RL_EP_* */
+    int tool_calls, tool_errors;
+    int truncated; /* hit the token or turn limit */
+    char answer[128];
+    char error[128];
+    char rollout[64]; /* actor that generated it */
+} rl_traj;
+
+void rl_traj_init(rl_traj *t);
+void rl_traj_destroy(rl_traj *t);
+/* Reset to zero tokens and segments, keeping the storage. */
+void rl_traj_clear(rl_traj *t);
+/* Append one token; a new segment starts when kind differs from the last
+ * one. ver -1 and logp 0 for given tokens. 0 or -1 (out of memory). */
+int rl_traj_push(rl_traj *t, int32_t tok, float logp, int32_t ver, uint8_t mask, int kind);
+/* Oldest policy version among sampled tokens, or -1 when none. */
+int32_t rl_traj_min_version(const rl_traj *t);
+int32_t rl_traj_max_version(const rl_traj *t);
+int rl_traj_trained_tokens(const rl_traj *t);
+/* The text of the final policy segment without special tokens, trimmed:
+ * what the reward rules compare with the reference. */
+void rl_traj_final_text(const rl_traj *t, char *out, size_t cap);
+
+/* Encode to msgpack (see README.md, "Trajectory schema"); *out malloc'd,
+ * caller frees. 0 or -1. */
+int rl_traj_encode(const rl_traj *t, char **out, size_t *len);
+/* Decode into an initialised t (its previous contents are replaced).
+ * 0, or -1 on a malformed buffer (t is left valid and empty). */
+int rl_traj_decode(rl_traj *t, const void *buf, size_t len);
+
+/* Bytes of text as tokens (one per byte) into out[cap]; returns the count. */
+int rl_tokenize(const char *text, int32_t *out, int cap);
+
+/* ---- GRPO advantages ---------------------------------------------------------- */
+
+/* For one group of n rewards: A_i = (r_i - mean) / (std + eps), std the
+ * population standard deviation. A group whose rewards are all equal (std <
+ * 1e-6) has no signal: every A_i = 0 and the function returns 0; otherwise 1. */
+int rl_group_advantages(const float *rewards, int n, float eps, float *adv);
+
+/* ---- bounded staleness ------------------------------------------------------------- */
+
+/* May `n` more episodes be admitted? With `admitted` episodes already
+ * counted, learner version v, batch size b (episodes) and bound eta:
+ * admitted + n <= (v + eta + 1) * b. */
+int rl_admit_ok(int64_t admitted, int64_t n, int64_t v, int64_t eta, int64_t b);
+/* Is a trajectory whose oldest sampled token has version min_ver too stale
+ * to train on at learner version v? v - min_ver > eta. A trajectory with no
+ * sampled token (min_ver < 0) is never stale. */
+int rl_is_stale(int32_t min_ver, int64_t v, int64_t eta);
+
+/* ---- the ledger ------------------------------------------------------------------- */
+
+/* Every admitted training episode ends in exactly one of these. */
+typedef struct rl_ledger {
+    int64_t admitted;
+    int64_t trained;
+    int64_t dropped_stale;
+    int64_t dropped_error;
+    int64_t in_flight;   /* admitted and not yet in one of the three above */
+    int64_t handed_back; /* re-queued by a draining rollout (re-admitted later, counted once) */
+} rl_ledger;
+
+/* 1 when admitted == trained + dropped_stale + dropped_error + in_flight. */
+int rl_ledger_ok(const rl_ledger *l);
+
+/* ---- reward rules ---------------------------------------------------------------- */
+
+/* "exact": 1 when answer equals reference; "numeric": 1 when both parse as
+ * numbers within tol * max(1, |reference|). 0 otherwise. */
+float rl_reward_rule(const char *rule, double tol, const char *answer, const char *reference);
+
+/* ---- small shared helpers ------------------------------------------------------------ */
+
+/* FNV-1a 64-bit checksum of a weight bucket. */
+uint64_t rl_checksum(const void *data, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
