@@ -348,6 +348,111 @@ static manta_spec *load_spec(cli *c, const char *path, const char *const *sets, 
     return s;
 }
 
+/* ---- node watchdog (run) ---- */
+
+/* A node whose heartbeat is older than this is declared dead (ms). */
+static int64_t node_timeout_ms(void)
+{
+    const char *v = getenv("MANTA_NODE_TIMEOUT_MS");
+    return v && atoll(v) > 0 ? atoll(v) : 5000;
+}
+
+/* Re-create one actor of a dead node on a node with room, from its own
+ * directory record (class, library, init bytes, restarts allowed). */
+static void move_actor(manta_ctx *m, const char *name, const char *dead_node)
+{
+    char key[256], setkey[256];
+    mn_key(m, key, sizeof key, "actor", name);
+    mn_key(m, setkey, sizeof setkey, "actors", NULL);
+    redisReply *r =
+        mn_redis(m, "HMGET %s class library args max_restarts group cpu gpu memory", key);
+    if (!r || r->elements != 8 || !r->element[0]->str) {
+        freeReplyObject(r);
+        return;
+    }
+    char cls[128], lib[512], group[64];
+    snprintf(cls, sizeof cls, "%s", r->element[0]->str);
+    snprintf(lib, sizeof lib, "%s", r->element[1]->str ? r->element[1]->str : "");
+    snprintf(group, sizeof group, "%s", r->element[4]->str ? r->element[4]->str : "");
+    size_t args_len = r->element[2]->str ? r->element[2]->len : 0;
+    char *args = malloc(args_len ? args_len : 1);
+    if (args_len) memcpy(args, r->element[2]->str, args_len);
+    int max_restarts = r->element[3]->str ? atoi(r->element[3]->str) : 0;
+    manta_spec_demand d = {group, 1, r->element[5]->str ? atof(r->element[5]->str) : 0,
+                           r->element[6]->str ? atoi(r->element[6]->str) : 0,
+                           r->element[7]->str ? strtoull(r->element[7]->str, 0, 10) : 0};
+    freeReplyObject(r);
+    /* The old record goes; the name is taken again by the new incarnation. */
+    freeReplyObject(mn_redis(m, "DEL %s", key));
+    freeReplyObject(mn_redis(m, "SREM %s %s", setkey, name));
+    node_list nl;
+    read_nodes(m, &nl);
+    subtract_usage(m, &nl);
+    size_t where = 0;
+    char why[512];
+    manta_actor *a;
+    if (nl.n == 0 || manta_spec_place(&d, 1, nl.cap, nl.n, MANTA_SPEC_FIRST_FIT, false, &where, why,
+                                      sizeof why) != 0) {
+        fprintf(stderr, "manta: node %s died; no room for actor %s elsewhere: %s\n", dead_node,
+                name, nl.n ? why : "no node left");
+        freeReplyObject(mn_redis(m, "HSET %s class %s state dead node %s error %s", key, cls,
+                                 dead_node, "its node died and no other node had room"));
+        freeReplyObject(mn_redis(m, "SADD %s %s", setkey, name));
+        free(args);
+        return;
+    }
+    manta_actor_options o = {.cls = cls,
+                             .name = name,
+                             .args = args,
+                             .args_len = args_len,
+                             .max_restarts = max_restarts,
+                             .node = nl.ids[where],
+                             .library = lib[0] ? lib : NULL,
+                             .no_wait = 1};
+    if (manta_actor_create(m, &o, &a) == 0) {
+        freeReplyObject(mn_redis(m, "HSET %s group %s cpu %g gpu %d memory %llu", key, group, d.cpu,
+                                 d.gpu, (unsigned long long)d.memory_bytes));
+        fprintf(stderr, "manta: node %s died; actor %s restarted on node %s\n", dead_node, name,
+                nl.ids[where]);
+    } else {
+        fprintf(stderr, "manta: node %s died; restarting actor %s: %s\n", dead_node, name,
+                manta_last_error());
+    }
+    free(args);
+}
+
+static void watch_nodes(void *arg)
+{
+    manta_ctx *m = arg;
+    char setkey[256], asetkey[256], key[256];
+    mn_key(m, setkey, sizeof setkey, "nodes", NULL);
+    mn_key(m, asetkey, sizeof asetkey, "actors", NULL);
+    redisReply *r = mn_redis(m, "SMEMBERS %s", setkey);
+    int64_t now = mn_wall_ms(), limit = node_timeout_ms();
+    for (size_t i = 0; r && i < r->elements; i++) {
+        const char *id = r->element[i]->str;
+        mn_key(m, key, sizeof key, "node", id);
+        char hb[32] = "";
+        if (mn_redis_hget_str(m, key, "hb", hb, sizeof hb) != 0 || now - atoll(hb) <= limit)
+            continue;
+        fprintf(stderr, "manta: node %s: no heartbeat for %.1f s: declared dead\n", id,
+                (double)(now - atoll(hb)) / 1000);
+        freeReplyObject(mn_redis(m, "HSET %s state dead", key));
+        freeReplyObject(mn_redis(m, "SREM %s %s", setkey, id));
+        redisReply *names = mn_redis(m, "SMEMBERS %s", asetkey);
+        for (size_t k = 0; names && k < names->elements; k++) {
+            char ak[256], node[64] = "";
+            mn_key(m, ak, sizeof ak, "actor", names->element[k]->str);
+            if (mn_redis_hget_str(m, ak, "node", node, sizeof node) == 0 && !strcmp(node, id))
+                move_actor(m, names->element[k]->str, id);
+        }
+        freeReplyObject(names);
+        freeReplyObject(mn_redis(m, "DEL %s", key));
+    }
+    freeReplyObject(r);
+    manta_timer_add(m, 1000, watch_nodes, m);
+}
+
 /* ---- run ---- */
 
 static int wait_all_ready(manta_ctx *m, manta_actor **actors, size_t n, double timeout_s)
@@ -434,7 +539,8 @@ static int cmd_run(cli *c)
                        .job = s->job,
                        .classes = c->classes,
                        .log_dir = logs,
-                       .transport = c->transport};
+                       .transport = c->transport,
+                       .host = c->host};
     if (manta_init(&m, &o) != 0) {
         fprintf(stderr, "manta run: %s\n", manta_last_error());
         DONE(MANTA_EXIT_RUNTIME);
@@ -511,6 +617,9 @@ static int cmd_run(cli *c)
         ready_pipe[1] = -1;
     }
 
+    /* While the job runs, nodes that stop heart-beating are declared dead
+     * and their actors re-created on nodes with room. */
+    manta_timer_add(m, 1000, watch_nodes, m);
     const manta_spec_node *run = manta_spec_find(s->root, "run");
     if (run) {
         const char *group = NULL, *method = NULL;
