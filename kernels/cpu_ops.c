@@ -16,6 +16,7 @@
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,7 +29,7 @@
  * wait a whole scheduler quantum for a descheduled thread. */
 #define PAR_MIN 32768
 
-static int n_threads = 1;
+static int n_threads = 1; /* set from OpenMP's default at first use */
 
 /* OpenBLAS built with DYNAMIC_ARCH picks its kernels from the CPU's model
  * number.  Under some hypervisors the model is generic and OpenBLAS 0.3.21
@@ -66,9 +67,17 @@ static void choose_blas_kernels(void)
     gotoblas_dynamic_init();
 }
 
+static void blas_init_once(void)
+{
+    choose_blas_kernels();
+    /* our OpenMP team is the only pool; OpenBLAS runs inside it */
+    openblas_set_num_threads(1);
+    n_threads = omp_get_max_threads();
+}
+
 void mk__blas_init(void)
 {
-    pthread_once(&blas_once, choose_blas_kernels);
+    pthread_once(&blas_once, blas_init_once);
 }
 
 void mk_set_threads(int n)
@@ -287,7 +296,46 @@ static void head_bwd(float *dinp, float *dwte, const float *dlogits, const float
     gemm(1, 0, V, C, R, 1.0f, dlogits, V, inp, C, 1.0f, dwte, C);
 }
 
-/* ---- attention ---------------------------------------------------------- */
+/* ---- vectorised helpers ------------------------------------------------- */
+
+/* The hot loops are compiled three times - AVX-512, AVX2+FMA and baseline
+ * x86-64 - and the loader picks one for this CPU (GCC/clang target_clones,
+ * an ifunc), so one binary runs anywhere and uses the full vector width. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define MK_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define MK_CLONES
+#endif
+
+/* e^x for x in float range, without a libm call so that loops vectorise:
+ * x = n ln2 + r with |r| <= ln2/2, e^r by Cephes' degree-5 polynomial
+ * (about 1 ulp), 2^n built in the exponent bits. */
+static inline float fast_expf(float x)
+{
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    /* round to nearest by the 1.5 * 2^23 trick: no libm call, so it vectorises */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * r * r + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return y * scale;
+}
+
+/* tanh(u) = (e^2u - 1) / (e^2u + 1); |u| > 9 is +-1 to float precision */
+static inline float fast_tanhf(float u)
+{
+    u = u < -9.0f ? -9.0f : (u > 9.0f ? 9.0f : u);
+    float e = fast_expf(2.0f * u);
+    return (e - 1.0f) / (e + 1.0f);
+}
 
 static inline float dot(const float *a, const float *b, int n)
 {
@@ -297,92 +345,91 @@ static inline float dot(const float *a, const float *b, int n)
     return s;
 }
 
-/* Softmax of scores[0..n) in place, scaled; returns nothing. */
-static void softmax_inplace(float *x, int n)
+/* Softmax of x[0..n) in place. */
+MK_CLONES static void softmax_inplace(float *x, int n)
 {
     float mx = -INFINITY;
     for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
     float sum = 0.0f;
     for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - mx);
+        x[i] = fast_expf(x[i] - mx);
         sum += x[i];
     }
     float inv = 1.0f / sum;
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
+/* ---- attention ---------------------------------------------------------- */
+
+/* Per (b, h): scores = scale Q K^T and Y = P V as two matrix products on the
+ * head's strided slices of qkv (row length 3C), the causal mask and the
+ * softmax in between.  The products compute the upper triangle too and
+ * throw it away: at T <= 256 that is cheaper than any loop over the
+ * triangle.  (b, h) pairs run in parallel, each calling single-threaded
+ * BLAS. */
 static void attn_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
 {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
-    size_t C3 = 3 * (size_t)C;
-#pragma omp parallel for collapse(3) schedule(dynamic, 8) if ((size_t)B * T * T * C > PAR_MIN)
+    int C3 = 3 * C;
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if ((size_t)B * T * T * C > PAR_MIN)
     for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
+        for (int h = 0; h < NH; h++) {
+            const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+            float *a = att + ((size_t)b * NH + h) * T * T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3,
+                        0.0f, a, T);
             for (int t = 0; t < T; t++) {
-                const float *q = qkv + (size_t)(b * T + t) * C3 + h * hs;
-                float *a = att + (((size_t)b * NH + h) * T + t) * T;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *k = qkv + (size_t)(b * T + t2) * C3 + C + h * hs;
-                    a[t2] = dot(q, k, hs) * scale;
-                }
-                softmax_inplace(a, t + 1);
-                for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
-                float *y = out + (size_t)(b * T + t) * C + h * hs;
-                for (int i = 0; i < hs; i++) y[i] = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *v = qkv + (size_t)(b * T + t2) * C3 + 2 * C + h * hs;
-                    float p = a[t2];
-#pragma omp simd
-                    for (int i = 0; i < hs; i++) y[i] += p * v[i];
-                }
+                float *row = a + (size_t)t * T;
+                softmax_inplace(row, t + 1);
+                for (int t2 = t + 1; t2 < T; t2++) row[t2] = 0.0f;
             }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3,
+                        0.0f, out + (size_t)b * T * C + h * hs, C);
+        }
 }
 
-/* Each (b, h) owns its slices of dqkv, so heads run in parallel and
- * positions run in order inside one. */
+/* dS = P * (dP - rowsum(P dP)) * scale over the causal triangle, in place */
+MK_CLONES static void softmax_bwd_rows(float *dp, const float *p, int T, float scale)
+{
+    for (int t = 0; t < T; t++) {
+        float *d = dp + (size_t)t * T;
+        const float *a = p + (size_t)t * T;
+        float s = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) s += a[t2] * d[t2];
+        for (int t2 = 0; t2 <= t; t2++) d[t2] = a[t2] * (d[t2] - s) * scale;
+        for (int t2 = t + 1; t2 < T; t2++) d[t2] = 0.0f;
+    }
+}
+
+/* Per (b, h): dP = dY V^T, dS from the softmax, then dQ = dS K, dK = dS^T Q,
+ * dV = P^T dY straight into the head's slices of dqkv (overwritten). */
 static void attn_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
                      int T, int C, int NH)
 {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
-    size_t C3 = 3 * (size_t)C;
+    int C3 = 3 * C;
 #pragma omp parallel if ((size_t)B * T * T * C > PAR_MIN)
     {
-        float *dp = malloc(sizeof(float) * (size_t)T);
+        float *dp = malloc(sizeof(float) * (size_t)T * T);
         if (!dp) mk__die(__FILE__, __LINE__, "out of memory in attention backward", NULL);
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++) {
-                for (int t = 0; t < T; t++) {
-                    float *row = dqkv + (size_t)(b * T + t) * C3 + h * hs;
-                    for (int i = 0; i < hs; i++) row[i] = row[C + i] = row[2 * C + i] = 0.0f;
-                }
-                for (int t = 0; t < T; t++) {
-                    const float *a = att + (((size_t)b * NH + h) * T + t) * T;
-                    const float *dy = dout + (size_t)(b * T + t) * C + h * hs;
-                    const float *q = qkv + (size_t)(b * T + t) * C3 + h * hs;
-                    float *dq = dqkv + (size_t)(b * T + t) * C3 + h * hs;
-                    float s = 0.0f;
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        const float *v = qkv + (size_t)(b * T + t2) * C3 + 2 * C + h * hs;
-                        dp[t2] = dot(dy, v, hs);
-                        s += a[t2] * dp[t2];
-                    }
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        size_t o2 = (size_t)(b * T + t2) * C3 + h * hs;
-                        const float *k = qkv + o2 + C;
-                        float *dk = dqkv + o2 + C, *dv = dqkv + o2 + 2 * C;
-                        float ds = a[t2] * (dp[t2] - s) * scale;
-                        float p = a[t2];
-#pragma omp simd
-                        for (int i = 0; i < hs; i++) {
-                            dq[i] += ds * k[i];
-                            dk[i] += ds * q[i];
-                            dv[i] += p * dy[i];
-                        }
-                    }
-                }
+                size_t o = (size_t)b * T * C3 + h * hs;
+                const float *q = qkv + o, *k = q + C, *v = q + 2 * C;
+                const float *p = att + ((size_t)b * NH + h) * T * T;
+                const float *dy = dout + (size_t)b * T * C + h * hs;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3,
+                            0.0f, dp, T);
+                softmax_bwd_rows(dp, p, T, scale);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, dp, T, k, C3,
+                            0.0f, dqkv + o, C3);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, dp, T, q, C3,
+                            0.0f, dqkv + o + C, C3);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, dy, C,
+                            0.0f, dqkv + o + 2 * C, C3);
             }
         free(dp);
     }
@@ -395,6 +442,21 @@ static void kv_store(float *kc, float *vc, const float *qkv, const int *slot, co
         size_t o = ((size_t)slot[r] * Tmax + pos[r]) * C;
         memcpy(kc + o, qkv + (size_t)r * 3 * C + C, sizeof(float) * C);
         memcpy(vc + o, qkv + (size_t)r * 3 * C + 2 * C, sizeof(float) * C);
+    }
+}
+
+/* One row's attention for one head over its slot's cache: a[] is scratch. */
+MK_CLONES static void attend_cached(float *y, const float *q, const float *k, const float *v, int n,
+                                    int C, int hs, float scale, float *a)
+{
+    for (int t2 = 0; t2 < n; t2++) a[t2] = dot(q, k + (size_t)t2 * C, hs) * scale;
+    softmax_inplace(a, n);
+    for (int i = 0; i < hs; i++) y[i] = 0.0f;
+    for (int t2 = 0; t2 < n; t2++) {
+        const float *vv = v + (size_t)t2 * C;
+        float p = a[t2];
+#pragma omp simd
+        for (int i = 0; i < hs; i++) y[i] += p * vv[i];
     }
 }
 
@@ -412,20 +474,9 @@ static void attn_decode(float *out, const float *qkv, const float *kc, const flo
 #pragma omp for collapse(2) schedule(dynamic, 4)
         for (int r = 0; r < R; r++)
             for (int h = 0; h < NH; h++) {
-                const float *q = qkv + (size_t)r * 3 * C + h * hs;
-                const float *k = kc + (size_t)slot[r] * Tmax * C + h * hs;
-                const float *v = vc + (size_t)slot[r] * Tmax * C + h * hs;
-                int n = pos[r] + 1;
-                for (int t2 = 0; t2 < n; t2++) a[t2] = dot(q, k + (size_t)t2 * C, hs) * scale;
-                softmax_inplace(a, n);
-                float *y = out + (size_t)r * C + h * hs;
-                for (int i = 0; i < hs; i++) y[i] = 0.0f;
-                for (int t2 = 0; t2 < n; t2++) {
-                    const float *vv = v + (size_t)t2 * C;
-                    float p = a[t2];
-#pragma omp simd
-                    for (int i = 0; i < hs; i++) y[i] += p * vv[i];
-                }
+                size_t base = (size_t)slot[r] * Tmax * C + h * hs;
+                attend_cached(out + (size_t)r * C + h * hs, qkv + (size_t)r * 3 * C + h * hs,
+                              kc + base, vc + base, pos[r] + 1, C, hs, scale, a);
             }
         free(a);
     }
@@ -434,25 +485,44 @@ static void attn_decode(float *out, const float *qkv, const float *kc, const flo
 /* ---- GELU and residuals ------------------------------------------------- */
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define CHUNK  8192                /* elements per parallel work item */
+
+MK_CLONES static void gelu_fwd_chunk(float *out, const float *inp, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + fast_tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+    }
+}
+
+MK_CLONES static void gelu_bwd_chunk(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float th = fast_tanhf(GELU_K * (x + 0.044715f * x * x * x));
+        float g = 0.5f * (1.0f + th) +
+                  0.5f * x * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = g * dout[i];
+    }
+}
 
 static void gelu_fwd(float *out, const float *inp, size_t n)
 {
+    size_t nc = (n + CHUNK - 1) / CHUNK;
 #pragma omp parallel for schedule(static) if (n > PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+    for (size_t c = 0; c < nc; c++) {
+        size_t o = c * CHUNK, len = n - o < CHUNK ? n - o : CHUNK;
+        gelu_fwd_chunk(out + o, inp + o, len);
     }
 }
 
 static void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n)
 {
+    size_t nc = (n + CHUNK - 1) / CHUNK;
 #pragma omp parallel for schedule(static) if (n > PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float th = tanhf(GELU_K * (x + 0.044715f * x * x * x));
-        float g = 0.5f * (1.0f + th) +
-                  0.5f * x * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = g * dout[i];
+    for (size_t c = 0; c < nc; c++) {
+        size_t o = c * CHUNK, len = n - o < CHUNK ? n - o : CHUNK;
+        gelu_bwd_chunk(dinp + o, inp + o, dout + o, len);
     }
 }
 
@@ -519,19 +589,30 @@ static void row_grad(float *dlogits, const float *logits, const int *targets, co
 
 /* ---- optimiser ---------------------------------------------------------- */
 
-void mk_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
-              float beta2, float eps, float weight_decay, int t)
+MK_CLONES static void adamw_chunk(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                                  float beta1, float beta2, float eps, float wd, float bc1,
+                                  float bc2)
 {
-    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
-#pragma omp parallel for schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float gi = g[i];
         float mi = beta1 * m[i] + (1.0f - beta1) * gi;
         float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
         m[i] = mi;
         v[i] = vi;
-        float pi = p[i] * (1.0f - lr * weight_decay);
+        float pi = p[i] * (1.0f - lr * wd);
         p[i] = pi - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+    }
+}
+
+void mk_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+              float beta2, float eps, float weight_decay, int t)
+{
+    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+    size_t nc = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (size_t c = 0; c < nc; c++) {
+        size_t o = c * CHUNK, len = n - o < CHUNK ? n - o : CHUNK;
+        adamw_chunk(p + o, g + o, m + o, v + o, len, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
     }
 }
 

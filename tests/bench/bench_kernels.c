@@ -1,7 +1,7 @@
 /*
  * bench_kernels.c - throughput of the policy kernels against PyTorch.
  *
- *   build/tests/bench/bench_kernels [--threads N] [--quick]
+ *   build/tests/bench/bench_kernels [--threads N] [--reps N] [--quick]
  *
  * Figures, each for a ~0.1M and a ~10M parameter GPT-2 with the byte
  * vocabulary (V = 260):
@@ -12,7 +12,9 @@
  * The baseline is transformers' GPT2LMHeadModel (eager PyTorch, the same
  * sizes, the same thread count), measured by bench_kernels_torch.py, which
  * this program runs as a subprocess right after measuring each of its own
- * figures, so both see the same load.  Prints one JSON object per figure and
+ * figures, so both see the same load.  Each figure is the best of --reps runs
+ * (default 3) on both sides: on a shared machine the best run is the one
+ * least disturbed by other processes.  Prints one JSON object per figure and
  * line: {"name", "value", "unit", "baseline", "ratio"}; when torch is not
  * installed, baseline and ratio are null and a note goes to stderr.
  */
@@ -35,7 +37,7 @@ static const bsize sizes[] = {
     {"10M", {.n_layer = 6, .n_head = 6, .n_embd = 384, .block_size = 256, .vocab_size = 260}},
 };
 
-static int threads = 2, quick = 0, torch_missing = 0;
+static int threads = 2, quick = 0, reps = 3, torch_missing = 0;
 
 static double now(void)
 {
@@ -113,8 +115,8 @@ static double torch_baseline(const char *name)
 {
     if (torch_missing || getenv("BENCH_NO_TORCH")) return NAN;
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "python3 %s --threads %d --only %s%s 2>/dev/null", BENCH_TORCH_SCRIPT,
-             threads, name, quick ? " --quick" : "");
+    snprintf(cmd, sizeof cmd, "python3 %s --threads %d --reps %d --only %s%s 2>/dev/null",
+             BENCH_TORCH_SCRIPT, threads, reps, name, quick ? " --quick" : "");
     FILE *f = popen(cmd, "r");
     if (!f) return NAN;
     char line[512];
@@ -152,7 +154,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--quick]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--threads N] [--reps N] [--quick]\n", argv[0]);
             return 2;
         }
     }
@@ -163,14 +165,18 @@ int main(int argc, char **argv)
         const bsize *s = &sizes[i];
         int big = s->cfg.n_embd > 100;
         snprintf(name, sizeof name, "train_%s", s->name);
-        double v = bench_train(&s->cfg, 8, 128, quick ? (big ? 1 : 3) : (big ? 3 : 10));
+        double v = 0;
+        for (int r = 0; r < reps; r++)
+            v = fmax(v, bench_train(&s->cfg, 8, 128, quick ? (big ? 1 : 3) : (big ? 3 : 10)));
         report(name, v, torch_baseline(name));
     }
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         const int batches[2] = {1, 64};
         for (int k = 0; k < 2; k++) {
             snprintf(name, sizeof name, "decode_%s_b%d", sizes[i].name, batches[k]);
-            double v = bench_decode(&sizes[i].cfg, batches[k], 16, quick ? 16 : 64);
+            double v = 0;
+            for (int r = 0; r < reps; r++)
+                v = fmax(v, bench_decode(&sizes[i].cfg, batches[k], 16, quick ? 16 : 64));
             report(name, v, torch_baseline(name));
         }
     }
