@@ -67,6 +67,8 @@ typedef struct mn_env {
  * without a copy (ownership passes on success). */
 int mn_env_send(void *sock, const void *route, size_t route_len, int kind, uint64_t id,
                 const char *method, int status, const void *payload, size_t len, zmq_msg_t *frame);
+/* Free this thread's envelope buffer (a thread that sent calls ends). */
+void mn_env_thread_done(void);
 /* Decode a frame. Returns 0 or EPROTO with a message naming the field. */
 int mn_env_decode(const void *buf, size_t len, mn_env *e, char *err, size_t errlen);
 
@@ -109,6 +111,7 @@ struct manta_future {
     const void *data;
     size_t len;
     char *error;
+    void *owned; /* bytes the future holds itself (an inline object) */
 };
 
 struct manta_req {

@@ -70,8 +70,33 @@ static void free_future_msgs(manta_future *f)
 
 /* ---- deadline heap ---- */
 
+static void heap_sift_up(mn_heap_item *h, size_t i, mn_heap_item it)
+{
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (h[p].deadline <= it.deadline) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = it;
+}
+
+/* Entries of calls that already resolved stay in the heap until their
+ * deadline; when they outnumber the pending calls, drop them all at once
+ * (amortised O(1) per call), so memory follows the calls in flight. */
+static void heap_compact(manta_ctx *m)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m->heap_len; i++) {
+        manta_future *f = mn_idmap_get(&m->calls, m->heap[i].id);
+        if (f && f->deadline == m->heap[i].deadline) heap_sift_up(m->heap, n++, m->heap[i]);
+    }
+    m->heap_len = n;
+}
+
 static void heap_push(manta_ctx *m, int64_t deadline, uint64_t id)
 {
+    if (m->heap_len >= 4096 && m->heap_len > 4 * m->pending) heap_compact(m);
     if (m->heap_len == m->heap_cap) {
         size_t nc = m->heap_cap ? m->heap_cap * 2 : 256;
         mn_heap_item *h = realloc(m->heap, nc * sizeof *h);
@@ -79,13 +104,7 @@ static void heap_push(manta_ctx *m, int64_t deadline, uint64_t id)
         m->heap = h, m->heap_cap = nc;
     }
     size_t i = m->heap_len++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (m->heap[p].deadline <= deadline) break;
-        m->heap[i] = m->heap[p];
-        i = p;
-    }
-    m->heap[i] = (mn_heap_item){deadline, id};
+    heap_sift_up(m->heap, i, (mn_heap_item){deadline, id});
 }
 
 static mn_heap_item heap_pop(manta_ctx *m)
@@ -109,7 +128,7 @@ static mn_heap_item heap_pop(manta_ctx *m)
 static void resolve(manta_ctx *m, manta_future *f, int status, const char *error)
 {
     mn_idmap_del(&m->calls, f->id);
-    if (f->peer) f->peer->pending--;
+    if (f->peer && --f->peer->pending == 0) m->items_dirty = true;
     m->pending--;
     f->status = status;
     if (error) {
@@ -231,6 +250,8 @@ static int check_peer(manta_ctx *m, mn_peer *p)
     return 1;
 }
 
+static void recv_monitor(manta_ctx *m, mn_peer *p);
+
 /* ---- calls ---- */
 
 manta_future *mn_call_peer(manta_ctx *m, mn_peer *p, const char *method, const void *arg,
@@ -258,6 +279,9 @@ manta_future *mn_call_peer(manta_ctx *m, mn_peer *p, const char *method, const v
         }
         mn_loop_once(m, (int)(left < 50 ? left : 50));
     }
+    /* An idle peer is not polled: read what its monitor said meanwhile
+     * (a death, a reconnect) before a new call can be taken for a victim. */
+    if (!p->pending) recv_monitor(m, p);
     if (p->suspect || p->dead) check_peer(m, p);
     if (p->dead) {
         f->status = MANTA_EDIED;
@@ -274,7 +298,7 @@ manta_future *mn_call_peer(manta_ctx *m, mn_peer *p, const char *method, const v
         return f;
     }
     m->pending++;
-    p->pending++;
+    if (p->pending++ == 0) m->items_dirty = true; /* the loop polls busy peers only */
     heap_push(m, f->deadline, f->id);
     int rc = mn_env_send(p->sock, NULL, 0, MN_CALL, f->id, method, 0, arg, len, frame);
     if (rc != 0) {
@@ -310,6 +334,7 @@ int manta_cast(manta_ctx *m, manta_actor *a, const char *method, const void *arg
     if (!m || !a || !method || !*method || (len && !arg))
         return mn_fail(MANTA_EINVAL, "manta_cast: actor and method are required");
     mn_peer *p = a->peer;
+    if (!p->pending) recv_monitor(m, p);
     if (p->suspect || p->dead) check_peer(m, p);
     if (p->dead) return mn_fail(MANTA_EDIED, "actor %s is dead", a->name);
     int rc = mn_env_send(p->sock, NULL, 0, MN_CAST, 0, method, 0, arg, len, NULL);
@@ -338,11 +363,12 @@ void manta_future_free(manta_future *f)
     if (f->status == MANTA_EPENDING && f->ctx) {
         /* Its reply, if any, will find no future and be counted late. */
         mn_idmap_del(&f->ctx->calls, f->id);
-        if (f->peer) f->peer->pending--;
+        if (f->peer && --f->peer->pending == 0) f->ctx->items_dirty = true;
         f->ctx->pending--;
     }
     free_future_msgs(f);
     free(f->error);
+    free(f->owned);
     free(f);
 }
 
@@ -889,8 +915,11 @@ int manta_watch_fd(manta_ctx *m, int fd, int events, manta_fd_fn fn, void *arg)
 
 static int rebuild_items(manta_ctx *m, ready_item **kinds)
 {
+    /* Only peers with calls in flight are polled: zmq_poll's cost grows
+     * with every socket, and an idle peer's news (its monitor) is read when
+     * it is next used. Late replies to idle peers wait in their socket. */
     size_t n = (m->mailbox ? 1 : 0);
-    for (mn_peer *p = m->peers; p; p = p->next) n += 2;
+    for (mn_peer *p = m->peers; p; p = p->next) n += p->pending ? 2 : 0;
     for (mn_watch *w = m->watches; w; w = w->next) n++;
     if (n > m->items_cap) {
         size_t cap = n * 2;
@@ -905,6 +934,7 @@ static int rebuild_items(manta_ctx *m, ready_item **kinds)
         k[i++] = (ready_item){IT_MAILBOX, NULL, -1, 0};
     }
     for (mn_peer *p = m->peers; p; p = p->next) {
+        if (!p->pending) continue;
         m->items[i] = (zmq_pollitem_t){p->sock, 0, ZMQ_POLLIN, 0};
         k[i++] = (ready_item){IT_PEER, p, -1, 0};
         m->items[i] = (zmq_pollitem_t){p->mon, 0, ZMQ_POLLIN, 0};

@@ -274,6 +274,11 @@ typedef struct manta_obj_id {
 int manta_put(manta_ctx *m, const void *data, size_t len, manta_obj_id *id);
 /* Fetch an object's bytes into a new malloc'd buffer (*data, caller frees). */
 int manta_obj_get(manta_ctx *m, const manta_obj_id *id, void **data, size_t *len, int timeout_ms);
+/* Fetch an object without copying it: the bytes are read in place from the
+ * received frame. Returns a future (NULL only when out of memory) whose
+ * manta_get() gives the object's bytes, valid until manta_future_free();
+ * it resolves ENOTFOUND for an unknown or released object. */
+manta_future *manta_obj_fetch(manta_ctx *m, const manta_obj_id *id, int timeout_ms);
 /* Add or drop a reference. The last release frees the object everywhere. */
 int manta_obj_ref(manta_ctx *m, const manta_obj_id *id);
 int manta_obj_release(manta_ctx *m, const manta_obj_id *id);

@@ -177,6 +177,7 @@ static void *store_thread(void *arg)
     }
     zmq_close(sock);
     zmq_close(ctl);
+    mn_env_thread_done();
     return NULL;
 }
 
@@ -285,46 +286,77 @@ int manta_put(manta_ctx *m, const void *data, size_t len, manta_obj_id *id)
     return 0;
 }
 
+static manta_future *resolved(manta_ctx *m, int status, const char *error)
+{
+    manta_future *f = calloc(1, sizeof *f);
+    if (!f) return NULL;
+    f->ctx = m;
+    f->status = status;
+    if (error) f->error = mn_strdup(error);
+    return f;
+}
+
+manta_future *manta_obj_fetch(manta_ctx *m, const manta_obj_id *id, int timeout_ms)
+{
+    if (!m || !id) return resolved(m, MANTA_EINVAL, "manta_obj_fetch: bad arguments");
+    char key[256];
+    mn_key(m, key, sizeof key, "obj", id->s);
+    redisReply *r = mn_redis(m, "HMGET %s data owner", key);
+    if (!r) return resolved(m, MANTA_EREDIS, manta_last_error());
+    manta_future *f = NULL;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+        f = resolved(m, MANTA_EREDIS, "HMGET: unexpected reply");
+    } else if (r->element[0]->type == REDIS_REPLY_STRING) {
+        /* Inline: the future keeps its own copy of the record's bytes. */
+        f = resolved(m, 0, NULL);
+        if (f) {
+            f->owned = malloc(r->element[0]->len ? r->element[0]->len : 1);
+            if (!f->owned) {
+                f->status = MANTA_ENOMEM;
+            } else {
+                memcpy(f->owned, r->element[0]->str, r->element[0]->len);
+                f->data = f->owned;
+                f->len = r->element[0]->len;
+            }
+        }
+    } else if (r->element[1]->type == REDIS_REPLY_STRING) {
+        /* Owner-held: one call to the owner's object thread; the reply's
+         * frame is the object, and the future keeps it. */
+        mn_peer *p = mn_peer_get(m, r->element[1]->str);
+        f = p ? mn_call_peer(m, p, "get", id->s, strlen(id->s), timeout_ms > 0 ? timeout_ms : 0,
+                             NULL)
+              : resolved(m, MANTA_EZMQ, manta_last_error());
+    } else {
+        char why[160];
+        snprintf(why, sizeof why, "no object %s in job %s", id->s, m->job);
+        f = resolved(m, MANTA_ENOTFOUND, why);
+    }
+    freeReplyObject(r);
+    return f;
+}
+
 int manta_obj_get(manta_ctx *m, const manta_obj_id *id, void **data, size_t *len, int timeout_ms)
 {
     if (!m || !id || !data || !len) return mn_fail(MANTA_EINVAL, "manta_obj_get: bad arguments");
     *data = NULL, *len = 0;
-    char key[256];
-    mn_key(m, key, sizeof key, "obj", id->s);
-    redisReply *r = mn_redis(m, "HMGET %s data owner", key);
-    if (!r) return MANTA_EREDIS;
-    int rc = 0;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-        rc = mn_fail(MANTA_EREDIS, "HMGET %s: unexpected reply", key);
-    } else if (r->element[0]->type == REDIS_REPLY_STRING) {
-        *len = r->element[0]->len;
-        *data = malloc(*len ? *len : 1);
-        if (!*data)
+    manta_future *f = manta_obj_fetch(m, id, timeout_ms);
+    if (!f) return MANTA_ENOMEM;
+    const void *d;
+    size_t n;
+    int rc = manta_get(f, -1, &d, &n);
+    if (rc == 0) {
+        if (f->owned) { /* already ours: hand it over */
+            *data = f->owned, *len = n;
+            f->owned = NULL;
+        } else if ((*data = malloc(n ? n : 1))) {
+            memcpy(*data, d, n), *len = n;
+        } else {
             rc = MANTA_ENOMEM;
-        else
-            memcpy(*data, r->element[0]->str, *len);
-    } else if (r->element[1]->type == REDIS_REPLY_STRING) {
-        mn_peer *p = mn_peer_get(m, r->element[1]->str);
-        manta_future *f = p ? mn_call_peer(m, p, "get", id->s, strlen(id->s),
-                                           timeout_ms > 0 ? timeout_ms : 0, NULL)
-                            : NULL;
-        const void *d;
-        size_t n;
-        rc = f ? manta_get(f, -1, &d, &n) : MANTA_EZMQ;
-        if (rc == 0) {
-            *data = malloc(n ? n : 1);
-            if (*data)
-                memcpy(*data, d, n), *len = n;
-            else
-                rc = MANTA_ENOMEM;
-        } else if (f) {
-            mn_fail(rc, "fetch object %s: %s", id->s, manta_future_error(f));
         }
-        manta_future_free(f);
     } else {
-        rc = mn_fail(MANTA_ENOTFOUND, "no object %s in job %s", id->s, m->job);
+        mn_fail(rc, "fetch object %s: %s", id->s, manta_future_error(f));
     }
-    freeReplyObject(r);
+    manta_future_free(f);
     return rc;
 }
 

@@ -620,6 +620,23 @@ static void test_objects(void **unused)
     assert_int_equal(len, n);
     assert_memory_equal(d, buf, n);
     free(d);
+    /* zero-copy fetches: the future holds the bytes */
+    manta_future *ff = manta_obj_fetch(m, &large, 5000);
+    const void *fd;
+    size_t fl;
+    assert_int_equal(manta_get(ff, 5000, &fd, &fl), 0);
+    assert_int_equal(fl, n);
+    assert_memory_equal(fd, buf, n);
+    manta_future_free(ff);
+    ff = manta_obj_fetch(m, &small, 5000);
+    assert_int_equal(manta_get(ff, 5000, &fd, &fl), 0);
+    assert_int_equal(fl, 11);
+    assert_memory_equal(fd, "tiny object", 11);
+    manta_future_free(ff);
+    manta_obj_id ghost = {"obj-doesnotexist"};
+    ff = manta_obj_fetch(m, &ghost, 5000);
+    assert_int_equal(manta_get(ff, 5000, NULL, NULL), MANTA_ENOTFOUND);
+    manta_future_free(ff);
     /* another process fetches the large one from this driver's object thread */
     manta_future *f = manta_call(m, a, "obj_sum", large.s, strlen(large.s));
     const void *r;
