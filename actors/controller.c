@@ -104,6 +104,7 @@ typedef struct ctl_state {
     int64_t r_head, r_len, r_cap;
     int64_t ready_eps; /* usable episodes in ready groups */
     /* eval */
+    int eval_logged;
     int eval_active, eval_next, eval_total, eval_done, eval_success;
     int32_t eval_vmin, eval_vmax;
     int64_t *eval_queue;
@@ -125,6 +126,8 @@ typedef struct ctl_state {
     int64_t v_tool_calls, v_tool_errors, v_gen_tokens;
     double t_start, t_rl_start, learner_busy_s, t_last_version;
     FILE *metrics;
+    FILE *traj_dump; /* the first trajectories submitted, for inspection and tests */
+    int n_dumped;
     double success_initial, success_final, best_eval;
 } ctl_state;
 
@@ -296,6 +299,7 @@ static void ctl_fini(manta_ctx *m, void *state)
     }
     free(s->groups), free(s->eps), free(s->queue), free(s->ready), free(s->eval_queue);
     if (s->metrics) fclose(s->metrics);
+    if (s->traj_dump) fclose(s->traj_dump);
 }
 
 /* ---- bookkeeping ---- */
@@ -482,6 +486,12 @@ static int ctl_submit(manta_req *req, void *state, const void *arg, size_t len)
     int gen = rl_traj_trained_tokens(&t);
     s->gen_tokens += gen, s->v_gen_tokens += gen;
     if (e->group < 0) { /* evaluation */
+        if (e->state == EP_EVAL && t.reward < 0.5f && s->eval_logged++ < 4) {
+            char txt[512];
+            rl_traj_render(&t, txt, sizeof txt);
+            rl_log(s->m, "eval sample (reward %.0f, ref %s): %s", t.reward,
+                   s->heldout[e->prompt].answer, txt);
+        }
         if (e->state == EP_EVAL) {
             e->state = EP_EVAL_DONE;
             s->eval_done++;
@@ -494,6 +504,10 @@ static int ctl_submit(manta_req *req, void *state, const void *arg, size_t len)
         }
         rl_traj_destroy(&t);
         return manta_reply(req, "ok", 2);
+    }
+    if (s->traj_dump && s->n_dumped < 64) {
+        fwrite(arg, 1, len, s->traj_dump); /* msgpack maps, back to back */
+        if (++s->n_dumped == 64) fclose(s->traj_dump), s->traj_dump = NULL;
     }
     if (e->state != EP_INFLIGHT) {
         s->duplicates++;
@@ -728,6 +742,7 @@ static void start_eval(ctl_state *s, int n)
     }
     s->eval_active = 1, s->eval_total = (int)s->eq_len, s->eval_done = s->eval_success = 0;
     s->eval_vmin = -1, s->eval_vmax = -1;
+    s->eval_logged = 0;
 }
 
 static double wait_eval(ctl_state *s, double timeout_s)
@@ -892,6 +907,8 @@ static int ctl_run(manta_req *req, void *state, const void *arg, size_t len)
     char path[700];
     snprintf(path, sizeof path, "%s/metrics.jsonl", s->run_dir);
     s->metrics = fopen(path, "w");
+    snprintf(path, sizeof path, "%s/trajectories.msgpack", s->run_dir);
+    s->traj_dump = fopen(path, "wb");
     s->t_start = rl_now_s();
 
     warmup(s, L);
@@ -959,7 +976,8 @@ static int ctl_run(manta_req *req, void *state, const void *arg, size_t len)
     cJSON *r = cJSON_AddObjectToObject(j, "rates");
     cJSON_AddNumberToObject(r, "trained_tokens", (double)s->trained_tokens);
     cJSON_AddNumberToObject(r, "trained_tokens_per_s", s->trained_tokens / (t_rl > 0 ? t_rl : 1));
-    cJSON_AddNumberToObject(r, "gen_tokens_per_s", s->gen_tokens / (wall > 0 ? wall : 1));
+    cJSON_AddNumberToObject(r, "gen_tokens", (double)s->gen_tokens);
+    cJSON_AddNumberToObject(r, "gen_tokens_per_s", s->gen_tokens / (t_rl > 0 ? t_rl : 1));
     cJSON_AddNumberToObject(r, "learner_busy_fraction", s->learner_busy_s / (t_rl > 0 ? t_rl : 1));
     cJSON_AddNumberToObject(r, "tool_calls", (double)s->tool_calls);
     cJSON_AddNumberToObject(r, "tool_errors", (double)s->tool_errors);
@@ -974,6 +992,7 @@ static int ctl_run(manta_req *req, void *state, const void *arg, size_t len)
     FILE *f = fopen(path, "w");
     if (f) fputs(txt, f), fputc('\n', f), fclose(f);
     if (s->metrics) fclose(s->metrics), s->metrics = NULL;
+    if (s->traj_dump) fclose(s->traj_dump), s->traj_dump = NULL;
     snprintf(path, sizeof path, "%s/model.safetensors", s->run_dir);
     manta_future *sf = manta_call(s->m, L[0], "save", path, strlen(path));
     manta_get(sf, 30000, NULL, NULL);

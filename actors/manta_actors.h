@@ -104,6 +104,10 @@ int rl_traj_encode(const rl_traj *t, char **out, size_t *len);
  * 0, or -1 on a malformed buffer (t is left valid and empty). */
 int rl_traj_decode(rl_traj *t, const void *buf, size_t len);
 
+/* The tokens as readable text: specials as <bos> <eos> <call> </call>,
+ * '\n' as \n, other bytes outside ASCII as \xHH. */
+void rl_traj_render(const rl_traj *t, char *out, size_t cap);
+
 /* Bytes of text as tokens (one per byte) into out[cap]; returns the count. */
 int rl_tokenize(const char *text, int32_t *out, int cap);
 

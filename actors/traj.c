@@ -118,6 +118,24 @@ void rl_traj_final_text(const rl_traj *t, char *out, size_t cap)
     out[k - s] = 0;
 }
 
+void rl_traj_render(const rl_traj *t, char *out, size_t cap)
+{
+    static const char *const names[] = {"<bos>", "<eos>", "<call>", "</call>"};
+    size_t k = 0;
+    for (int i = 0; i < t->n && k + 9 < cap; i++) {
+        int c = t->tok[i];
+        if (c >= 256)
+            k += (size_t)snprintf(out + k, cap - k, "%s", names[c - 256]);
+        else if (c == '\n')
+            k += (size_t)snprintf(out + k, cap - k, "\\n");
+        else if (c >= 32 && c < 127)
+            out[k++] = (char)c;
+        else
+            k += (size_t)snprintf(out + k, cap - k, "\\x%02x", c);
+    }
+    out[k < cap ? k : cap - 1] = 0;
+}
+
 int rl_tokenize(const char *text, int32_t *out, int cap)
 {
     int n = 0;

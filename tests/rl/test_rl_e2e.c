@@ -1,0 +1,231 @@
+/*
+ * test_rl_e2e.c - the whole RL actor graph, end to end, against a real calc
+ * server (examples/calc_server.py on a free port, over MCP/HTTP).
+ *
+ *   test_rl_e2e          asynchronous run (eta 2, 2 learner shards, 2 envs,
+ *                        2 rollouts, a third rollout added and rollout-0
+ *                        drained while it runs): reward rises, held-out
+ *                        success rises, the ledger balances, versions never
+ *                        go backwards, observation tokens have loss mask 0.
+ *   test_rl_e2e sync     eta = 0: every trained token was sampled by the
+ *                        version being trained (staleness 0), nothing dropped
+ *                        as stale.
+ *
+ * The program is also its own actors (manta_init re-executes it).
+ */
+#include "launch.h"
+
+#include <manta_actors.h>
+
+#include <cjson/cJSON.h>
+#include <msgpack.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static manta_ctx *ctx;
+static int calc_port;
+static int sync_mode;
+static char run_dir[256];
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
+    if (b) b[n] = 0;
+    fclose(f);
+    if (len) *len = (size_t)n;
+    return b;
+}
+
+/* Scaling while it runs: a third rollout joins, rollout-0 drains and stops. */
+static void scale_tick(manta_ctx *m, const manta_spec *spec, double t, void *arg)
+{
+    int *stage = arg;
+    if (*stage == 0 && t > 4.0) {
+        *stage = 1;
+        assert_int_equal(rl_launch_replica(m, spec, "rollout", 2), 0);
+    } else if (*stage == 1 && t > 7.0) {
+        *stage = 2;
+        manta_actor *a;
+        assert_int_equal(manta_actor_lookup(m, "rollout-0", &a), 0);
+        manta_future *f = manta_call_timeout(m, a, "drain", "", 0, 60000);
+        assert_int_equal(manta_get(f, -1, NULL, NULL), 0);
+        manta_future_free(f);
+        assert_int_equal(manta_actor_stop(m, a, 10000), 0);
+    }
+}
+
+static void check_trajectories(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/trajectories.msgpack", run_dir);
+    size_t len;
+    char *buf = read_file(path, &len);
+    assert_non_null(buf);
+    size_t off = 0;
+    int n = 0, tool_tokens = 0;
+    rl_traj t;
+    rl_traj_init(&t);
+    while (off < len) {
+        /* find the end of this map */
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        size_t at = off;
+        assert_int_equal(msgpack_unpack_next(&u, buf, len, &off), MSGPACK_UNPACK_SUCCESS);
+        msgpack_unpacked_destroy(&u);
+        assert_int_equal(rl_traj_decode(&t, buf + at, off - at), 0);
+        int32_t last = -1;
+        for (int s = 0; s < t.n_seg; s++) {
+            int end = s + 1 < t.n_seg ? t.seg_start[s + 1] : t.n;
+            for (int i = t.seg_start[s]; i < end; i++) {
+                assert_int_equal(t.mask[i], t.seg_kind[s] == RL_SEG_POLICY);
+                if (t.seg_kind[s] == RL_SEG_TOOL) tool_tokens++;
+                if (t.mask[i]) { /* a rollout's version never goes backwards */
+                    assert_true(t.ver[i] >= last);
+                    last = t.ver[i];
+                }
+            }
+        }
+        n++;
+    }
+    assert_true(n > 0);
+    assert_true(tool_tokens > 0); /* tools were called and observed */
+    rl_traj_destroy(&t);
+    free(buf);
+}
+
+static double num(const cJSON *j, const char *path)
+{
+    char key[64];
+    const cJSON *o = j;
+    while (o && *path) {
+        const char *dot = strchr(path, '.');
+        size_t n = dot ? (size_t)(dot - path) : strlen(path);
+        snprintf(key, sizeof key, "%.*s", (int)n, path);
+        o = cJSON_GetObjectItemCaseSensitive(o, key);
+        path += n + (dot != NULL);
+    }
+    assert_non_null(o);
+    return o->valuedouble;
+}
+
+static void test_e2e(void **st)
+{
+    char url[128], dir[300], eta[32];
+    snprintf(url, sizeof url, "tools.0.url=http://127.0.0.1:%d/mcp", calc_port);
+    snprintf(run_dir, sizeof run_dir, "/tmp/manta-rl-e2e-%d-%s", (int)getpid(),
+             sync_mode ? "sync" : "async");
+    snprintf(dir, sizeof dir, "rl.run_dir=%s", run_dir);
+    snprintf(eta, sizeof eta, "rl.eta=%d", sync_mode ? 0 : 2);
+    const char *sets[] = {"task.train=" SOURCE_DIR "/examples/calc/train.jsonl",
+                          "task.heldout=" SOURCE_DIR "/examples/calc/heldout.jsonl",
+                          "task.demos=" SOURCE_DIR "/examples/calc/demos.jsonl",
+                          url,
+                          dir,
+                          eta,
+                          "rl.max_versions=60",
+                          "rl.max_time_s=90",
+                          "rl.eval_every=0",
+                          "rl.stop_at=2",
+                          "rl.eval_problems=100",
+                          sync_mode ? "rl.max_versions=8" : "rl.warmup_steps=70"};
+    int stage = sync_mode ? 2 : 0;
+    rl_launch_opts o = {.spec_path = SOURCE_DIR "/examples/calc_agent.yaml",
+                        .sets = sets,
+                        .n_sets = sizeof sets / sizeof *sets,
+                        .tick = scale_tick,
+                        .arg = &stage};
+    char *summary = NULL;
+    assert_int_equal(rl_launch(ctx, &o, &summary), 0);
+    assert_non_null(summary);
+    printf("%s\n", summary);
+    cJSON *j = cJSON_Parse(summary);
+    assert_non_null(j);
+    /* the ledger balances: every admitted episode is accounted for */
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(j, "ledger"), "balanced")));
+    double adm = num(j, "ledger.admitted"), tr = num(j, "ledger.trained"),
+           ds = num(j, "ledger.dropped_stale"), de = num(j, "ledger.dropped_error"),
+           inf = num(j, "ledger.in_flight");
+    assert_true(adm == tr + ds + de + inf);
+    assert_true(tr > 0);
+    assert_true(num(j, "rates.tool_calls") > 0);
+
+    /* metrics: versions strictly increase; reward rises */
+    char path[512];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    char *m = read_file(path, NULL);
+    assert_non_null(m);
+    double first = 0, last = 0;
+    int nv = 0, prev = 0;
+    double rew[1024];
+    for (char *line = strtok(m, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *l = cJSON_Parse(line);
+        assert_non_null(l);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(l, "version");
+        if (!cJSON_GetObjectItemCaseSensitive(l, "eval") && nv < 1024) {
+            assert_true(v->valueint > prev);
+            prev = v->valueint;
+            rew[nv++] = cJSON_GetObjectItemCaseSensitive(l, "reward")->valuedouble;
+            const cJSON *h = cJSON_GetObjectItemCaseSensitive(l, "staleness");
+            if (sync_mode) { /* eta 0: only staleness 0 */
+                for (int i = 1; i < cJSON_GetArraySize(h); i++)
+                    assert_int_equal(cJSON_GetArrayItem(h, i)->valueint, 0);
+            }
+        }
+        cJSON_Delete(l);
+    }
+    free(m);
+    check_trajectories();
+    if (sync_mode) {
+        assert_true(ds == 0);
+        assert_true(nv >= 8);
+    } else {
+        int k = nv / 4;
+        assert_true(k >= 3);
+        for (int i = 0; i < k; i++) first += rew[i] / k, last += rew[nv - 1 - i] / k;
+        printf("reward: first %d versions %.3f, last %d versions %.3f\n", k, first, k, last);
+        assert_true(last > first + 0.1);
+        assert_true(num(j, "heldout_success_final") > num(j, "heldout_success_initial"));
+        assert_true(num(j, "ledger.handed_back") >= 0);
+        assert_int_equal(stage, 2);
+    }
+    cJSON_Delete(j);
+    free(summary);
+}
+
+int main(int argc, char **argv)
+{
+    if (manta_init(&ctx, &(manta_options){.classes = manta_builtin_classes,
+                                          .call_timeout_ms = 60000}) != 0) {
+        fprintf(stderr, "manta_init: %s\n", manta_last_error());
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    sync_mode = argc > 1 && !strcmp(argv[1], "sync");
+    int pid = rl_start_calc_server(SOURCE_DIR "/examples/calc_server.py", "", &calc_port);
+    if (pid < 0) {
+        fprintf(stderr, "cannot start the calc server\n");
+        manta_shutdown(ctx);
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_e2e)};
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    manta_shutdown(ctx);
+    rl_stop_process(pid);
+    return failed;
+}
