@@ -153,6 +153,8 @@ int main(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [--threads N] [--reps N] [--quick]\n", argv[0]);
             return 2;
