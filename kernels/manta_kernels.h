@@ -21,8 +21,9 @@
  *  - Threads.  An mk_model or mk_decoder may be used by one thread at a time;
  *    distinct objects may be used by distinct threads concurrently.  The
  *    functions with no object argument are thread-safe, except mk_set_threads.
- *    Inside a call, work is split over mk_set_threads() threads (OpenMP for our
- *    loops, OpenBLAS for matrix products).
+ *    Inside a call, work is split over mk_set_threads() threads of one OpenMP
+ *    team; matrix products are cut into blocks, each run by single-threaded
+ *    OpenBLAS on one thread of the team.
  *  - Memory.  A model owns one allocation each for parameters, gradients, the
  *    AdamW moments and activations (sized for max_batch x max_seq at creation);
  *    nothing is allocated during forward, backward or a step.
@@ -66,9 +67,13 @@ const char *mk_last_error(void);
 
 /* ---- threads ------------------------------------------------------------ */
 
-/* Sets the number of threads every later call uses (OpenMP and OpenBLAS
- * both), process-wide.  n <= 0 means one per core.  Not thread-safe: call it
- * at start-up, before other threads use the library. */
+/* Sets the number of threads every later call uses, process-wide (the
+ * OpenMP team; OpenBLAS itself is set to one thread, since the library
+ * splits products over the team).  n <= 0 means one per core.  The default,
+ * without a call, is OpenMP's (OMP_NUM_THREADS or one per core).  The first
+ * call (or the first mk_model_new) may also switch OpenBLAS to the AVX-512 or
+ * AVX2 kernels when it failed to recognise the CPU (see kernels/README.md).
+ * Not thread-safe: call it at start-up, before other threads use BLAS. */
 void mk_set_threads(int n);
 int mk_get_threads(void);
 
