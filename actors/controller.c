@@ -505,6 +505,12 @@ static int ctl_submit(manta_req *req, void *state, const void *arg, size_t len)
         rl_traj_destroy(&t);
         return manta_reply(req, "ok", 2);
     }
+    if (id % 400 == 0) { /* a sample of what the policy does, for the log */
+        char txt[512];
+        rl_traj_render(&t, txt, sizeof txt);
+        rl_log(s->m, "train sample v%lld (reward %.0f, versions %d..%d): %s", (long long)s->version,
+               t.reward, rl_traj_min_version(&t), rl_traj_max_version(&t), txt);
+    }
     if (s->traj_dump && s->n_dumped < 64) {
         fwrite(arg, 1, len, s->traj_dump); /* msgpack maps, back to back */
         if (++s->n_dumped == 64) fclose(s->traj_dump), s->traj_dump = NULL;

@@ -67,7 +67,7 @@ typedef struct rollout_state {
     mk_config cfg;
     int n_slots, group_size;
     slot *slots;
-    float temperature;
+    float temperature, top_p;
     int max_new_tokens, max_turns;
     char controller[64], env_group[32], reward_group[32];
     manta_actor *ctl;
@@ -111,6 +111,7 @@ static int rollout_init(manta_ctx *m, void *state, const void *args, size_t len)
     s->n_slots = (int)rl_mp_int(rl_setting(a, "slots", "rl"), 32);
     s->group_size = (int)rl_mp_int(rl_setting(a, "group_size", "rl"), 8);
     s->temperature = (float)rl_mp_num(rl_setting(a, "temperature", "rl"), 1.0);
+    s->top_p = (float)rl_mp_num(rl_setting(a, "top_p", "rl"), 1.0);
     s->max_new_tokens = (int)rl_mp_int(rl_setting(a, "max_new_tokens", "rl"), 32);
     s->max_turns = (int)rl_mp_int(rl_setting(a, "max_turns", "rl"), 2);
     rl_mp_str(rl_setting(a, "controller", NULL), s->controller, sizeof s->controller,
@@ -430,7 +431,7 @@ static int decode_step(rollout_state *s)
         if (s->slots[k].state != SLOT_GEN) continue;
         s->sidx[n] = k;
         s->stemp[n] = s->slots[k].greedy ? 0.0f : s->temperature;
-        s->stopp[n] = 1.0f;
+        s->stopp[n] = s->slots[k].greedy ? 1.0f : s->top_p;
         n++;
     }
     if (n == 0) return 0;
@@ -450,7 +451,12 @@ static int decode_step(rollout_state *s)
         int k = s->sidx[i];
         slot *sl = &s->slots[k];
         int tok = s->stok[i];
-        /* the behaviour log-prob: of the distribution actually sampled from */
+        /* The behaviour log-prob. At temperature 1 it is the policy's own
+         * (untruncated) log-prob, as inference engines report it: the
+         * nucleus (top_p) only keeps the far tail of a small model's
+         * distribution from being sampled, and the learner compares like with
+         * like. At another temperature it is that of the tempered
+         * distribution actually sampled from. */
         float lp = s->temperature == 1.0f ? s->slpp[i] : s->slps[i];
         rl_traj_push(&sl->traj, tok, lp, (int32_t)s->version, 1, RL_SEG_POLICY);
         sl->new_tokens++;

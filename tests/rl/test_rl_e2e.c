@@ -55,10 +55,10 @@ static char *read_file(const char *path, size_t *len)
 static void scale_tick(manta_ctx *m, const manta_spec *spec, double t, void *arg)
 {
     int *stage = arg;
-    if (*stage == 0 && t > 4.0) {
+    if (*stage == 0 && t > 3.0) {
         *stage = 1;
         assert_int_equal(rl_launch_replica(m, spec, "rollout", 2), 0);
-    } else if (*stage == 1 && t > 7.0) {
+    } else if (*stage == 1 && t > 5.0) {
         *stage = 2;
         manta_actor *a;
         assert_int_equal(manta_actor_lookup(m, "rollout-0", &a), 0);
@@ -137,7 +137,7 @@ static void test_e2e(void **st)
                           url,
                           dir,
                           eta,
-                          "rl.max_versions=60",
+                          "rl.max_versions=150",
                           "rl.max_time_s=90",
                           "rl.eval_every=0",
                           "rl.stop_at=2",
@@ -199,8 +199,9 @@ static void test_e2e(void **st)
         assert_true(k >= 3);
         for (int i = 0; i < k; i++) first += rew[i] / k, last += rew[nv - 1 - i] / k;
         printf("reward: first %d versions %.3f, last %d versions %.3f\n", k, first, k, last);
+        /* sampled (top-p 0.9) training reward and greedy held-out success */
         assert_true(last > first + 0.1);
-        assert_true(num(j, "heldout_success_final") > num(j, "heldout_success_initial"));
+        assert_true(num(j, "heldout_success_final") > num(j, "heldout_success_initial") + 0.2);
         assert_true(num(j, "ledger.handed_back") >= 0);
         assert_int_equal(stage, 2);
     }
