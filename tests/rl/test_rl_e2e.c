@@ -211,8 +211,10 @@ static void test_e2e(void **st)
 
 int main(int argc, char **argv)
 {
+    /* RL_LOG_DIR: where the actors' stdout and stderr go (sanitizer reports too) */
     if (manta_init(&ctx, &(manta_options){.classes = manta_builtin_classes,
-                                          .call_timeout_ms = 60000}) != 0) {
+                                          .call_timeout_ms = 60000,
+                                          .log_dir = getenv("RL_LOG_DIR")}) != 0) {
         fprintf(stderr, "manta_init: %s\n", manta_last_error());
         return 1;
     }
