@@ -262,7 +262,19 @@ static int read_nodes(manta_ctx *m, node_list *nl)
         freeReplyObject(h);
     }
     freeReplyObject(r);
-    /* The local (driver's) node first: placement fills it before others. */
+    /* Placement is first-fit: make the order deterministic, node ids in
+     * order, with the local (driver's) node first so it fills before others. */
+    for (size_t i = 1; i < nl->n; i++) {
+        for (size_t j = i; j > 0 && strcmp(nl->ids[j - 1], nl->ids[j]) > 0; j--) {
+            char tmp[64];
+            manta_spec_capacity c = nl->cap[j];
+            memcpy(tmp, nl->ids[j], 64);
+            memcpy(nl->ids[j], nl->ids[j - 1], 64);
+            nl->cap[j] = nl->cap[j - 1];
+            memcpy(nl->ids[j - 1], tmp, 64);
+            nl->cap[j - 1] = c;
+        }
+    }
     for (size_t i = 1; i < nl->n; i++) {
         if (!strcmp(nl->ids[i], m->node)) {
             char tmp[64];

@@ -101,7 +101,9 @@ ip netns pids ${ns[1]} | xargs -r kill -9
 for t in $(seq 150); do
     now=$(where squarer-1)
     s=$(st)
-    if [ "$now" = n3 ] && grep -q "squarer *ready 2/2" <<<"$s"; then break; fi
+    if [ "$now" = n3 ] && grep -q "squarer *ready 2/2" <<<"$s" && ! grep -q "^  n2 " <<<"$s"; then
+        break
+    fi
     sleep 0.1
 done
 [ "$now" = n3 ] && ok "squarer-1 restarted on n3 after n2 died" || fail "squarer-1 on '$now': $s"
