@@ -129,7 +129,7 @@ static void cpu_zero(void *p, size_t bytes)
 static void embed_fwd(float *out, const int *tokens, const int *pos, const float *wte,
                       const float *wpe, int R, int C)
 {
-#pragma omp parallel for schedule(static) if ((size_t)R * C > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(static) if ((size_t)R * C > PAR_MIN)
     for (int r = 0; r < R; r++) {
         const float *te = wte + (size_t)tokens[r] * C;
         const float *pe = wpe + (size_t)pos[r] * C;
@@ -142,7 +142,7 @@ static void embed_fwd(float *out, const int *tokens, const int *pos, const float
 static void embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens,
                       const int *pos, int R, int C)
 {
-#pragma omp parallel if ((size_t)R * C > PAR_MIN)
+#pragma omp parallel num_threads(n_threads) if ((size_t)R * C > PAR_MIN)
     {
         int nt = omp_get_num_threads(), id = omp_get_thread_num();
         int c0 = (int)((long)C * id / nt), c1 = (int)((long)C * (id + 1) / nt);
@@ -163,7 +163,7 @@ static void embed_bwd(float *dwte, float *dwpe, const float *dout, const int *to
 static void ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
                    const float *b, int R, int C)
 {
-#pragma omp parallel for schedule(static) if ((size_t)R * C > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(static) if ((size_t)R * C > PAR_MIN)
     for (int r = 0; r < R; r++) {
         const float *x = inp + (size_t)r * C;
         float m = 0.0f;
@@ -186,7 +186,7 @@ static void ln_fwd(float *out, float *mean, float *rstd, const float *inp, const
 static void ln_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                    const float *w, const float *mean, const float *rstd, int R, int C)
 {
-#pragma omp parallel for schedule(static) if ((size_t)R * C > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(static) if ((size_t)R * C > PAR_MIN)
     for (int r = 0; r < R; r++) {
         const float *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
         float m = mean[r], s = rstd[r];
@@ -204,7 +204,7 @@ static void ln_bwd(float *dinp, float *dw, float *db, const float *dout, const f
             di[c] += (d[c] * w[c] - dn_mean - norm * dn_norm_mean) * s;
         }
     }
-#pragma omp parallel if ((size_t)R * C > PAR_MIN)
+#pragma omp parallel num_threads(n_threads) if ((size_t)R * C > PAR_MIN)
     {
         int nt = omp_get_num_threads(), id = omp_get_thread_num();
         int c0 = (int)((long)C * id / nt), c1 = (int)((long)C * (id + 1) / nt);
@@ -235,7 +235,7 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *
         return;
     }
     int by_rows = M >= N;
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(n_threads)
     {
         int id = omp_get_thread_num(), n = omp_get_num_threads();
         int len = by_rows ? M : N;
@@ -259,7 +259,7 @@ static void mm_fwd(float *out, const float *inp, const float *w, const float *bi
 {
     float beta = 0.0f;
     if (bias) {
-#pragma omp parallel for schedule(static) if ((size_t)R * OC > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(static) if ((size_t)R * OC > PAR_MIN)
         for (int r = 0; r < R; r++) memcpy(out + (size_t)r * OC, bias, sizeof(float) * OC);
         beta = 1.0f;
     }
@@ -272,7 +272,7 @@ static void mm_bwd(float *dinp, float *dw, float *dbias, const float *dout, cons
     gemm(0, 1, R, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, IC);
     gemm(1, 0, IC, OC, R, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
     if (dbias) {
-#pragma omp parallel if ((size_t)R * OC > PAR_MIN)
+#pragma omp parallel num_threads(n_threads) if ((size_t)R * OC > PAR_MIN)
         {
             int nt = omp_get_num_threads(), id = omp_get_thread_num();
             int c0 = (int)((long)OC * id / nt), c1 = (int)((long)OC * (id + 1) / nt);
@@ -372,7 +372,8 @@ static void attn_fwd(float *out, float *att, const float *qkv, int B, int T, int
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     int C3 = 3 * C;
-#pragma omp parallel for collapse(2) schedule(dynamic, 1) if ((size_t)B * T * T * C > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) collapse(2)                                        \
+    schedule(dynamic, 1) if ((size_t)B * T * T * C > PAR_MIN)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
@@ -410,7 +411,7 @@ static void attn_bwd(float *dqkv, const float *dout, const float *qkv, const flo
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     int C3 = 3 * C;
-#pragma omp parallel if ((size_t)B * T * T * C > PAR_MIN)
+#pragma omp parallel num_threads(n_threads) if ((size_t)B * T * T * C > PAR_MIN)
     {
         float *dp = malloc(sizeof(float) * (size_t)T * T);
         if (!dp) mk__die(__FILE__, __LINE__, "out of memory in attention backward", NULL);
@@ -467,7 +468,7 @@ static void attn_decode(float *out, const float *qkv, const float *kc, const flo
     float scale = 1.0f / sqrtf((float)hs);
     size_t work = 0; /* multiply-adds: each row attends to pos + 1 cached positions */
     for (int r = 0; r < R; r++) work += (size_t)(pos[r] + 1) * 2 * C;
-#pragma omp parallel if (work > 4 * PAR_MIN)
+#pragma omp parallel num_threads(n_threads) if (work > 4 * PAR_MIN)
     {
         float *a = malloc(sizeof(float) * (size_t)Tmax);
         if (!a) mk__die(__FILE__, __LINE__, "out of memory in attention decode", NULL);
@@ -509,7 +510,7 @@ MK_CLONES static void gelu_bwd_chunk(float *dinp, const float *inp, const float 
 static void gelu_fwd(float *out, const float *inp, size_t n)
 {
     size_t nc = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(static) if (n > PAR_MIN)
     for (size_t c = 0; c < nc; c++) {
         size_t o = c * CHUNK, len = n - o < CHUNK ? n - o : CHUNK;
         gelu_fwd_chunk(out + o, inp + o, len);
@@ -519,7 +520,7 @@ static void gelu_fwd(float *out, const float *inp, size_t n)
 static void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n)
 {
     size_t nc = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(static) if (n > PAR_MIN)
     for (size_t c = 0; c < nc; c++) {
         size_t o = c * CHUNK, len = n - o < CHUNK ? n - o : CHUNK;
         gelu_bwd_chunk(dinp + o, inp + o, dout + o, len);
@@ -528,7 +529,7 @@ static void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n)
 
 static void add(float *out, const float *a, const float *b, size_t n)
 {
-#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
@@ -552,7 +553,7 @@ static void row_lse(const float *z, int V, double *lse, double *pz)
 static void row_stats(float *logp, float *ent, const float *logits, const int *targets, int R,
                       int V)
 {
-#pragma omp parallel for schedule(static) if ((size_t)R * V > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(static) if ((size_t)R * V > PAR_MIN)
     for (int r = 0; r < R; r++) {
         const float *z = logits + (size_t)r * V;
         double lse, pz;
@@ -566,7 +567,7 @@ static void row_stats(float *logp, float *ent, const float *logits, const int *t
 static void row_grad(float *dlogits, const float *logits, const int *targets, const float *ct,
                      const float *ch, int R, int V)
 {
-#pragma omp parallel for schedule(static) if ((size_t)R * V > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(static) if ((size_t)R * V > PAR_MIN)
     for (int r = 0; r < R; r++) {
         const float *z = logits + (size_t)r * V;
         float *d = dlogits + (size_t)r * V;
@@ -607,9 +608,10 @@ MK_CLONES static void adamw_chunk(float *p, const float *g, float *m, float *v, 
 void mk_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
               float beta2, float eps, float weight_decay, int t)
 {
+    mk__blas_init(); /* thread count and BLAS set up even without a model */
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     size_t nc = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(static) if (n > PAR_MIN)
     for (size_t c = 0; c < nc; c++) {
         size_t o = c * CHUNK, len = n - o < CHUNK ? n - o : CHUNK;
         adamw_chunk(p + o, g + o, m + o, v + o, len, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
@@ -618,15 +620,17 @@ void mk_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, 
 
 double mk_sumsq(const float *x, size_t n)
 {
+    mk__blas_init(); /* thread count and BLAS set up even without a model */
     double s = 0.0;
-#pragma omp parallel for reduction(+ : s) schedule(static) if (n > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) reduction(+ : s) schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
     return s;
 }
 
 void mk_scale(float *x, float s, size_t n)
 {
-#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    mk__blas_init(); /* thread count and BLAS set up even without a model */
+#pragma omp parallel for num_threads(n_threads) schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
