@@ -25,6 +25,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -360,6 +364,131 @@ static manta_spec *load_spec(cli *c, const char *path, const char *const *sets, 
     return s;
 }
 
+/* ---- services (run) ----
+ *
+ * A spec may name processes the job needs that are not actors, such as the
+ * external tool servers an agent calls:
+ *
+ *   services:
+ *     - {name: calc, command: "python3 examples/calc_server.py --port 8000",
+ *        port: 8000, ready_timeout_s: 20}
+ *
+ * `manta run` starts each with /bin/sh -c in the directory it was started
+ * from, output to RUN_DIR/logs/NAME.log, waits until it accepts TCP
+ * connections on 127.0.0.1:PORT (when a port is given), and stops it
+ * (SIGTERM to its process group, then SIGKILL) when the job ends. A port
+ * already taken is an error: the job would talk to a stranger. */
+
+typedef struct service {
+    char name[64];
+    pid_t pid;
+} service;
+
+static int port_open(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+static void stop_services(service *sv, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (sv[i].pid > 0) kill(-sv[i].pid, SIGTERM);
+    int64_t until = mn_now_ms() + 3000;
+    for (int i = 0; i < n; i++) {
+        if (sv[i].pid <= 0) continue;
+        int status;
+        while (waitpid(sv[i].pid, &status, WNOHANG) == 0 && mn_now_ms() < until)
+            usleep(10000); /* a child's exit: nothing to poll but time */
+        if (waitpid(sv[i].pid, &status, WNOHANG) == 0) {
+            kill(-sv[i].pid, SIGKILL);
+            waitpid(sv[i].pid, &status, 0);
+        }
+        sv[i].pid = 0;
+    }
+}
+
+/* Start the spec's services; returns how many are running, or -1. */
+static int start_services(const manta_spec *s, const char *logs, service *sv, int max)
+{
+    const manta_spec_node *seq = NULL;
+    manta_spec_errors errs;
+    manta_spec_errors_init(&errs);
+    if (manta_spec_get_seq(s->root, "services", &seq, &errs) < 0) {
+        manta_spec_errors_print(&errs, stderr);
+        manta_spec_errors_destroy(&errs);
+        return -1;
+    }
+    int n = 0;
+    for (size_t i = 0; seq && i < manta_spec_len(seq); i++) {
+        const manta_spec_node *it = manta_spec_at(seq, i);
+        const char *name = NULL, *cmd = NULL;
+        int64_t port = 0;
+        double ready_s = 20;
+        if (manta_spec_get_str(it, "name", NULL, &name, &errs) != 0 ||
+            manta_spec_get_str(it, "command", NULL, &cmd, &errs) != 0 ||
+            manta_spec_get_int(it, "port", 0, &port, &errs) < 0 ||
+            manta_spec_get_double(it, "ready_timeout_s", 20, &ready_s, &errs) < 0 || n == max) {
+            if (!errs.count)
+                manta_spec_errors_add(&errs, s->file, it->line, it->col, "services",
+                                      "each service needs a name and a command (at most %d)", max);
+            manta_spec_errors_print(&errs, stderr);
+            manta_spec_errors_destroy(&errs);
+            stop_services(sv, n);
+            return -1;
+        }
+        if (port > 0 && port_open((int)port)) {
+            fprintf(stderr,
+                    "manta run: service %s: port %lld is already taken by another process; stop "
+                    "it or change the spec\n",
+                    name, (long long)port);
+            manta_spec_errors_destroy(&errs);
+            stop_services(sv, n);
+            return -1;
+        }
+        char logf[PATH_MAX + 80];
+        snprintf(logf, sizeof logf, "%s/%s.log", logs, name);
+        snprintf(sv[n].name, sizeof sv[n].name, "%s", name);
+        pid_t parent = getpid();
+        pid_t pid = fork();
+        if (pid == 0) {
+            setpgid(0, 0);
+            prctl(PR_SET_PDEATHSIG, SIGTERM);
+            if (getppid() != parent) _exit(1);
+            int fd = open(logf, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+            execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+            _exit(127);
+        }
+        if (pid < 0) {
+            stop_services(sv, n);
+            return -1;
+        }
+        sv[n++].pid = pid;
+        int64_t until = mn_now_ms() + (int64_t)(ready_s * 1000);
+        while (port > 0 && !port_open((int)port)) {
+            int status;
+            if (waitpid(pid, &status, WNOHANG) == pid || mn_now_ms() > until) {
+                fprintf(stderr, "manta run: service %s did not come up on port %lld (see %s)\n",
+                        name, (long long)port, logf);
+                sv[n - 1].pid = waitpid(pid, &status, WNOHANG) == 0 ? pid : 0;
+                stop_services(sv, n);
+                manta_spec_errors_destroy(&errs);
+                return -1;
+            }
+            usleep(20000); /* another process binding a port: poll it */
+        }
+        fprintf(stderr, "manta: service %s started (pid %d)\n", name, (int)pid);
+    }
+    manta_spec_errors_destroy(&errs);
+    return n;
+}
+
 /* ---- node watchdog (run) ---- */
 
 /* A node whose heartbeat is older than this is declared dead (ms). */
@@ -543,6 +672,8 @@ static int cmd_run(cli *c)
     int rc = 0;
     manta_ctx *m = NULL;
     manta_actor **actors = NULL;
+    service services[16];
+    int nservices = 0;
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
@@ -588,6 +719,11 @@ static int cmd_run(cli *c)
     snprintf(st.redis, sizeof st.redis, "%s", manta_redis_url(m));
     snprintf(st.run_dir, sizeof st.run_dir, "%s", run_dir);
     if (state_write(&st) != 0) fprintf(stderr, "manta run: warning: cannot write the state file\n");
+
+    if ((nservices = start_services(s, logs, services, 16)) < 0) {
+        nservices = 0;
+        DONE(MANTA_EXIT_RUNTIME);
+    }
 
     /* Place every replica, then start them all at once. */
     node_list nl;
@@ -681,6 +817,7 @@ out:
     free(actors);
     if (m && !m->attached) state_remove(s->job);
     manta_shutdown(m);
+    stop_services(services, nservices);
     manta_spec_free(s);
     return rc;
 #undef DONE

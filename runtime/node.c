@@ -458,6 +458,9 @@ int mn_node_main(manta_ctx *m)
     gethostname(host, sizeof host - 1);
     mn_key(m, key, sizeof key, "node", m->self);
     mn_key(m, setkey, sizeof setkey, "nodes", NULL);
+    /* Join the node set before the record says "alive": whoever waits for
+     * "alive" (the driver) then finds this node when it places actors. */
+    freeReplyObject(mn_redis(m, "SADD %s %s", setkey, m->self));
     /* Resources offered for placement: the machine's, unless set. */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned long long mem =
@@ -480,7 +483,6 @@ int mn_node_main(manta_ctx *m)
         _exit(3);
     }
     freeReplyObject(r);
-    freeReplyObject(mn_redis(m, "SADD %s %s", setkey, m->self));
     manta_timer_add(m, 10, reap, nd);
     manta_timer_add(m, 1000, node_heartbeat, nd);
 

@@ -49,7 +49,30 @@ check "the actors' logs are kept" test -f $work/runs/user-class-demo/logs/square
 out=$("$MANTA" run --log-dir $work/runs --set summer.settings.items=10 "$RUN_SPEC" 2>$work/set.err)
 check "--set reaches init ($out $(tail -3 $work/set.err))" grep -q '"sum": 285,' <<<"$out"
 
-# 5. a detached service: status, scale up and down, logs, stop
+# 5. services the spec names are started first and stopped at the end
+lib=$(awk '/library:/ {print $2; exit}' "$RUN_SPEC")
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat > $work/svc.yaml <<YAML
+job: svc-demo
+services:
+  - {name: web, command: "exec python3 -m http.server $port --bind 127.0.0.1", port: $port}
+groups:
+  squarer: {class: squarer, library: $lib, replicas: 1, resources: {cpu: 0.1}}
+  summer: {class: summer, library: $lib, resources: {cpu: 0.1}, settings: {workers: 1, items: 5}}
+run: {group: summer, method: run, timeout_s: 60}
+YAML
+out=$("$MANTA" run --log-dir $work/runs $work/svc.yaml 2>$work/svc.err); rc=$?
+check "run with a service exits 0 ($out $(tail -3 $work/svc.err))" test $rc -eq 0
+check "the service was up during the job" grep -q "service web started" $work/svc.err
+check "the service is stopped after the job" bash -c "! (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null"
+python3 -m http.server $port --bind 127.0.0.1 >/dev/null 2>&1 &
+squatter=$!
+for t in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
+"$MANTA" run --log-dir $work/runs $work/svc.yaml >/dev/null 2>$work/svc2.err; rc=$?
+kill $squatter
+check "a service port taken by a stranger is refused (rc $rc)" grep -q "already taken" $work/svc2.err
+
+# 6. a detached service: status, scale up and down, logs, stop
 "$MANTA" run --detach --log-dir $work/runs "$SERVICE_SPEC" > $work/detach.out 2>&1; rc=$?
 check "detached run exits 0 (got $rc: $(cat $work/detach.out))" test $rc -eq 0
 st=$("$MANTA" status --job user-service-demo)
