@@ -408,7 +408,8 @@ void manta_shutdown(manta_ctx *m)
     if (!m) return;
     if (m->role == MN_ROLE_DRIVER && !m->attached && (m->redis || m->redis_host)) shutdown_nodes(m);
     if (m->role == MN_ROLE_DRIVER && m->node_pid > 0) {
-        int64_t until = mn_now_ms() + 5000;
+        /* The agent gives its actors 3 s to run fini, then 2 s after SIGKILL. */
+        int64_t until = mn_now_ms() + 8000;
         int status;
         while (waitpid(m->node_pid, &status, WNOHANG) == 0) {
             if (mn_now_ms() > until) {

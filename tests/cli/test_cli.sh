@@ -13,10 +13,15 @@ check() { # check DESCRIPTION COMMAND...: the command must succeed
     local what=$1; shift
     if "$@"; then echo "ok: $what"; else fail "$what"; fi
 }
-procs_of_job() { # processes whose environment names the job
-    local n=0
-    for e in /proc/[0-9]*/environ; do
-        tr '\0' '\n' < "$e" 2>/dev/null | grep -qx "MANTA_JOB=$1" && n=$((n + 1))
+procs_of_job() { # processes whose environment names the job (waits up to 5 s for exits)
+    local n t
+    for t in $(seq 50); do
+        n=0
+        for e in /proc/[0-9]*/environ; do
+            tr '\0' '\n' < "$e" 2>/dev/null | grep -qx "MANTA_JOB=$1" && n=$((n + 1))
+        done
+        [ $n -eq 0 ] && break
+        sleep 0.1
     done
     echo $n
 }
