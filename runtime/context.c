@@ -329,7 +329,7 @@ int manta_actor_wait_ready(manta_ctx *m, manta_actor *a, int timeout_ms)
         if (rc == 0 && !strcmp(info.state, "alive")) {
             if (info.incarnation > a->peer->incarnation) a->peer->incarnation = info.incarnation;
             a->peer->dead = false;
-            return 0;
+            return mn_peer_connect(a->peer); /* now: the endpoint is bound */
         }
         if (rc == 0 && (!strcmp(info.state, "failed") || !strcmp(info.state, "dead"))) {
             char key[256], err[512] = "";

@@ -95,6 +95,7 @@ struct mn_peer {
     bool suspect;       /* disconnected: check the directory before trusting */
     bool dead;          /* directory says dead for good */
     bool reconnected;   /* the socket connected again after a disconnect */
+    bool connected;     /* zmq_connect done (lazily: see mn_peer_connect) */
     int64_t next_check; /* when to look at the directory again */
     manta_actor *owner; /* the handle, for named actors */
     mn_peer *next;
@@ -192,6 +193,7 @@ struct manta_ctx {
 
 int mn_loop_once(manta_ctx *m, int timeout_ms);
 mn_peer *mn_peer_get(manta_ctx *m, const char *endpoint);
+int mn_peer_connect(mn_peer *p);
 manta_future *mn_call_peer(manta_ctx *m, mn_peer *p, const char *method, const void *arg,
                            size_t len, int timeout_ms, zmq_msg_t *frame);
 int mn_mailbox_bind(manta_ctx *m, const char *endpoint);

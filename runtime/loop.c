@@ -194,22 +194,31 @@ mn_peer *mn_peer_get(manta_ctx *m, const char *endpoint)
     p->mon = zmq_socket(m->zmq, ZMQ_PAIR);
     if (!p->mon || zmq_connect(p->mon, mon) != 0) goto fail;
     zmq_setsockopt(p->mon, ZMQ_LINGER, &zero, sizeof zero);
-    if (zmq_connect(p->sock, endpoint) != 0) {
-        mn_fail(MANTA_EZMQ, "connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));
-        goto fail_quiet;
-    }
     p->next = m->peers;
     m->peers = p;
     m->items_dirty = true;
     return p;
 fail:
     mn_fail(MANTA_EZMQ, "peer socket for %s: %s", endpoint, zmq_strerror(zmq_errno()));
-fail_quiet:
     if (p->sock) zmq_close(p->sock);
     if (p->mon) zmq_close(p->mon);
     free(p->endpoint);
     free(p);
     return NULL;
+}
+
+/* Connect a peer's socket on first use. Not at creation: an actor being
+ * created binds its endpoint a few ms after the driver learns it, and a
+ * connect that fails first waits out ZeroMQ's reconnect back-off (10, 20,
+ * 40 ms ...); connecting once the actor is ready, or at the first call,
+ * avoids that wait. */
+int mn_peer_connect(mn_peer *p)
+{
+    if (p->connected) return 0;
+    if (zmq_connect(p->sock, p->endpoint) != 0)
+        return mn_fail(MANTA_EZMQ, "connect to %s: %s", p->endpoint, zmq_strerror(zmq_errno()));
+    p->connected = true;
+    return 0;
 }
 
 /* Re-read a suspect peer's directory record. Returns 1 if calls may go. */
@@ -233,11 +242,11 @@ static int check_peer(manta_ctx *m, mn_peer *p)
     p->dead = false;
     if (info.endpoint[0] && strcmp(info.endpoint, p->endpoint)) {
         /* A new incarnation on another endpoint (tcp port, other node). */
-        zmq_disconnect(p->sock, p->endpoint);
-        if (zmq_connect(p->sock, info.endpoint) == 0) {
-            free(p->endpoint);
-            p->endpoint = mn_strdup(info.endpoint);
-        }
+        if (p->connected) zmq_disconnect(p->sock, p->endpoint);
+        p->connected = false;
+        free(p->endpoint);
+        p->endpoint = mn_strdup(info.endpoint);
+        mn_peer_connect(p);
     }
     /* "alive" may be stale (the agent has not reaped the old process yet),
      * so it counts only once the socket has connected again. Until then
@@ -291,6 +300,11 @@ manta_future *mn_call_peer(manta_ctx *m, mn_peer *p, const char *method, const v
         m->stats.died++;
         return f;
     }
+    if (mn_peer_connect(p) != 0) {
+        f->status = MANTA_EZMQ;
+        f->error = mn_strdup(manta_last_error());
+        return f;
+    }
     f->peer = p;
     f->id = ++m->next_id;
     if (mn_idmap_put(&m->calls, f->id, f) != 0) {
@@ -337,7 +351,8 @@ int manta_cast(manta_ctx *m, manta_actor *a, const char *method, const void *arg
     if (!p->pending) recv_monitor(m, p);
     if (p->suspect || p->dead) check_peer(m, p);
     if (p->dead) return mn_fail(MANTA_EDIED, "actor %s is dead", a->name);
-    int rc = mn_env_send(p->sock, NULL, 0, MN_CAST, 0, method, 0, arg, len, NULL);
+    int rc = mn_peer_connect(p);
+    if (rc == 0) rc = mn_env_send(p->sock, NULL, 0, MN_CAST, 0, method, 0, arg, len, NULL);
     if (rc == 0) m->stats.casts_sent++;
     return rc;
 }

@@ -99,6 +99,10 @@ static int start_child(node *nd, child *c)
     char logf[700] = "";
     if (m->log_dir && *m->log_dir) snprintf(logf, sizeof logf, "%s/%s.log", m->log_dir, c->name);
     char *argv[] = {c->exe, NULL};
+    char key[256];
+    actor_key(m, c->name, key, sizeof key);
+    freeReplyObject(mn_redis(m, "HSET %s incarnation %d restarts %d state starting", key,
+                             c->incarnation, c->restarts));
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
@@ -118,10 +122,10 @@ static int start_child(node *nd, child *c)
     }
     free(envp);
     c->pid = pid;
-    char key[256];
-    actor_key(m, c->name, key, sizeof key);
-    freeReplyObject(mn_redis(m, "HSET %s pid %d incarnation %d restarts %d state starting", key,
-                             (int)pid, c->incarnation, c->restarts));
+    /* Only the pid now: the state was set before the fork, and the child may
+     * already have written "alive" (writing "starting" here lost that race
+     * under load and left a live actor marked starting for ever). */
+    freeReplyObject(mn_redis(m, "HSET %s pid %d", key, (int)pid));
     return 0;
 }
 

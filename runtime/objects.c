@@ -400,5 +400,7 @@ int manta_obj_release(manta_ctx *m, const manta_obj_id *id)
     /* Tell the owner to free its buffer. */
     mn_peer *p = mn_peer_get(m, owner);
     if (!p) return MANTA_EZMQ;
-    return mn_env_send(p->sock, NULL, 0, MN_CAST, 0, "free", 0, id->s, strlen(id->s), NULL);
+    int rc = mn_peer_connect(p);
+    return rc ? rc
+              : mn_env_send(p->sock, NULL, 0, MN_CAST, 0, "free", 0, id->s, strlen(id->s), NULL);
 }
