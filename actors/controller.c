@@ -72,9 +72,20 @@ typedef struct group {
 
 typedef struct episode {
     uint8_t state;
-    int64_t group; /* -1 for evaluation episodes */
+    int16_t holder; /* index into holders: the rollout generating it, -1 none */
+    int64_t group;  /* -1 for evaluation episodes */
     int32_t prompt;
 } episode;
+
+#define MAX_HOLDERS 256
+
+/* A rollout that took work, and the incarnation that took it: when it dies
+ * (or restarts as a new incarnation) its episodes are re-queued. */
+typedef struct holder {
+    char name[64];
+    int incarnation;
+    int live;
+} holder;
 
 typedef struct ctl_state {
     manta_ctx *m;
@@ -116,6 +127,10 @@ typedef struct ctl_state {
     uint32_t bucket_crc[MAX_LEARNERS];
     int have_weights;
     int admit_train, stop;
+    holder holders[MAX_HOLDERS];
+    int n_holders;
+    int64_t reclaimed;
+    double last_reclaim;
     /* ledger and counters */
     rl_ledger led;
     int64_t credits; /* admissions given back by drops */
@@ -312,7 +327,7 @@ static int64_t new_episode(ctl_state *s, int64_t group, int32_t prompt, int eval
         if (!e) return -1;
         s->eps = e, s->cap_eps = cap;
     }
-    s->eps[s->n_eps] = (episode){eval ? EP_EVAL : EP_INFLIGHT, group, prompt};
+    s->eps[s->n_eps] = (episode){eval ? EP_EVAL : EP_INFLIGHT, -1, group, prompt};
     return s->n_eps++;
 }
 
@@ -414,17 +429,79 @@ static void pack_episode(ctl_state *s, msgpack_packer *pk, int64_t id)
     rl_pack_kv_int(pk, "eval", eval);
 }
 
+/* The holder entry of rollout `name` (its incarnation read on first sight). */
+static int holder_of(ctl_state *s, const char *name)
+{
+    if (!name[0]) return -1;
+    for (int i = 0; i < s->n_holders; i++)
+        if (!strcmp(s->holders[i].name, name)) {
+            if (!s->holders[i].live) { /* back (a new incarnation): watch it again */
+                manta_actor *a;
+                manta_actor_info info;
+                if (manta_actor_lookup(s->m, name, &a) == 0 &&
+                    manta_actor_info_get(s->m, a, &info) == 0)
+                    s->holders[i].incarnation = info.incarnation;
+                s->holders[i].live = 1;
+            }
+            return i;
+        }
+    if (s->n_holders == MAX_HOLDERS) return -1;
+    holder *h = &s->holders[s->n_holders];
+    snprintf(h->name, sizeof h->name, "%s", name);
+    h->incarnation = -1;
+    manta_actor *a;
+    manta_actor_info info;
+    if (manta_actor_lookup(s->m, name, &a) == 0 && manta_actor_info_get(s->m, a, &info) == 0)
+        h->incarnation = info.incarnation;
+    h->live = 1;
+    return s->n_holders++;
+}
+
+/* Re-queue the episodes of rollouts that died or restarted (their slots are
+ * gone): checked about once a second from the run loop. */
+static void reclaim(ctl_state *s)
+{
+    double now = rl_now_s();
+    if (now - s->last_reclaim < 1.0) return;
+    s->last_reclaim = now;
+    for (int i = 0; i < s->n_holders; i++) {
+        holder *h = &s->holders[i];
+        if (!h->live) continue;
+        manta_actor *a;
+        manta_actor_info info;
+        int gone = manta_actor_lookup(s->m, h->name, &a) != 0 ||
+                   manta_actor_info_get(s->m, a, &info) != 0 || strcmp(info.state, "alive") ||
+                   (h->incarnation >= 0 && info.incarnation != h->incarnation);
+        if (!gone) continue;
+        h->live = 0;
+        int64_t n = 0;
+        for (int64_t id = 0; id < s->n_eps; id++) {
+            episode *e = &s->eps[id];
+            if (e->holder != i || (e->state != EP_INFLIGHT && e->state != EP_EVAL)) continue;
+            e->state = EP_QUEUED;
+            e->holder = -1;
+            push64(&s->queue, &s->q_len, &s->q_cap, id);
+            n++;
+        }
+        s->reclaimed += n;
+        if (n) rl_log(s->m, "%s is gone: %lld episodes re-queued", h->name, (long long)n);
+    }
+}
+
 static int ctl_admit(manta_req *req, void *state, const void *arg, size_t len)
 {
     ctl_state *s = state;
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     int64_t want = 0, their = -1;
+    char who[64] = "";
     if (msgpack_unpack_next(&u, arg, len, NULL) == MSGPACK_UNPACK_SUCCESS) {
         want = rl_mp_int(rl_mp_get(&u.data, "groups"), 0) * s->G;
         their = rl_mp_int(rl_mp_get(&u.data, "version"), -1);
+        rl_mp_str(rl_mp_get(&u.data, "rollout"), who, sizeof who, "");
     }
     msgpack_unpacked_destroy(&u);
+    int h = want > 0 ? holder_of(s, who) : -1;
     int64_t out[4096];
     int n = 0;
     if (want > 4096) want = 4096;
@@ -449,6 +526,7 @@ static int ctl_admit(manta_req *req, void *state, const void *arg, size_t len)
             }
         }
     }
+    for (int i = 0; i < n; i++) s->eps[out[i]].holder = (int16_t)h;
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
@@ -550,6 +628,7 @@ static int ctl_handback(manta_req *req, void *state, const void *arg, size_t len
             if (id < 0 || id >= s->n_eps) continue;
             if (s->eps[id].state != EP_INFLIGHT && s->eps[id].state != EP_EVAL) continue;
             s->eps[id].state = EP_QUEUED;
+            s->eps[id].holder = -1;
             push64(&s->queue, &s->q_len, &s->q_cap, id);
             s->led.handed_back++;
         }
@@ -575,6 +654,7 @@ static cJSON *ledger_json(ctl_state *s)
     cJSON_AddNumberToObject(j, "dropped_error", (double)l.dropped_error);
     cJSON_AddNumberToObject(j, "in_flight", (double)l.in_flight);
     cJSON_AddNumberToObject(j, "handed_back", (double)l.handed_back);
+    cJSON_AddNumberToObject(j, "reclaimed", (double)s->reclaimed);
     cJSON_AddBoolToObject(j, "balanced", rl_ledger_ok(&l));
     cJSON *r = cJSON_AddObjectToObject(j, "error_reasons");
     for (int i = 0; i < MAX_REASONS && s->reason[i][0]; i++)
@@ -754,7 +834,10 @@ static void start_eval(ctl_state *s, int n)
 static double wait_eval(ctl_state *s, double timeout_s)
 {
     double until = rl_now_s() + timeout_s;
-    while (s->eval_done < s->eval_total && rl_now_s() < until) manta_poll(s->m, 20);
+    while (s->eval_done < s->eval_total && rl_now_s() < until) {
+        manta_poll(s->m, 20);
+        reclaim(s);
+    }
     s->eval_active = 0;
     return s->eval_total ? (double)s->eval_success / s->eval_total : 0;
 }
@@ -897,6 +980,9 @@ static int rl_step(ctl_state *s, manta_actor **L)
                 rl_traj_destroy(&g->trajs[j]);
                 g->usable[j] = 0;
             }
+        for (int j = 0; j < g->n; j++) rl_traj_destroy(&g->trajs[j]);
+        free(g->trajs), free(g->usable); /* nothing refers to a consumed group's trajectories */
+        g->trajs = NULL, g->usable = NULL;
     }
     free(q), free(taken);
     return rc;
@@ -934,6 +1020,7 @@ static int ctl_run(manta_req *req, void *state, const void *arg, size_t len)
     s->t_rl_start = s->t_last_version = rl_now_s();
     s->best_eval = s->success_initial;
     while (s->version < s->max_versions && rl_now_s() - s->t_start < s->max_time_s) {
+        reclaim(s);
         if (!batch_ready(s)) {
             manta_poll(s->m, 2);
         } else if (rl_step(s, L)) {

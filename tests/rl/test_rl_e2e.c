@@ -3,8 +3,9 @@
  * server (examples/calc_server.py on a free port, over MCP/HTTP).
  *
  *   test_rl_e2e          asynchronous run (eta 2, 2 learner shards, 2 envs,
- *                        2 rollouts, a third rollout added and rollout-0
- *                        drained while it runs): reward rises, held-out
+ *                        2 rollouts, a third rollout added, rollout-0
+ *                        drained and rollout-1 killed while it runs: their
+ *                        episodes come back): reward rises, held-out
  *                        success rises, the ledger balances, versions never
  *                        go backwards, observation tokens have loss mask 0.
  *   test_rl_e2e sync     eta = 0: every trained token was sampled by the
@@ -51,7 +52,8 @@ static char *read_file(const char *path, size_t *len)
     return b;
 }
 
-/* Scaling while it runs: a third rollout joins, rollout-0 drains and stops. */
+/* Scaling while it runs: a third rollout joins, rollout-0 drains and stops,
+ * rollout-1 is killed. */
 static void scale_tick(manta_ctx *m, const manta_spec *spec, double t, void *arg)
 {
     int *stage = arg;
@@ -66,6 +68,12 @@ static void scale_tick(manta_ctx *m, const manta_spec *spec, double t, void *arg
         assert_int_equal(manta_get(f, -1, NULL, NULL), 0);
         manta_future_free(f);
         assert_int_equal(manta_actor_stop(m, a, 10000), 0);
+    } else if (*stage == 2 && t > 6.5) {
+        /* a rollout dies mid-run: its episodes must come back */
+        *stage = 3;
+        manta_actor *a;
+        assert_int_equal(manta_actor_lookup(m, "rollout-1", &a), 0);
+        assert_int_equal(manta_actor_kill(m, a, 0), 0);
     }
 }
 
@@ -143,7 +151,7 @@ static void test_e2e(void **st)
                           "rl.stop_at=2",
                           "rl.eval_problems=100",
                           sync_mode ? "rl.max_versions=8" : "rl.warmup_steps=70"};
-    int stage = sync_mode ? 2 : 0;
+    int stage = sync_mode ? 3 : 0;
     rl_launch_opts o = {.spec_path = SOURCE_DIR "/examples/calc_agent.yaml",
                         .sets = sets,
                         .n_sets = sizeof sets / sizeof *sets,
@@ -203,7 +211,8 @@ static void test_e2e(void **st)
         assert_true(last > first + 0.1);
         assert_true(num(j, "heldout_success_final") > num(j, "heldout_success_initial") + 0.2);
         assert_true(num(j, "ledger.handed_back") >= 0);
-        assert_int_equal(stage, 2);
+        assert_int_equal(stage, 3);
+        assert_true(num(j, "ledger.handed_back") + num(j, "ledger.reclaimed") > 0);
     }
     cJSON_Delete(j);
     free(summary);
