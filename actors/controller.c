@@ -1022,7 +1022,7 @@ static int ctl_run(manta_req *req, void *state, const void *arg, size_t len)
     while (s->version < s->max_versions && rl_now_s() - s->t_start < s->max_time_s) {
         reclaim(s);
         if (!batch_ready(s)) {
-            manta_poll(s->m, 2);
+            manta_poll(s->m, 1); /* manta_poll waits its whole timeout: keep it short */
         } else if (rl_step(s, L)) {
             rl_log(s->m, "controller: learner step failed; retrying");
             manta_poll(s->m, 100);

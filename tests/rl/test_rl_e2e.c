@@ -189,6 +189,13 @@ static void test_e2e(void **st)
             assert_true(v->valueint > prev);
             prev = v->valueint;
             rew[nv++] = cJSON_GetObjectItemCaseSensitive(l, "reward")->valuedouble;
+            /* the staleness bound held: when version V was published, every
+             * admission had been made at a version <= V - 1, so admitted
+             * (less the drops, which give their admission back) <= (V + eta) B */
+            double net = cJSON_GetObjectItemCaseSensitive(l, "admitted")->valuedouble -
+                         cJSON_GetObjectItemCaseSensitive(l, "dropped_stale")->valuedouble -
+                         cJSON_GetObjectItemCaseSensitive(l, "dropped_error")->valuedouble;
+            assert_true(net <= (v->valuedouble + (sync_mode ? 0 : 2)) * 64);
             const cJSON *h = cJSON_GetObjectItemCaseSensitive(l, "staleness");
             if (sync_mode) { /* eta 0: only staleness 0 */
                 for (int i = 1; i < cJSON_GetArraySize(h); i++)
