@@ -29,6 +29,15 @@
  * wait a whole scheduler quantum for a descheduled thread. */
 #define PAR_MIN 32768
 
+/* The hot loops are compiled three times - AVX-512, AVX2+FMA and baseline
+ * x86-64 - and the loader picks one for this CPU (GCC/clang target_clones,
+ * an ifunc), so one binary runs anywhere and uses the full vector width. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define MK_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define MK_CLONES
+#endif
+
 static int n_threads = 1; /* set from OpenMP's default at first use */
 
 /* OpenBLAS built with DYNAMIC_ARCH picks its kernels from the CPU's model
@@ -67,9 +76,12 @@ static void choose_blas_kernels(void)
     gotoblas_dynamic_init();
 }
 
+static void choose_vector_kernels(void);
+
 static void blas_init_once(void)
 {
     choose_blas_kernels();
+    choose_vector_kernels();
     /* our OpenMP team is the only pool; OpenBLAS runs inside it */
     openblas_set_num_threads(1);
     n_threads = omp_get_max_threads();
@@ -254,9 +266,100 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *
     }
 }
 
+/* Rows at most this many go to skinny_mm instead of BLAS. */
+#define SKINNY_ROWS 96
+
+/* 16 floats; the unaligned, aliasing variant reads and writes plain arrays */
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
+#define load16(p)     (*(const v16u *)(p))
+#define store16(p, v) (*(v16u *)(p) = (v))
+
+/* out[r0:r0+NR, c0:c0+64] = in[r0:r0+NR] w[:, c0:c0+64] + bias, accumulators in
+ * registers (NR x 4 vectors of 16 floats). */
+#define SKINNY_TILE(NR)                                                                            \
+    do {                                                                                           \
+        v16 acc[NR][4];                                                                            \
+        for (int r = 0; r < NR; r++)                                                               \
+            for (int j = 0; j < 4; j++)                                                            \
+                acc[r][j] = bias ? (v16)load16(bias + c0 + 16 * j) : (v16){0};                     \
+        for (int k = 0; k < IC; k++) {                                                             \
+            const float *wk = w + (size_t)k * OC + c0;                                             \
+            v16 w0 = load16(wk), w1 = load16(wk + 16), w2 = load16(wk + 32), w3 = load16(wk + 48); \
+            for (int r = 0; r < NR; r++) {                                                         \
+                float a = inp[(size_t)(r0 + r) * IC + k];                                          \
+                acc[r][0] += a * w0;                                                               \
+                acc[r][1] += a * w1;                                                               \
+                acc[r][2] += a * w2;                                                               \
+                acc[r][3] += a * w3;                                                               \
+            }                                                                                      \
+        }                                                                                          \
+        for (int r = 0; r < NR; r++)                                                               \
+            for (int j = 0; j < 4; j++)                                                            \
+                store16(out + (size_t)(r0 + r) * OC + c0 + 16 * j, acc[r][j]);                     \
+    } while (0)
+
+/* One 64-column strip of out for every row: 6-row tiles while they last,
+ * then single rows.  The strip of w (IC x 64 floats) stays in cache across
+ * the row tiles, so w is read from memory once per call.  Built three times
+ * (AVX-512+FMA, AVX2+FMA, baseline) with contraction into FMA allowed, and
+ * picked at start-up from the CPU's flags (target_clones would pick by CPU
+ * model, which some hypervisors hide). */
+#define SKINNY_STRIP_BODY                                                                          \
+    {                                                                                              \
+        int r0 = 0;                                                                                \
+        for (; r0 + 6 <= R; r0 += 6) SKINNY_TILE(6);                                               \
+        for (; r0 < R; r0++) SKINNY_TILE(1);                                                       \
+    }
+#define SKINNY_ARGS                                                                                \
+    float *out, const float *inp, const float *w, const float *bias, int R, int IC, int OC, int c0
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f,fma"), optimize("fp-contract=fast"))) static void
+    skinny_strip_avx512(SKINNY_ARGS) SKINNY_STRIP_BODY
+    __attribute__((target("avx2,fma"), optimize("fp-contract=fast"))) static void skinny_strip_avx2(
+        SKINNY_ARGS) SKINNY_STRIP_BODY
+#endif
+    static void skinny_strip_base(SKINNY_ARGS) SKINNY_STRIP_BODY
+    static void (*skinny_strip)(SKINNY_ARGS) = skinny_strip_base;
+
+static void choose_vector_kernels(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
+        skinny_strip = skinny_strip_avx512;
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        skinny_strip = skinny_strip_avx2;
+#endif
+}
+
+/* out[R,OC] = inp[R,IC] w[IC,OC] + bias for few rows (a decoding step, a
+ * short prefill).  BLAS packs all of w into a scratch layout on every call,
+ * which for a handful of rows costs as much as the product; this reads w
+ * once, in place.  Columns beyond the last multiple of 64 go to BLAS. */
+static void skinny_mm(float *out, const float *inp, const float *w, const float *bias, int R,
+                      int IC, int OC)
+{
+    int strips = OC / 64;
+#pragma omp parallel for num_threads(n_threads)                                                    \
+    schedule(static) if ((size_t)R * IC * OC > 8 * PAR_MIN)
+    for (int s = 0; s < strips; s++) skinny_strip(out, inp, w, bias, R, IC, OC, 64 * s);
+    int done = strips * 64;
+    if (done < OC) {
+        for (int r = 0; r < R; r++)
+            for (int c = done; c < OC; c++) out[(size_t)r * OC + c] = bias ? bias[c] : 0.0f;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, OC - done, IC, 1.0f, inp, IC,
+                    w + done, OC, 1.0f, out + done, OC);
+    }
+}
+
 static void mm_fwd(float *out, const float *inp, const float *w, const float *bias, int R, int IC,
                    int OC)
 {
+    if (R <= SKINNY_ROWS) {
+        skinny_mm(out, inp, w, bias, R, IC, OC);
+        return;
+    }
     float beta = 0.0f;
     if (bias) {
 #pragma omp parallel for num_threads(n_threads) schedule(static) if ((size_t)R * OC > PAR_MIN)
@@ -297,15 +400,6 @@ static void head_bwd(float *dinp, float *dwte, const float *dlogits, const float
 }
 
 /* ---- vectorised helpers ------------------------------------------------- */
-
-/* The hot loops are compiled three times - AVX-512, AVX2+FMA and baseline
- * x86-64 - and the loader picks one for this CPU (GCC/clang target_clones,
- * an ifunc), so one binary runs anywhere and uses the full vector width. */
-#if defined(__x86_64__) && defined(__GNUC__)
-#define MK_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define MK_CLONES
-#endif
 
 /* e^x for x in float range, without a libm call so that loops vectorise:
  * x = n ln2 + r with |r| <= ln2/2, e^r by Cephes' degree-5 polynomial
