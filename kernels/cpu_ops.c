@@ -141,7 +141,7 @@ static void cpu_zero(void *p, size_t bytes)
 static void embed_fwd(float *out, const int *tokens, const int *pos, const float *wte,
                       const float *wpe, int R, int C)
 {
-#pragma omp parallel for num_threads(n_threads) schedule(static) if ((size_t)R * C > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 4) if ((size_t)R * C > PAR_MIN)
     for (int r = 0; r < R; r++) {
         const float *te = wte + (size_t)tokens[r] * C;
         const float *pe = wpe + (size_t)pos[r] * C;
@@ -175,7 +175,7 @@ static void embed_bwd(float *dwte, float *dwpe, const float *dout, const int *to
 static void ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
                    const float *b, int R, int C)
 {
-#pragma omp parallel for num_threads(n_threads) schedule(static) if ((size_t)R * C > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 4) if ((size_t)R * C > PAR_MIN)
     for (int r = 0; r < R; r++) {
         const float *x = inp + (size_t)r * C;
         float m = 0.0f;
@@ -198,7 +198,7 @@ static void ln_fwd(float *out, float *mean, float *rstd, const float *inp, const
 static void ln_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                    const float *w, const float *mean, const float *rstd, int R, int C)
 {
-#pragma omp parallel for num_threads(n_threads) schedule(static) if ((size_t)R * C > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 4) if ((size_t)R * C > PAR_MIN)
     for (int r = 0; r < R; r++) {
         const float *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
         float m = mean[r], s = rstd[r];
@@ -246,23 +246,24 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *
         cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
+    /* several blocks per thread, handed out dynamically: on a shared machine
+     * a thread that loses its core delays one block, not half the product */
     int by_rows = M >= N;
-#pragma omp parallel num_threads(n_threads)
-    {
-        int id = omp_get_thread_num(), n = omp_get_num_threads();
-        int len = by_rows ? M : N;
-        /* blocks of 16: whole vectors for the micro-kernels */
-        int b0 = (int)((long)(len / 16) * id / n) * 16;
-        int b1 = id == n - 1 ? len : (int)((long)(len / 16) * (id + 1) / n) * 16;
-        if (b1 > b0) {
-            if (by_rows)
-                cblas_sgemm(CblasRowMajor, TA, TB, b1 - b0, N, K, alpha,
-                            ta ? A + b0 : A + (size_t)b0 * lda, lda, B, ldb, beta,
-                            C + (size_t)b0 * ldc, ldc);
-            else
-                cblas_sgemm(CblasRowMajor, TA, TB, M, b1 - b0, K, alpha, A, lda,
-                            tb ? B + (size_t)b0 * ldb : B + b0, ldb, beta, C + b0, ldc);
-        }
+    int len = by_rows ? M : N, units = len / 16;
+    int nb = 4 * nt < units ? 4 * nt : (units > 0 ? units : 1);
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
+    for (int blk = 0; blk < nb; blk++) {
+        /* blocks of whole 16-float vectors for the micro-kernels; the last takes the rest */
+        int b0 = (int)((long)units * blk / nb) * 16;
+        int b1 = blk == nb - 1 ? len : (int)((long)units * (blk + 1) / nb) * 16;
+        if (b1 <= b0) continue;
+        if (by_rows)
+            cblas_sgemm(CblasRowMajor, TA, TB, b1 - b0, N, K, alpha,
+                        ta ? A + b0 : A + (size_t)b0 * lda, lda, B, ldb, beta, C + (size_t)b0 * ldc,
+                        ldc);
+        else
+            cblas_sgemm(CblasRowMajor, TA, TB, M, b1 - b0, K, alpha, A, lda,
+                        tb ? B + (size_t)b0 * ldb : B + b0, ldb, beta, C + b0, ldc);
     }
 }
 
@@ -342,7 +343,7 @@ static void skinny_mm(float *out, const float *inp, const float *w, const float 
 {
     int strips = OC / 64;
 #pragma omp parallel for num_threads(n_threads)                                                    \
-    schedule(static) if ((size_t)R * IC * OC > 8 * PAR_MIN)
+    schedule(dynamic, 1) if ((size_t)R * IC * OC > 8 * PAR_MIN)
     for (int s = 0; s < strips; s++) skinny_strip(out, inp, w, bias, R, IC, OC, 64 * s);
     int done = strips * 64;
     if (done < OC) {
@@ -362,7 +363,7 @@ static void mm_fwd(float *out, const float *inp, const float *w, const float *bi
     }
     float beta = 0.0f;
     if (bias) {
-#pragma omp parallel for num_threads(n_threads) schedule(static) if ((size_t)R * OC > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 4) if ((size_t)R * OC > PAR_MIN)
         for (int r = 0; r < R; r++) memcpy(out + (size_t)r * OC, bias, sizeof(float) * OC);
         beta = 1.0f;
     }
@@ -604,7 +605,7 @@ MK_CLONES static void gelu_bwd_chunk(float *dinp, const float *inp, const float 
 static void gelu_fwd(float *out, const float *inp, size_t n)
 {
     size_t nc = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for num_threads(n_threads) schedule(static) if (n > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1) if (n > PAR_MIN)
     for (size_t c = 0; c < nc; c++) {
         size_t o = c * CHUNK, len = n - o < CHUNK ? n - o : CHUNK;
         gelu_fwd_chunk(out + o, inp + o, len);
@@ -614,7 +615,7 @@ static void gelu_fwd(float *out, const float *inp, size_t n)
 static void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n)
 {
     size_t nc = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for num_threads(n_threads) schedule(static) if (n > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1) if (n > PAR_MIN)
     for (size_t c = 0; c < nc; c++) {
         size_t o = c * CHUNK, len = n - o < CHUNK ? n - o : CHUNK;
         gelu_bwd_chunk(dinp + o, inp + o, dout + o, len);
@@ -623,7 +624,7 @@ static void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n)
 
 static void add(float *out, const float *a, const float *b, size_t n)
 {
-#pragma omp parallel for num_threads(n_threads) schedule(static) if (n > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 4096) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
@@ -647,7 +648,7 @@ static void row_lse(const float *z, int V, double *lse, double *pz)
 static void row_stats(float *logp, float *ent, const float *logits, const int *targets, int R,
                       int V)
 {
-#pragma omp parallel for num_threads(n_threads) schedule(static) if ((size_t)R * V > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 4) if ((size_t)R * V > PAR_MIN)
     for (int r = 0; r < R; r++) {
         const float *z = logits + (size_t)r * V;
         double lse, pz;
@@ -661,7 +662,7 @@ static void row_stats(float *logp, float *ent, const float *logits, const int *t
 static void row_grad(float *dlogits, const float *logits, const int *targets, const float *ct,
                      const float *ch, int R, int V)
 {
-#pragma omp parallel for num_threads(n_threads) schedule(static) if ((size_t)R * V > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 4) if ((size_t)R * V > PAR_MIN)
     for (int r = 0; r < R; r++) {
         const float *z = logits + (size_t)r * V;
         float *d = dlogits + (size_t)r * V;
@@ -705,7 +706,7 @@ void mk_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, 
     mk__blas_init(); /* thread count and BLAS set up even without a model */
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     size_t nc = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for num_threads(n_threads) schedule(static) if (n > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1) if (n > PAR_MIN)
     for (size_t c = 0; c < nc; c++) {
         size_t o = c * CHUNK, len = n - o < CHUNK ? n - o : CHUNK;
         adamw_chunk(p + o, g + o, m + o, v + o, len, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
@@ -716,6 +717,7 @@ double mk_sumsq(const float *x, size_t n)
 {
     mk__blas_init(); /* thread count and BLAS set up even without a model */
     double s = 0.0;
+/* static: the same split every time, so the double sum is reproducible */
 #pragma omp parallel for num_threads(n_threads) reduction(+ : s) schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
     return s;
@@ -724,7 +726,7 @@ double mk_sumsq(const float *x, size_t n)
 void mk_scale(float *x, float s, size_t n)
 {
     mk__blas_init(); /* thread count and BLAS set up even without a model */
-#pragma omp parallel for num_threads(n_threads) schedule(static) if (n > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 4096) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
