@@ -10,7 +10,8 @@
  *  (b) generated tokens/s with 1, 2, 4, 8 rollout actors, tool latency
  *      dominating, against 1 rollout;
  *  (c) the learner's idle fraction at eta = 4 (1 - time in steps / RL wall
- *      time), against eta = 0;
+ *      time, 100 versions, no tool latency), against eta = 0; and the same
+ *      in the setting of (a);
  *  (d) weight-sync bandwidth: a bucket fetched by another process with
  *      manta_obj_get and checked with CRC32C, against a raw ZeroMQ REQ/REP
  *      transfer of the same bytes between the same two processes.
@@ -277,14 +278,19 @@ int main(int argc, char **argv)
     ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
     if (sl <= 0) return 1;
     self[sl] = 0;
-    const char *versions = quick ? "rl.max_versions=15" : "rl.max_versions=30";
+    const char *versions = quick ? "rl.max_versions=15" : "rl.max_versions=60";
+    /* (c) measures a steady state: long enough that filling the pipeline at
+     * the start (the first batch has to be generated) does not dominate */
+    const char *versions_c = quick ? "rl.max_versions=30" : "rl.max_versions=100";
+    /* the same policy for every figure, whatever the example's warm-up */
+    const char *warm = "rl.warmup_steps=70";
 
     /* (a) eta 4 vs eta 0, heavy-tailed tool latency, rollout-heavy */
     const char *lat_a = "--latency-ms 40 --latency-dist pareto --seed 7";
     double tps[2], idle_a[2];
     for (int k = 0; k < 2; k++) {
         const char *args[] = {
-            "rl", lat_a, k ? "rl.eta=4" : "rl.eta=0", versions, "rl.max_time_s=300", NULL};
+            "rl", lat_a, k ? "rl.eta=4" : "rl.eta=0", versions, "rl.max_time_s=300", warm, NULL};
         cJSON *j = run_child(self, args);
         tps[k] = j ? jnum(j, "rates", "trained_tokens_per_s") : -1;
         idle_a[k] = j ? 1 - jnum(j, "rates", "learner_busy_fraction") : -1;
@@ -296,7 +302,7 @@ int main(int argc, char **argv)
     /* (c) the learner-bound setting: no tool latency, eta 4 vs 0 */
     double idle[2];
     for (int k = 0; k < 2; k++) {
-        const char *args[] = {"rl", "", k ? "rl.eta=4" : "rl.eta=0", versions, NULL};
+        const char *args[] = {"rl", "", k ? "rl.eta=4" : "rl.eta=0", versions_c, warm, NULL};
         cJSON *j = run_child(self, args);
         idle[k] = j ? 1 - jnum(j, "rates", "learner_busy_fraction") : -1;
         cJSON_Delete(j);
@@ -317,6 +323,7 @@ int main(int argc, char **argv)
                               "rl.eta=100000",
                               "rl.max_versions=100000",
                               quick ? "rl.max_time_s=8" : "rl.max_time_s=14",
+                              warm,
                               NULL};
         cJSON *j = run_child(self, args);
         double v = j ? jnum(j, "rates", "gen_tokens_per_s") : -1;
