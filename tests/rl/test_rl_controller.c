@@ -1,0 +1,228 @@
+/*
+ * test_rl_controller.c - the controller's admission bound, stale dropping
+ * and ledger, exactly, with a scripted rollout.
+ *
+ * A controller and two learner shards run for real; instead of rollouts, a
+ * test actor ("script") plays one: it asks for work, counts what it is
+ * given, and submits hand-made trajectories whose versions it chooses. With
+ * B = 16, G = 8, eta = 0:
+ *   v0: admit gives exactly 16 episodes (the bound (0+0+1)*16), then none;
+ *       16 trajectories of version 0 are submitted -> a step -> v1;
+ *   v1: admit gives 16 more; 8 (one group) are submitted with version 0 ->
+ *       dropped as stale (1 - 0 > eta), which gives their admission back, so
+ *       8 more are admitted; 16 of version 1 complete two groups -> v2.
+ * The run then ends (max_versions 2) and its summary must show the ledger
+ * admitted 40 = trained 32 + stale 8 + error 0 + in flight 0.
+ * The program is also its own actors.
+ */
+#include "launch.h"
+
+#include <manta_actors.h>
+
+#include <cjson/cJSON.h>
+#include <msgpack.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+/* ---- the scripted rollout ---- */
+
+typedef struct admitted {
+    int64_t version;
+    int n;
+    int64_t ids[64];
+} admitted;
+
+static void pack_str(msgpack_packer *pk, const char *s)
+{
+    msgpack_pack_str(pk, strlen(s));
+    msgpack_pack_str_body(pk, s, strlen(s));
+}
+
+static int admit(manta_ctx *m, manta_actor *ctl, int64_t my_version, admitted *out)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 3);
+    pack_str(&pk, "rollout"), pack_str(&pk, "script");
+    pack_str(&pk, "groups"), msgpack_pack_int(&pk, 8);
+    pack_str(&pk, "version"), msgpack_pack_int64(&pk, my_version);
+    manta_future *f = manta_call(m, ctl, "admit", sb.data, sb.size);
+    msgpack_sbuffer_destroy(&sb);
+    const void *d;
+    size_t n;
+    int rc = manta_get(f, -1, &d, &n);
+    out->n = 0, out->version = -1;
+    if (rc == 0) {
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        msgpack_unpack_next(&u, d, n, NULL);
+        for (uint32_t i = 0; i < u.data.via.map.size; i++) {
+            msgpack_object_kv *kv = &u.data.via.map.ptr[i];
+            if (kv->key.via.str.size == 7 && !memcmp(kv->key.via.str.ptr, "version", 7))
+                out->version = kv->val.via.i64;
+            if (kv->key.via.str.size == 8 && !memcmp(kv->key.via.str.ptr, "episodes", 8))
+                for (uint32_t e = 0; e < kv->val.via.array.size && out->n < 64; e++) {
+                    msgpack_object *ep = &kv->val.via.array.ptr[e];
+                    for (uint32_t k = 0; k < ep->via.map.size; k++)
+                        if (ep->via.map.ptr[k].key.via.str.size == 7 &&
+                            !memcmp(ep->via.map.ptr[k].key.via.str.ptr, "episode", 7))
+                            out->ids[out->n++] = (int64_t)ep->via.map.ptr[k].val.via.u64;
+                }
+        }
+        msgpack_unpacked_destroy(&u);
+    }
+    manta_future_free(f);
+    return rc;
+}
+
+/* A hand-made episode: prompt, a tool call, an observation, an answer. */
+static int submit(manta_ctx *m, manta_actor *ctl, int64_t id, int32_t version, float reward)
+{
+    rl_traj t;
+    rl_traj_init(&t);
+    t.episode = id, t.reward = reward;
+    rl_traj_push(&t, RL_TOK_BOS, 0, -1, 0, RL_SEG_PROMPT);
+    for (const char *c = "12*34=?"; *c; c++) rl_traj_push(&t, *c, 0, -1, 0, RL_SEG_PROMPT);
+    rl_traj_push(&t, RL_TOK_CALL, -1.0f, version, 1, RL_SEG_POLICY);
+    for (const char *c = "12*34"; *c; c++) rl_traj_push(&t, *c, -1.0f, version, 1, RL_SEG_POLICY);
+    rl_traj_push(&t, RL_TOK_END, -1.0f, version, 1, RL_SEG_POLICY);
+    for (const char *c = "408\n"; *c; c++) rl_traj_push(&t, *c, 0, -1, 0, RL_SEG_TOOL);
+    for (const char *c = "408"; *c; c++) rl_traj_push(&t, *c, -1.0f, version, 1, RL_SEG_POLICY);
+    rl_traj_push(&t, RL_TOK_EOS, -1.0f, version, 1, RL_SEG_POLICY);
+    char *buf;
+    size_t len;
+    rl_traj_encode(&t, &buf, &len);
+    rl_traj_destroy(&t);
+    manta_future *f = manta_call(m, ctl, "submit", buf, len);
+    free(buf);
+    int rc = manta_get(f, -1, NULL, NULL);
+    manta_future_free(f);
+    return rc;
+}
+
+/* Wait until the controller publishes version >= v; returns the admission. */
+static int wait_version(manta_ctx *m, manta_actor *ctl, int64_t v, int64_t mine, admitted *a)
+{
+    for (int i = 0; i < 3000; i++) {
+        if (admit(m, ctl, mine, a)) return -1;
+        if (a->version >= v) return 0;
+        usleep(10000);
+    }
+    return -1;
+}
+
+/* Answers an int array: the episode counts of each admission, in order. */
+static int m_drive(manta_req *c, void *st, const void *arg, size_t len)
+{
+    manta_ctx *m = manta_req_ctx(c);
+    manta_actor *ctl;
+    int rc = manta_actor_lookup(m, "controller-0", &ctl);
+    if (rc) return rc;
+    int log[8] = {0}, k = 0;
+    admitted a, b;
+    /* v0 */
+    if (wait_version(m, ctl, 0, -1, &a)) return MANTA_ETIMEDOUT;
+    log[k++] = a.n; /* 16: the bound */
+    admit(m, ctl, 0, &b);
+    log[k++] = b.n; /* 0 */
+    for (int i = 0; i < a.n; i++) submit(m, ctl, a.ids[i], 0, (float)(i % 2));
+    /* v1 */
+    if (wait_version(m, ctl, 1, 0, &a)) return MANTA_ETIMEDOUT;
+    if (a.n == 0) admit(m, ctl, 1, &a);
+    log[k++] = a.n;                                             /* 16 */
+    for (int i = 0; i < 8; i++) submit(m, ctl, a.ids[i], 0, 1); /* stale */
+    admit(m, ctl, 1, &b);
+    log[k++] = b.n; /* 8: the drops gave their admission back */
+    for (int i = 8; i < a.n; i++) submit(m, ctl, a.ids[i], 1, (float)(i % 2));
+    for (int i = 0; i < b.n; i++) submit(m, ctl, b.ids[i], 1, (float)(i % 3 == 0));
+    return manta_reply(c, log, sizeof log);
+}
+
+static const manta_method script_methods[] = {{"drive", m_drive}, {NULL, NULL}};
+static const manta_class script_class = {"script", 0, NULL, NULL, script_methods};
+static const manta_class *const classes[] = {&rl_controller_class, &rl_learner_class, &script_class,
+                                             NULL};
+static manta_ctx *ctx;
+
+static void test_bound_drops_ledger(void **st)
+{
+    const char *sets[] = {"rl.eta=0",
+                          "rl.batch_episodes=16",
+                          "rl.group_size=8",
+                          "rl.max_versions=2",
+                          "rl.eval_problems=0",
+                          "rl.warmup_steps=0",
+                          "rl.max_time_s=120",
+                          "rl.run_dir=/tmp/manta-rl-ctl-test",
+                          "task.train=" SOURCE_DIR "/examples/calc/train.jsonl",
+                          "task.heldout=" SOURCE_DIR "/examples/calc/heldout.jsonl",
+                          "task.demos=" SOURCE_DIR "/examples/calc/demos.jsonl"};
+    manta_spec_errors errs;
+    manta_spec_errors_init(&errs);
+    manta_spec_options so = {.sets = sets, .n_sets = sizeof sets / sizeof *sets};
+    manta_spec *spec = manta_spec_load_file(SOURCE_DIR "/examples/calc_agent.yaml", &so, &errs);
+    assert_non_null(spec);
+    manta_spec_errors_destroy(&errs);
+    assert_int_equal(rl_launch_replica(ctx, spec, "controller", 0), 0);
+    assert_int_equal(rl_launch_replica(ctx, spec, "learner", 0), 0);
+    assert_int_equal(rl_launch_replica(ctx, spec, "learner", 1), 0);
+    manta_actor *script, *ctl;
+    assert_int_equal(
+        manta_actor_create(ctx, &(manta_actor_options){.cls = "script", .name = "script"}, &script),
+        0);
+    assert_int_equal(manta_actor_lookup(ctx, "controller-0", &ctl), 0);
+    manta_future *run = manta_call_timeout(ctx, ctl, "run", "", 0, 120000);
+    manta_future *drive = manta_call_timeout(ctx, script, "drive", "", 0, 120000);
+    const void *d;
+    size_t n;
+    assert_int_equal(manta_get(drive, -1, &d, &n), 0);
+    int log[8];
+    assert_int_equal(n, sizeof log);
+    memcpy(log, d, sizeof log);
+    assert_int_equal(log[0], 16); /* (V + eta + 1) * B with V = 0 */
+    assert_int_equal(log[1], 0);  /* at the bound: nothing more */
+    assert_int_equal(log[2], 16); /* V = 1: one more batch */
+    assert_int_equal(log[3], 8);  /* the 8 stale drops gave their admission back */
+    assert_int_equal(manta_get(run, -1, &d, &n), 0);
+    char *txt = strndup(d, n);
+    printf("%s\n", txt);
+    cJSON *j = cJSON_Parse(txt);
+    free(txt);
+    assert_non_null(j);
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(j, "ledger");
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(j, "versions")->valueint, 2);
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(l, "admitted")->valueint, 40);
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(l, "trained")->valueint, 32);
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(l, "dropped_stale")->valueint, 8);
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(l, "dropped_error")->valueint, 0);
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(l, "in_flight")->valueint, 0);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "balanced")));
+    cJSON_Delete(j);
+    manta_future_free(run);
+    manta_future_free(drive);
+    manta_spec_free(spec);
+}
+
+int main(void)
+{
+    if (manta_init(&ctx, &(manta_options){.classes = classes,
+                                          .call_timeout_ms = 60000,
+                                          .log_dir = getenv("RL_LOG_DIR")}) != 0)
+        return 1;
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_bound_drops_ledger)};
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    manta_shutdown(ctx);
+    return failed;
+}
