@@ -354,13 +354,20 @@ static int learner_publish(manta_req *req, void *state, const void *arg, size_t 
     return 0;
 }
 
-/* Save the full model as safetensors at the path given (text). */
+/* Save the full model as safetensors at the path given (text), and a
+ * transformers config.json in the same folder. */
 static int learner_save(manta_req *req, void *state, const void *arg, size_t len)
 {
     learner_state *s = state;
     char path[512];
     snprintf(path, sizeof path, "%.*s", (int)len, (const char *)arg);
     if (mk_save(s->model, path))
+        return manta_reply_error(req, MANTA_ESYS, "save: %s", mk_last_error());
+    /* config.json next to it: the folder loads with GPT2LMHeadModel.from_pretrained */
+    char cfg[600];
+    const char *slash = strrchr(path, '/');
+    snprintf(cfg, sizeof cfg, "%.*sconfig.json", slash ? (int)(slash - path + 1) : 0, path);
+    if (mk_write_hf_config(&s->cfg, cfg))
         return manta_reply_error(req, MANTA_ESYS, "save: %s", mk_last_error());
     return manta_reply(req, "ok", 2);
 }
