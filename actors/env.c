@@ -3,7 +3,8 @@
  * external tool servers, many in flight at once on one event loop.
  *
  * Method "call" takes msgpack {tool: str, input: str} and answers later
- * (manta_req_defer) with {ok: bool, text: str, kind: str}: the tool's text,
+ * (tool "" means: the tool the input names as "name:rest", else the first)
+ * through manta_req_defer with {ok: bool, text: str, kind: str}: the tool's text,
  * or for any failure (timeout, refused connection, non-2xx, JSON-RPC error,
  * invalid JSON, the tool's own error) ok=false, kind the MCP error name and
  * text a short error observation for the policy. Failures are counted by
@@ -150,8 +151,18 @@ static int env_call(manta_req *req, void *state, const void *arg, size_t len)
     msgpack_unpacked_destroy(&u);
     s->calls++;
     env_tool *et = NULL;
-    for (int i = 0; i < s->n_tools; i++)
-        if (!strcmp(s->tools[i].name, tool) || !tool[0]) et = &s->tools[i];
+    const char *text = input;
+    if (!tool[0]) { /* the policy may name the tool: "<call>name:input</call>" */
+        for (int i = 0; i < s->n_tools && !et; i++) {
+            size_t nl = strlen(s->tools[i].name);
+            if (!strncmp(input, s->tools[i].name, nl) && input[nl] == ':')
+                et = &s->tools[i], text = input + nl + 1;
+        }
+        if (!et && s->n_tools) et = &s->tools[0]; /* else the first tool */
+    } else {
+        for (int i = 0; i < s->n_tools && !et; i++)
+            if (!strcmp(s->tools[i].name, tool)) et = &s->tools[i];
+    }
     if (!et) {
         s->unknown_tool++;
         s->errors++;
@@ -159,7 +170,7 @@ static int env_call(manta_req *req, void *state, const void *arg, size_t len)
         return 0;
     }
     cJSON *a = cJSON_CreateObject();
-    cJSON_AddStringToObject(a, et->arg, input);
+    cJSON_AddStringToObject(a, et->arg, text);
     pending_call *p = calloc(1, sizeof *p);
     if (!p || !a) {
         cJSON_Delete(a), free(p);

@@ -151,6 +151,11 @@ static void test_env(void **st)
         assert_true(ok == 1);
         assert_string_equal(text, want);
     }
+    /* the policy names the tool in the call text, or the first tool is used */
+    answer(call2(good, "call", "tool", "", "input", "calc:2+3"), "text", text, sizeof text, &ok);
+    assert_string_equal(text, "5");
+    answer(call2(good, "call", "tool", "", "input", "6*7"), "text", text, sizeof text, &ok);
+    assert_string_equal(text, "42");
     answer(call2(good, "call", "tool", "calc", "input", "12*/3"), "kind", kind, sizeof kind, &ok);
     assert_true(ok == 0);
     assert_string_equal(kind, "ETOOL");
