@@ -300,17 +300,24 @@ typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
                 store16(out + (size_t)(r0 + r) * OC + c0 + 16 * j, acc[r][j]);                     \
     } while (0)
 
-/* One 64-column strip of out for every row: 6-row tiles while they last,
- * then single rows.  The strip of w (IC x 64 floats) stays in cache across
- * the row tiles, so w is read from memory once per call.  Built three times
- * (AVX-512+FMA, AVX2+FMA, baseline) with contraction into FMA allowed, and
- * picked at start-up from the CPU's flags (target_clones would pick by CPU
- * model, which some hypervisors hide). */
+/* One 64-column strip of out for every row: 6-row tiles (24 accumulators
+ * in vector registers) while they last, then a 4-, 2- and 1-row tile.  The strip of w (IC x 64
+ * floats) stays in cache across the row tiles, so w is read from memory once per call.  Built three
+ * times (AVX-512+FMA, AVX2+FMA, baseline) with contraction into FMA allowed, and picked at start-up
+ * from the CPU's flags (target_clones would pick by CPU model, which some hypervisors hide). */
 #define SKINNY_STRIP_BODY                                                                          \
     {                                                                                              \
         int r0 = 0;                                                                                \
         for (; r0 + 6 <= R; r0 += 6) SKINNY_TILE(6);                                               \
-        for (; r0 < R; r0++) SKINNY_TILE(1);                                                       \
+        if (r0 + 4 <= R) {                                                                         \
+            SKINNY_TILE(4);                                                                        \
+            r0 += 4;                                                                               \
+        }                                                                                          \
+        if (r0 + 2 <= R) {                                                                         \
+            SKINNY_TILE(2);                                                                        \
+            r0 += 2;                                                                               \
+        }                                                                                          \
+        if (r0 < R) SKINNY_TILE(1);                                                                \
     }
 #define SKINNY_ARGS                                                                                \
     float *out, const float *inp, const float *w, const float *bias, int R, int IC, int OC, int c0
