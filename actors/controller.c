@@ -50,6 +50,15 @@
 
 enum { EP_INFLIGHT = 0, EP_QUEUED, EP_DONE, EP_TRAINED, EP_STALE, EP_ERROR, EP_EVAL, EP_EVAL_DONE };
 
+#define MAX_WBUCKETS 1024
+
+/* A weight bucket: an object holding params [offset, offset + count). */
+typedef struct wbucket {
+    char id[48];
+    int64_t offset, count;
+    uint32_t crc;
+} wbucket;
+
 typedef struct problem {
     char *text;
     char *answer;
@@ -122,9 +131,8 @@ typedef struct ctl_state {
     int64_t eq_len, eq_head;
     /* policy */
     int64_t version;
-    char bucket_id[MAX_LEARNERS][48];
-    int64_t bucket_off[MAX_LEARNERS], bucket_n[MAX_LEARNERS];
-    uint32_t bucket_crc[MAX_LEARNERS];
+    wbucket buckets[MAX_WBUCKETS]; /* the current version's weights */
+    int n_buckets;
     int have_weights;
     int admit_train, stop;
     holder holders[MAX_HOLDERS];
@@ -405,13 +413,28 @@ static void drop(ctl_state *s, int64_t ep, int stale, const char *why)
 static void pack_buckets(ctl_state *s, msgpack_packer *pk)
 {
     rl_pack_str(pk, "buckets");
-    msgpack_pack_array(pk, (size_t)s->S);
-    for (int i = 0; i < s->S; i++) {
+    msgpack_pack_array(pk, (size_t)s->n_buckets);
+    for (int i = 0; i < s->n_buckets; i++) {
         msgpack_pack_map(pk, 4);
-        rl_pack_kv_str(pk, "id", s->bucket_id[i]);
-        rl_pack_kv_int(pk, "offset", s->bucket_off[i]);
-        rl_pack_kv_int(pk, "count", s->bucket_n[i]);
-        rl_pack_kv_int(pk, "crc", s->bucket_crc[i]);
+        rl_pack_kv_str(pk, "id", s->buckets[i].id);
+        rl_pack_kv_int(pk, "offset", s->buckets[i].offset);
+        rl_pack_kv_int(pk, "count", s->buckets[i].count);
+        rl_pack_kv_int(pk, "crc", s->buckets[i].crc);
+    }
+}
+
+/* Append the "buckets" of a shard's reply to out[*n]. */
+static void read_buckets(const msgpack_object *r, wbucket *out, int *n)
+{
+    const msgpack_object *bs = rl_mp_get(r, "buckets");
+    for (uint32_t i = 0; bs && bs->type == MSGPACK_OBJECT_ARRAY && i < bs->via.array.size; i++) {
+        if (*n == MAX_WBUCKETS) return;
+        const msgpack_object *b = &bs->via.array.ptr[i];
+        wbucket *w = &out[(*n)++];
+        rl_mp_str(rl_mp_get(b, "id"), w->id, sizeof w->id, "");
+        w->offset = rl_mp_int(rl_mp_get(b, "offset"), 0);
+        w->count = rl_mp_int(rl_mp_get(b, "count"), 0);
+        w->crc = (uint32_t)rl_mp_int(rl_mp_get(b, "crc"), 0);
     }
 }
 
@@ -739,11 +762,13 @@ static int learn_step(ctl_state *s, manta_actor **L, const char *mode, double lr
         msgpack_sbuffer_destroy(&sb);
     }
     manta_wait(f, (size_t)s->S, (size_t)s->S, 120000);
-    int bad = 0;
+    int bad = 0, nb = 0;
+    wbucket *nb_list = malloc(MAX_WBUCKETS * sizeof *nb_list);
+    if (!nb_list) bad = 1;
     for (int i = 0; i < s->S; i++) {
         const void *d;
         size_t n;
-        int rc = manta_get(f[i], 0, &d, &n);
+        int rc = nb_list ? manta_get(f[i], 0, &d, &n) : MANTA_ENOMEM;
         if (rc) {
             rl_log(s->m, "controller: learner %d step: %s", i, manta_future_error(f[i]));
             bad = 1;
@@ -753,10 +778,7 @@ static int learn_step(ctl_state *s, manta_actor **L, const char *mode, double lr
         msgpack_unpacked_init(&u);
         if (msgpack_unpack_next(&u, d, n, NULL) == MSGPACK_UNPACK_SUCCESS) {
             const msgpack_object *r = &u.data;
-            rl_mp_str(rl_mp_get(r, "id"), s->bucket_id[i], sizeof s->bucket_id[i], "");
-            s->bucket_off[i] = rl_mp_int(rl_mp_get(r, "offset"), 0);
-            s->bucket_n[i] = rl_mp_int(rl_mp_get(r, "count"), 0);
-            s->bucket_crc[i] = (uint32_t)rl_mp_int(rl_mp_get(r, "crc"), 0);
+            read_buckets(r, nb_list, &nb);
             o->loss = rl_mp_num(rl_mp_get(r, "loss"), 0);
             o->kl = rl_mp_num(rl_mp_get(r, "kl"), 0);
             o->clip_frac = rl_mp_num(rl_mp_get(r, "clip_frac"), 0);
@@ -769,6 +791,11 @@ static int learn_step(ctl_state *s, manta_actor **L, const char *mode, double lr
         msgpack_unpacked_destroy(&u);
     }
     for (int i = 0; i < s->S; i++) manta_future_free(f[i]);
+    if (!bad) { /* the new version's weights, only once every shard has stepped */
+        memcpy(s->buckets, nb_list, (size_t)nb * sizeof *nb_list);
+        s->n_buckets = nb;
+    }
+    free(nb_list);
     o->ok = !bad;
     return bad ? -1 : 0;
 }
@@ -779,22 +806,19 @@ static int publish_initial(ctl_state *s, manta_actor **L)
     for (int i = 0; i < s->S; i++) f[i] = manta_call(s->m, L[i], "publish", "", 0);
     manta_wait(f, (size_t)s->S, (size_t)s->S, 60000);
     int bad = 0;
+    s->n_buckets = 0;
     for (int i = 0; i < s->S; i++) {
         const void *d;
         size_t n;
-        if (manta_get(f[i], 0, &d, &n)) {
+        if (manta_get(f[i], 0, &d, &n) == 0) {
+            msgpack_unpacked u;
+            msgpack_unpacked_init(&u);
+            if (msgpack_unpack_next(&u, d, n, NULL) == MSGPACK_UNPACK_SUCCESS)
+                read_buckets(&u.data, s->buckets, &s->n_buckets);
+            msgpack_unpacked_destroy(&u);
+        } else {
             bad = 1;
-            continue;
         }
-        msgpack_unpacked u;
-        msgpack_unpacked_init(&u);
-        if (msgpack_unpack_next(&u, d, n, NULL) == MSGPACK_UNPACK_SUCCESS) {
-            rl_mp_str(rl_mp_get(&u.data, "id"), s->bucket_id[i], sizeof s->bucket_id[i], "");
-            s->bucket_off[i] = rl_mp_int(rl_mp_get(&u.data, "offset"), 0);
-            s->bucket_n[i] = rl_mp_int(rl_mp_get(&u.data, "count"), 0);
-            s->bucket_crc[i] = (uint32_t)rl_mp_int(rl_mp_get(&u.data, "crc"), 0);
-        }
-        msgpack_unpacked_destroy(&u);
         manta_future_free(f[i]);
     }
     return bad ? -1 : 0;

@@ -16,17 +16,19 @@
  *   4. all-reduce of the slices' squared norms: the global norm, for clipping;
  *   5. AdamW on the owned slice (weight decay on matrices only);
  *   6. all-gather of the parameters, written back into the local model;
- *   7. the owned slice is published as a weight bucket (manta_put, served
- *      zero-copy by this process) with its CRC32C; the reply names it.
+ *   7. the owned slice is published as weight buckets of at most
+ *      rl.bucket_mb MiB each (manta_put, served zero-copy by this process),
+ *      each with its CRC32C; the reply lists them.
  *
  * The collectives are the runtime's (manta_collective.h, ZeroMQ backend);
  * the group "learn" is joined on the first step, when every shard is in the
- * call. The last 8 published buckets stay alive; older ones are released.
+ * call. The buckets of the last 8 versions stay alive; older ones are
+ * released.
  *
  * Step argument (msgpack): {mode: "ppo"|"sft", version: int, lr: float,
  * items: [{tok: bin int32, logp: bin float32, mask: bin uint8, adv: float}]}.
- * Reply: {version, offset, count, id, crc, loss, pg_loss, kl, clip_frac,
- * entropy, ratio, tokens, grad_norm, busy_s}.
+ * Reply: {version, buckets: [{offset, count, id, crc}], loss, pg_loss, kl,
+ * clip_frac, entropy, ratio, tokens, grad_norm, busy_s}.
  */
 #include "manta_actors.h"
 #include "rl_util.h"
@@ -39,8 +41,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KEEP_BUCKETS 8
-#define COLL_TIMEOUT 60000
+#define KEEP_VERSIONS     8
+#define MAX_SLICE_BUCKETS 256
+#define COLL_TIMEOUT      60000
 
 typedef struct learner_state {
     manta_ctx *m;
@@ -57,8 +60,14 @@ typedef struct learner_state {
     mk_ppo_params ppo;
     int t;
     manta_coll_group *coll;
-    manta_obj_id buckets[KEEP_BUCKETS];
-    int n_buckets;
+    size_t bucket_elems; /* floats per bucket */
+    struct published {   /* the buckets of one version */
+        manta_obj_id ids[MAX_SLICE_BUCKETS];
+        size_t off[MAX_SLICE_BUCKETS], n[MAX_SLICE_BUCKETS];
+        uint32_t crc[MAX_SLICE_BUCKETS];
+        int count;
+    } * pubs; /* KEEP_VERSIONS of them, a ring */
+    int pub_next;
     int32_t *x, *y;
     float *blp, *adv, *mask;
 } learner_state;
@@ -99,9 +108,12 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
     s->ppo.ratio_cap = (float)rl_mp_num(rl_setting(a, "ratio_cap", "rl"), 3.0);
     s->ppo.entropy_coef = (float)rl_mp_num(rl_setting(a, "entropy_coef", "rl"), 0.0);
     int threads = (int)rl_mp_int(rl_setting(a, "threads", NULL), 1);
+    double bucket_mb = rl_mp_num(rl_setting(a, "bucket_mb", "rl"), 4.0);
     msgpack_unpacked_destroy(&u);
 
     mk_set_threads(threads);
+    s->bucket_elems = (size_t)(bucket_mb * (1 << 20) / sizeof(float));
+    if (s->bucket_elems < 1024) s->bucket_elems = 1024;
     s->block = s->cfg.block_size;
     if (mk_model_new(&s->model, &s->cfg, s->max_batch, s->block, NULL)) {
         rl_log(m, "learner: model: %s", mk_last_error());
@@ -119,8 +131,11 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
     s->x = calloc(bt, sizeof(int32_t)), s->y = calloc(bt, sizeof(int32_t));
     s->blp = calloc(bt, sizeof(float)), s->adv = calloc(bt, sizeof(float));
     s->mask = calloc(bt, sizeof(float));
-    if (!s->params || !s->grads || !s->am || !s->av || !s->decay || !s->x || !s->y || !s->blp ||
-        !s->adv || !s->mask)
+    s->pubs = calloc(KEEP_VERSIONS, sizeof *s->pubs);
+    if (s->len / s->bucket_elems + 1 > MAX_SLICE_BUCKETS)
+        s->bucket_elems = s->len / (MAX_SLICE_BUCKETS - 1) + 1;
+    if (!s->pubs || !s->params || !s->grads || !s->am || !s->av || !s->decay || !s->x || !s->y ||
+        !s->blp || !s->adv || !s->mask)
         return MANTA_ENOMEM;
     mk_model_read_params(s->model, s->params, 0, s->n_params);
     for (int i = 0; i < mk_model_num_tensors(s->model); i++) {
@@ -139,36 +154,45 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
 static void learner_fini(manta_ctx *m, void *state)
 {
     learner_state *s = state;
-    for (int i = 0; i < s->n_buckets; i++) manta_obj_release(m, &s->buckets[i]);
+    for (int v = 0; s->pubs && v < KEEP_VERSIONS; v++)
+        for (int i = 0; i < s->pubs[v].count; i++) manta_obj_release(m, &s->pubs[v].ids[i]);
+    free(s->pubs);
     manta_coll_free(s->coll);
     mk_model_free(s->model);
     free(s->params), free(s->grads), free(s->am), free(s->av), free(s->decay);
     free(s->x), free(s->y), free(s->blp), free(s->adv), free(s->mask);
 }
 
-/* Publish the owned slice as a bucket; keep the last KEEP_BUCKETS. */
-static int publish(learner_state *s, manta_obj_id *id, uint32_t *crc)
+/* Publish the owned slice as buckets of bucket_elems floats and pack them
+ * as "buckets": [...]; the ring keeps the last KEEP_VERSIONS versions. */
+static int publish(learner_state *s, msgpack_packer *pk)
 {
-    const float *p = s->params + s->off;
-    size_t bytes = s->len * sizeof(float);
-    int rc = manta_put(s->m, bytes ? (const void *)p : "", bytes, id);
-    if (rc) return rc;
-    *crc = manta_crc32c(0, p, bytes);
-    if (s->n_buckets == KEEP_BUCKETS) {
-        manta_obj_release(s->m, &s->buckets[0]);
-        memmove(s->buckets, s->buckets + 1, (KEEP_BUCKETS - 1) * sizeof *s->buckets);
-        s->n_buckets--;
+    struct published *pub = &s->pubs[s->pub_next];
+    for (int i = 0; i < pub->count; i++) manta_obj_release(s->m, &pub->ids[i]);
+    pub->count = 0;
+    s->pub_next = (s->pub_next + 1) % KEEP_VERSIONS;
+    for (size_t o = 0; o < s->len || (s->len == 0 && pub->count == 0);) {
+        size_t n = s->len - o < s->bucket_elems ? s->len - o : s->bucket_elems;
+        const float *p = s->params + s->off + o;
+        int rc =
+            manta_put(s->m, n ? (const void *)p : "", n * sizeof(float), &pub->ids[pub->count]);
+        if (rc) return rc;
+        pub->off[pub->count] = s->off + o, pub->n[pub->count] = n;
+        pub->crc[pub->count] = manta_crc32c(0, p, n * sizeof(float));
+        pub->count++;
+        o += n;
+        if (n == 0) break;
     }
-    s->buckets[s->n_buckets++] = *id;
+    rl_pack_str(pk, "buckets");
+    msgpack_pack_array(pk, (size_t)pub->count);
+    for (int i = 0; i < pub->count; i++) {
+        msgpack_pack_map(pk, 4);
+        rl_pack_kv_int(pk, "offset", (int64_t)pub->off[i]);
+        rl_pack_kv_int(pk, "count", (int64_t)pub->n[i]);
+        rl_pack_kv_str(pk, "id", pub->ids[i].s);
+        rl_pack_kv_int(pk, "crc", pub->crc[i]);
+    }
     return 0;
-}
-
-static void pack_bucket(msgpack_packer *pk, learner_state *s, const manta_obj_id *id, uint32_t crc)
-{
-    rl_pack_kv_int(pk, "offset", (int64_t)s->off);
-    rl_pack_kv_int(pk, "count", (int64_t)s->len);
-    rl_pack_kv_str(pk, "id", id->s);
-    rl_pack_kv_int(pk, "crc", crc);
 }
 
 static int join_group(learner_state *s)
@@ -302,20 +326,19 @@ static int learner_step(manta_req *req, void *state, const void *arg, size_t len
                                MANTA_COLL_FLOAT32, COLL_TIMEOUT);
     if (rc) goto coll_fail;
     mk_model_write_params(s->model, s->params, 0, s->n_params);
-    /* 7. bucket */
-    manta_obj_id id;
-    uint32_t crc = 0;
-    rc = publish(s, &id, &crc);
-    if (rc) return manta_reply_error(req, rc, "step: publish: %s", manta_last_error());
-
+    /* 7. buckets, in the reply */
     float n = st[0] > 0 ? st[0] : 1;
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 14);
+    msgpack_pack_map(&pk, 11);
     rl_pack_kv_int(&pk, "version", version);
-    pack_bucket(&pk, s, &id, crc);
+    rc = publish(s, &pk);
+    if (rc) {
+        msgpack_sbuffer_destroy(&sb);
+        return manta_reply_error(req, rc, "step: publish: %s", manta_last_error());
+    }
     rl_pack_kv_num(&pk, "loss", st[1] / n);
     rl_pack_kv_num(&pk, "pg_loss", st[2] / n);
     rl_pack_kv_num(&pk, "kl", st[3] / n);
@@ -339,16 +362,16 @@ coll_fail:
 static int learner_publish(manta_req *req, void *state, const void *arg, size_t len)
 {
     learner_state *s = state;
-    manta_obj_id id;
-    uint32_t crc;
-    int rc = publish(s, &id, &crc);
-    if (rc) return manta_reply_error(req, rc, "publish: %s", manta_last_error());
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 4);
-    pack_bucket(&pk, s, &id, crc);
+    msgpack_pack_map(&pk, 1);
+    int rc = publish(s, &pk);
+    if (rc) {
+        msgpack_sbuffer_destroy(&sb);
+        return manta_reply_error(req, rc, "publish: %s", manta_last_error());
+    }
     manta_reply(req, sb.data, sb.size);
     msgpack_sbuffer_destroy(&sb);
     return 0;

@@ -39,7 +39,7 @@
 #include <string.h>
 
 #define MAX_ACTORS  64
-#define MAX_BUCKETS 64
+#define MAX_BUCKETS 1024
 
 enum { SLOT_FREE, SLOT_GEN, SLOT_TOOL, SLOT_SCORE, SLOT_SUBMIT };
 
@@ -533,8 +533,9 @@ static void maybe_load(rollout_state *s, const msgpack_object *o)
     if (v <= s->version) return;
     const msgpack_object *bs = rl_mp_get(o, "buckets");
     if (!bs || bs->type != MSGPACK_OBJECT_ARRAY || bs->via.array.size > MAX_BUCKETS) return;
-    bucket b[MAX_BUCKETS];
+    bucket *b = malloc(MAX_BUCKETS * sizeof *b);
     int nb = 0;
+    if (!b) return;
     for (uint32_t i = 0; i < bs->via.array.size; i++) {
         const msgpack_object *e = &bs->via.array.ptr[i];
         rl_mp_str(rl_mp_get(e, "id"), b[nb].id, sizeof b[nb].id, "");
@@ -544,6 +545,7 @@ static void maybe_load(rollout_state *s, const msgpack_object *o)
         nb++;
     }
     load_weights(s, v, b, nb);
+    free(b);
 }
 
 /* Give admitted episodes back to the controller without running them. */

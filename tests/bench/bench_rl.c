@@ -12,9 +12,11 @@
  *  (c) the learner's idle fraction at eta = 4 (1 - time in steps / RL wall
  *      time, 100 versions, no tool latency), against eta = 0; and the same
  *      in the setting of (a);
- *  (d) weight-sync bandwidth: a bucket fetched by another process with
- *      manta_obj_get and checked with CRC32C, against a raw ZeroMQ REQ/REP
- *      transfer of the same bytes between the same two processes.
+ *  (d) weight-sync bandwidth: 16 MiB of weights as 4 buckets of 4 MiB (the
+ *      learners' default), fetched by another process with manta_obj_get,
+ *      each checked with CRC32C and assembled, as a rollout does; against a
+ *      raw ZeroMQ REQ/REP transfer of the same 16 MiB between the same two
+ *      processes (copied out and checked the same way).
  *
  * Every configuration runs in a fresh child process (its own runtime, its
  * own embedded Redis, its own calc server) started as `bench_rl --one ...`;
@@ -45,29 +47,48 @@ static double now_s(void)
 
 /* ---- the fetcher actor, for (d) ---- */
 
+#define SYNC_BUCKETS 4
+
+/* A version's weights as the learners publish them: SYNC_BUCKETS buckets. */
 typedef struct fetch_req {
-    char id[48];
+    char id[SYNC_BUCKETS][48];
+    uint32_t bucket_crc[SYNC_BUCKETS];
     char endpoint[128];
-    int64_t bytes;
-    uint32_t crc;
+    int64_t bytes; /* in all */
+    uint32_t crc;  /* of all */
 } fetch_req;
 
+/* What a rollout does: fetch every bucket, check each CRC32C, assemble. */
 static int m_fetch(manta_req *c, void *st, const void *arg, size_t len)
 {
     fetch_req r;
     if (len != sizeof r) return MANTA_EINVAL;
     memcpy(&r, arg, sizeof r);
-    manta_obj_id id;
-    snprintf(id.s, sizeof id.s, "%s", r.id);
+    char *all = malloc((size_t)r.bytes);
+    if (!all) return MANTA_ENOMEM;
     double t0 = now_s();
-    void *data;
-    size_t n;
-    int rc = manta_obj_get(manta_req_ctx(c), &id, &data, &n, 30000);
-    if (rc) return manta_reply_error(c, rc, "fetch: %s", manta_last_error());
-    int ok = n == (size_t)r.bytes && manta_crc32c(0, data, n) == r.crc;
+    size_t at = 0;
+    for (int b = 0; b < SYNC_BUCKETS; b++) {
+        manta_obj_id id;
+        snprintf(id.s, sizeof id.s, "%s", r.id[b]);
+        void *data;
+        size_t n;
+        int rc = manta_obj_get(manta_req_ctx(c), &id, &data, &n, 30000);
+        if (rc) {
+            free(all);
+            return manta_reply_error(c, rc, "fetch: %s", manta_last_error());
+        }
+        int ok = at + n <= (size_t)r.bytes && manta_crc32c(0, data, n) == r.bucket_crc[b];
+        if (ok) memcpy(all + at, data, n), at += n;
+        free(data);
+        if (!ok) {
+            free(all);
+            return manta_reply_error(c, MANTA_EPROTO, "fetch: bad size or checksum");
+        }
+    }
     double dt = now_s() - t0;
-    free(data);
-    if (!ok) return manta_reply_error(c, MANTA_EPROTO, "fetch: bad size or checksum");
+    free(all);
+    if (at != (size_t)r.bytes) return manta_reply_error(c, MANTA_EPROTO, "fetch: short");
     return manta_reply(c, &dt, sizeof dt);
 }
 
@@ -142,9 +163,13 @@ static int one_sync(manta_ctx *m, size_t bytes, int rounds)
     fetch_req r = {0};
     r.bytes = (int64_t)bytes;
     r.crc = manta_crc32c(0, buf, bytes);
-    manta_obj_id id;
-    if (manta_put(m, buf, bytes, &id)) return 1;
-    snprintf(r.id, sizeof r.id, "%s", id.s);
+    manta_obj_id ids[SYNC_BUCKETS];
+    size_t per = bytes / SYNC_BUCKETS;
+    for (int b = 0; b < SYNC_BUCKETS; b++) {
+        if (manta_put(m, (char *)buf + b * per, per, &ids[b])) return 1;
+        snprintf(r.id[b], sizeof r.id[b], "%s", ids[b].s);
+        r.bucket_crc[b] = manta_crc32c(0, (char *)buf + b * per, per);
+    }
     raw_server rs = {.buf = buf, .len = bytes, .rounds = rounds};
     rs.zc = zmq_ctx_new();
     rs.sock = zmq_socket(rs.zc, ZMQ_REP);
@@ -177,7 +202,7 @@ static int one_sync(manta_ctx *m, size_t bytes, int rounds)
     char path[128];
     snprintf(path, sizeof path, "/tmp/bench-rl-%d.ipc", (int)getpid());
     unlink(path);
-    manta_obj_release(m, &id);
+    for (int b = 0; b < SYNC_BUCKETS; b++) manta_obj_release(m, &ids[b]);
     free(buf);
     qsort(tm, (size_t)rounds, sizeof *tm, cmp_d);
     qsort(tr, (size_t)rounds, sizeof *tr, cmp_d);
