@@ -208,6 +208,7 @@ static void test_e2e(void **st)
     check_trajectories();
     if (sync_mode) {
         assert_true(ds == 0);
+        assert_true(num(j, "rates.tool_errors") > 0); /* error observations, no crash */
         assert_true(nv >= 8);
     } else {
         int k = nv / 4;
@@ -236,7 +237,13 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     sync_mode = argc > 1 && !strcmp(argv[1], "sync");
-    int pid = rl_start_calc_server(SOURCE_DIR "/examples/calc_server.py", "", &calc_port);
+    /* the synchronous run also meets a rough tool server: heavy-tailed
+     * delays, 10 % HTTP 500s, answers as SSE streams */
+    int pid = rl_start_calc_server(SOURCE_DIR "/examples/calc_server.py",
+                                   sync_mode ? "--latency-ms 5 --latency-dist pareto "
+                                               "--fail-rate 0.1 --sse --seed 3"
+                                             : "",
+                                   &calc_port);
     if (pid < 0) {
         fprintf(stderr, "cannot start the calc server\n");
         manta_shutdown(ctx);

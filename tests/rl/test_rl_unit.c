@@ -146,6 +146,47 @@ static void test_traj_masks_and_codec(void **st)
     rl_traj_destroy(&t);
 }
 
+/* The decoder against mutated and truncated encodings: refuse or accept,
+ * never crash (run under ASan/UBSan), and what it accepts is consistent. */
+static void test_traj_decode_fuzz(void **st)
+{
+    rl_traj t;
+    rl_traj_init(&t);
+    for (int i = 0; i < 40; i++)
+        rl_traj_push(&t, i % 7 ? 'a' + i % 26 : RL_TOK_CALL, -0.5f, i / 10, (uint8_t)(i % 3 != 0),
+                     i % 3 ? RL_SEG_POLICY : RL_SEG_TOOL);
+    char *buf;
+    size_t len;
+    assert_int_equal(rl_traj_encode(&t, &buf, &len), 0);
+    char *m = malloc(len);
+    rl_traj d;
+    rl_traj_init(&d);
+    uint64_t x = 88172645463325252ull;
+    int accepted = 0;
+    for (int it = 0; it < 20000; it++) {
+        memcpy(m, buf, len);
+        size_t n = len;
+        int flips = 1 + it % 4;
+        for (int f = 0; f < flips; f++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            m[x % len] = (char)(x >> 24);
+        }
+        if (it % 5 == 0) n = (size_t)(x >> 8) % len;
+        if (rl_traj_decode(&d, m, n) == 0) {
+            accepted++;
+            for (int s = 0; s < d.n_seg; s++) assert_true(d.seg_start[s] <= d.n);
+            for (int i = 0; i < d.n; i++) assert_true(d.tok[i] >= 0 && d.tok[i] < RL_VOCAB);
+        } else {
+            assert_int_equal(d.n, 0);
+        }
+    }
+    assert_true(accepted > 0); /* flips in values keep it valid often enough */
+    free(m);
+    free(buf);
+    rl_traj_destroy(&d);
+    rl_traj_destroy(&t);
+}
+
 static void test_reward_rules(void **st)
 {
     assert_float_equal(rl_reward_rule("exact", 0, "10063", "10063"), 1.0f, 0);
@@ -161,7 +202,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_advantages),           cmocka_unit_test(test_ppo_loss),
         cmocka_unit_test(test_admission_bound),      cmocka_unit_test(test_ledger),
-        cmocka_unit_test(test_traj_masks_and_codec), cmocka_unit_test(test_reward_rules),
+        cmocka_unit_test(test_traj_masks_and_codec), cmocka_unit_test(test_traj_decode_fuzz),
+        cmocka_unit_test(test_reward_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
