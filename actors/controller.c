@@ -258,7 +258,7 @@ static int ctl_init(manta_ctx *m, void *state, const void *args, size_t len)
     s->m = m;
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
-    if (msgpack_unpack_next(&u, args, len, NULL) != MSGPACK_UNPACK_SUCCESS) {
+    if (rl_unpack(&u, args, len) != 0) {
         msgpack_unpacked_destroy(&u);
         return MANTA_EINVAL;
     }
@@ -518,7 +518,7 @@ static int ctl_admit(manta_req *req, void *state, const void *arg, size_t len)
     msgpack_unpacked_init(&u);
     int64_t want = 0, their = -1;
     char who[64] = "";
-    if (msgpack_unpack_next(&u, arg, len, NULL) == MSGPACK_UNPACK_SUCCESS) {
+    if (rl_unpack(&u, arg, len) == 0) {
         want = rl_mp_int(rl_mp_get(&u.data, "groups"), 0) * s->G;
         their = rl_mp_int(rl_mp_get(&u.data, "version"), -1);
         rl_mp_str(rl_mp_get(&u.data, "rollout"), who, sizeof who, "");
@@ -643,7 +643,7 @@ static int ctl_handback(manta_req *req, void *state, const void *arg, size_t len
     ctl_state *s = state;
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
-    if (msgpack_unpack_next(&u, arg, len, NULL) == MSGPACK_UNPACK_SUCCESS) {
+    if (rl_unpack(&u, arg, len) == 0) {
         const msgpack_object *eps = rl_mp_get(&u.data, "episodes");
         for (uint32_t i = 0; eps && eps->type == MSGPACK_OBJECT_ARRAY && i < eps->via.array.size;
              i++) {
@@ -776,7 +776,7 @@ static int learn_step(ctl_state *s, manta_actor **L, const char *mode, double lr
         }
         msgpack_unpacked u;
         msgpack_unpacked_init(&u);
-        if (msgpack_unpack_next(&u, d, n, NULL) == MSGPACK_UNPACK_SUCCESS) {
+        if (rl_unpack(&u, d, n) == 0) {
             const msgpack_object *r = &u.data;
             read_buckets(r, nb_list, &nb);
             o->loss = rl_mp_num(rl_mp_get(r, "loss"), 0);
@@ -813,8 +813,7 @@ static int publish_initial(ctl_state *s, manta_actor **L)
         if (manta_get(f[i], 0, &d, &n) == 0) {
             msgpack_unpacked u;
             msgpack_unpacked_init(&u);
-            if (msgpack_unpack_next(&u, d, n, NULL) == MSGPACK_UNPACK_SUCCESS)
-                read_buckets(&u.data, s->buckets, &s->n_buckets);
+            if (rl_unpack(&u, d, n) == 0) read_buckets(&u.data, s->buckets, &s->n_buckets);
             msgpack_unpacked_destroy(&u);
         } else {
             bad = 1;

@@ -55,7 +55,7 @@ static int env_init(manta_ctx *m, void *state, const void *args, size_t len)
     s->m = m;
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
-    if (msgpack_unpack_next(&u, args, len, NULL) != MSGPACK_UNPACK_SUCCESS) {
+    if (rl_unpack(&u, args, len) != 0) {
         msgpack_unpacked_destroy(&u);
         rl_log(m, "env: init arguments are not msgpack");
         return MANTA_EINVAL;
@@ -141,7 +141,7 @@ static int env_call(manta_req *req, void *state, const void *arg, size_t len)
     if (s->draining) return manta_reply_error(req, MANTA_EBUSY, "env draining");
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
-    if (msgpack_unpack_next(&u, arg, len, NULL) != MSGPACK_UNPACK_SUCCESS) {
+    if (rl_unpack(&u, arg, len) != 0) {
         msgpack_unpacked_destroy(&u);
         return manta_reply_error(req, MANTA_EINVAL, "env call: not msgpack");
     }

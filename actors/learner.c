@@ -78,7 +78,7 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
     s->m = m;
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
-    if (msgpack_unpack_next(&u, args, len, NULL) != MSGPACK_UNPACK_SUCCESS) {
+    if (rl_unpack(&u, args, len) != 0) {
         msgpack_unpacked_destroy(&u);
         return MANTA_EINVAL;
     }
@@ -258,7 +258,7 @@ static int learner_step(manta_req *req, void *state, const void *arg, size_t len
     double t0 = rl_now_s();
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
-    if (msgpack_unpack_next(&u, arg, len, NULL) != MSGPACK_UNPACK_SUCCESS) {
+    if (rl_unpack(&u, arg, len) != 0) {
         msgpack_unpacked_destroy(&u);
         return manta_reply_error(req, MANTA_EINVAL, "step: not msgpack");
     }

@@ -39,7 +39,7 @@ static int reward_init(manta_ctx *m, void *state, const void *args, size_t len)
     s->m = m;
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
-    if (msgpack_unpack_next(&u, args, len, NULL) != MSGPACK_UNPACK_SUCCESS) {
+    if (rl_unpack(&u, args, len) != 0) {
         msgpack_unpacked_destroy(&u);
         return MANTA_EINVAL;
     }
@@ -135,7 +135,7 @@ static int reward_score(manta_req *req, void *state, const void *arg, size_t len
     reward_state *s = state;
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
-    if (msgpack_unpack_next(&u, arg, len, NULL) != MSGPACK_UNPACK_SUCCESS) {
+    if (rl_unpack(&u, arg, len) != 0) {
         msgpack_unpacked_destroy(&u);
         return manta_reply_error(req, MANTA_EINVAL, "score: not msgpack");
     }

@@ -12,6 +12,128 @@
 #include <string.h>
 #include <time.h>
 
+/* Bytes after the type byte b that hold a length (1, 2, 4) or 0. */
+static uint64_t be(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v = v << 8 | p[i];
+    return v;
+}
+
+/* Walk one msgpack object: every header inside buf, every announced item
+ * backed by at least one byte. 0 when valid. */
+static int mp_check(const unsigned char *p, size_t len)
+{
+    size_t at = 0;
+    uint64_t items = 1; /* still to read */
+    while (items > 0) {
+        if (at >= len) return -1;
+        unsigned b = p[at++];
+        items--;
+        uint64_t skip = 0, more = 0;
+        int nb = 0;
+        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+            skip = 0;
+        } else if (b >= 0x80 && b <= 0x8f) {
+            more = 2 * (uint64_t)(b & 0x0f);
+        } else if (b >= 0x90 && b <= 0x9f) {
+            more = b & 0x0f;
+        } else if (b >= 0xa0 && b <= 0xbf) {
+            skip = b & 0x1f;
+        } else {
+            switch (b) {
+            case 0xc4:
+            case 0xd9:
+                nb = 1;
+                break; /* bin8, str8 */
+            case 0xc5:
+            case 0xda:
+                nb = 2;
+                break;
+            case 0xc6:
+            case 0xdb:
+                nb = 4;
+                break;
+            case 0xc7:
+                nb = 1, skip = 1;
+                break; /* ext8: len, type */
+            case 0xc8:
+                nb = 2, skip = 1;
+                break;
+            case 0xc9:
+                nb = 4, skip = 1;
+                break;
+            case 0xca:
+                skip = 4;
+                break;
+            case 0xcb:
+                skip = 8;
+                break;
+            case 0xcc:
+            case 0xd0:
+                skip = 1;
+                break;
+            case 0xcd:
+            case 0xd1:
+                skip = 2;
+                break;
+            case 0xce:
+            case 0xd2:
+                skip = 4;
+                break;
+            case 0xcf:
+            case 0xd3:
+                skip = 8;
+                break;
+            case 0xd4:
+                skip = 2;
+                break;
+            case 0xd5:
+                skip = 3;
+                break;
+            case 0xd6:
+                skip = 5;
+                break;
+            case 0xd7:
+                skip = 9;
+                break;
+            case 0xd8:
+                skip = 17;
+                break;
+            case 0xdc:
+            case 0xdd:
+            case 0xde:
+            case 0xdf: {
+                int w = (b == 0xdc || b == 0xde) ? 2 : 4;
+                if (len - at < (size_t)w) return -1;
+                uint64_t c = be(p + at, w);
+                at += (size_t)w;
+                more = b >= 0xde ? 2 * c : c;
+                break;
+            }
+            default:
+                return -1; /* 0xc1: never used */
+            }
+        }
+        if (nb) { /* a length field */
+            if (len - at < (size_t)nb) return -1;
+            skip += be(p + at, nb);
+            at += (size_t)nb;
+        }
+        if (skip > len - at) return -1;
+        at += (size_t)skip;
+        items += more;
+        if (items > len - at) return -1; /* each item needs a byte at least */
+    }
+    return 0;
+}
+
+int rl_unpack(msgpack_unpacked *u, const void *buf, size_t len)
+{
+    if (!buf || mp_check(buf, len)) return -1;
+    return msgpack_unpack_next(u, buf, len, NULL) == MSGPACK_UNPACK_SUCCESS ? 0 : -1;
+}
+
 const msgpack_object *rl_mp_get(const msgpack_object *o, const char *key)
 {
     if (!o || o->type != MSGPACK_OBJECT_MAP) return NULL;

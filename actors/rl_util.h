@@ -13,6 +13,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Unpack one msgpack object from untrusted bytes. First walks the bytes
+ * without allocating and refuses (-1) a malformed or truncated object, or
+ * one whose array/map headers announce more items than bytes remain, so a
+ * few hostile bytes cannot make msgpack-c allocate gigabytes. 0 on success
+ * (u then holds the object; the caller destroys u either way). */
+int rl_unpack(msgpack_unpacked *u, const void *buf, size_t len);
+
 /* Value of key in a msgpack map, or NULL (also when o is not a map). */
 const msgpack_object *rl_mp_get(const msgpack_object *o, const char *key);
 /* Dotted path through nested maps ("sections.model.n_layer"). */

@@ -98,7 +98,7 @@ static int rollout_init(manta_ctx *m, void *state, const void *args, size_t len)
     s->m = m;
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
-    if (msgpack_unpack_next(&u, args, len, NULL) != MSGPACK_UNPACK_SUCCESS) {
+    if (rl_unpack(&u, args, len) != 0) {
         msgpack_unpacked_destroy(&u);
         return MANTA_EINVAL;
     }
@@ -375,7 +375,7 @@ static void poll_slots(rollout_state *s)
             if (rc == 0) {
                 msgpack_unpacked u;
                 msgpack_unpacked_init(&u);
-                if (msgpack_unpack_next(&u, d, n, NULL) == MSGPACK_UNPACK_SUCCESS) {
+                if (rl_unpack(&u, d, n) == 0) {
                     rl_mp_str(rl_mp_get(&u.data, "text"), text, sizeof text, "error: bad answer");
                     ok = (int)rl_mp_int(rl_mp_get(&u.data, "ok"), 0);
                 }
@@ -394,7 +394,7 @@ static void poll_slots(rollout_state *s)
                 if (rc == 0) {
                     msgpack_unpacked u;
                     msgpack_unpacked_init(&u);
-                    if (msgpack_unpack_next(&u, d, n, NULL) == MSGPACK_UNPACK_SUCCESS) {
+                    if (rl_unpack(&u, d, n) == 0) {
                         sl->traj.reward = (float)rl_mp_num(rl_mp_get(&u.data, "reward"), 0);
                         ok = (int)rl_mp_int(rl_mp_get(&u.data, "ok"), 0);
                     }
@@ -576,7 +576,7 @@ static void take_work(rollout_state *s)
     if (rc == 0) {
         msgpack_unpacked u;
         msgpack_unpacked_init(&u);
-        if (msgpack_unpack_next(&u, d, n, NULL) == MSGPACK_UNPACK_SUCCESS) {
+        if (rl_unpack(&u, d, n) == 0) {
             maybe_load(s, &u.data);
             if (rl_mp_int(rl_mp_get(&u.data, "stop"), 0)) s->stopped = 1;
             const msgpack_object *eps = rl_mp_get(&u.data, "episodes");
@@ -621,7 +621,7 @@ static int rollout_weights(manta_req *req, void *state, const void *arg, size_t 
     rollout_state *s = state;
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
-    if (msgpack_unpack_next(&u, arg, len, NULL) == MSGPACK_UNPACK_SUCCESS) maybe_load(s, &u.data);
+    if (rl_unpack(&u, arg, len) == 0) maybe_load(s, &u.data);
     msgpack_unpacked_destroy(&u);
     return manta_reply(req, &s->version, sizeof s->version);
 }

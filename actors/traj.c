@@ -200,7 +200,7 @@ int rl_traj_decode(rl_traj *t, const void *buf, size_t len)
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     int rc = -1;
-    if (msgpack_unpack_next(&u, buf, len, NULL) != MSGPACK_UNPACK_SUCCESS) goto out;
+    if (rl_unpack(&u, buf, len) != 0) goto out;
     const msgpack_object *o = &u.data;
     if (o->type != MSGPACK_OBJECT_MAP) goto out;
     const msgpack_object *tok = rl_mp_get(o, "tok"), *lp = rl_mp_get(o, "logp"),

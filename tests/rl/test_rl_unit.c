@@ -181,6 +181,11 @@ static void test_traj_decode_fuzz(void **st)
         }
     }
     assert_true(accepted > 0); /* flips in values keep it valid often enough */
+    /* headers announcing billions of items in a few bytes: refused before
+     * msgpack-c would allocate for them */
+    assert_int_equal(rl_traj_decode(&d, "\xdd\x7f\xff\xff\xff", 5), -1);
+    assert_int_equal(rl_traj_decode(&d, "\xdf\x7f\xff\xff\xff\xc0\xc0", 7), -1);
+    assert_int_equal(rl_traj_decode(&d, "\x81\xa3tok\xc6\x7f\xff\xff\xff", 10), -1);
     free(m);
     free(buf);
     rl_traj_destroy(&d);
