@@ -27,7 +27,7 @@
 /* Loops over fewer elements than this run on the calling thread: waking the
  * team costs more than it saves, and on a loaded machine every barrier can
  * wait a whole scheduler quantum for a descheduled thread. */
-#define PAR_MIN 32768
+#define PAR_MIN 131072
 
 /* The hot loops are compiled three times - AVX-512, AVX2+FMA and baseline
  * x86-64 - and the loader picks one for this CPU (GCC/clang target_clones,
@@ -242,7 +242,7 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *
 {
     enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
     int nt = n_threads;
-    if (nt <= 1 || 2.0 * M * N * K < 4e6) {
+    if (nt <= 1 || 2.0 * M * N * K < 2e7) { /* below ~50 us of work: not worth a barrier */
         cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
