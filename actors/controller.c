@@ -962,6 +962,17 @@ static int rl_step(ctl_state *s, manta_actor **L)
             s->t_last_version = now;
             rl_ledger l;
             ledger_now(s, &l);
+            /* The version registry: the learner's version and the ledger, in
+             * Redis for `manta status` and any other reader. */
+            char pub[256];
+            int pn = snprintf(pub, sizeof pub,
+                              "{\"version\": %lld, \"time_s\": %.2f, \"admitted\": %lld, "
+                              "\"trained\": %lld, \"dropped_stale\": %lld, "
+                              "\"dropped_error\": %lld, \"in_flight\": %lld}",
+                              (long long)s->version, now - s->t_start, (long long)l.admitted,
+                              (long long)l.trained, (long long)l.dropped_stale,
+                              (long long)l.dropped_error, (long long)l.in_flight);
+            manta_kv_set(s->m, "policy", pub, (size_t)pn);
             if (s->metrics) {
                 fprintf(s->metrics,
                         "{\"version\":%lld,\"time_s\":%.2f,\"episodes\":%d,\"reward\":%.4f,"

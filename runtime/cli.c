@@ -906,6 +906,35 @@ static int cmd_status(cli *c)
     freeReplyObject(groups);
     freeReplyObject(names);
     free(c0);
+    /* What the job publishes (manta_kv_set): printed when it is text. */
+    char pattern[160], cursor[32] = "0";
+    snprintf(pattern, sizeof pattern, "manta:%s:kv:*", st.job);
+    bool header = false;
+    do {
+        redisReply *r = mn_redis(m, "SCAN %s MATCH %s COUNT 100", cursor, pattern);
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+            freeReplyObject(r);
+            break;
+        }
+        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+        for (size_t i = 0; i < r->element[1]->elements; i++) {
+            const char *k = r->element[1]->element[i]->str;
+            const char *name = k + strlen(pattern) - 1;
+            void *v;
+            size_t vl;
+            if (manta_kv_get(m, name, &v, &vl) != 0) continue;
+            bool text = vl <= 400;
+            for (size_t j = 0; j < vl && text; j++)
+                text = ((unsigned char *)v)[j] >= 32 || ((char *)v)[j] == '\t';
+            if (!header) printf("values:\n"), header = true;
+            if (text)
+                printf("  %-20s %s\n", name, (char *)v);
+            else
+                printf("  %-20s (%zu bytes)\n", name, vl);
+            free(v);
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
     manta_shutdown(m);
     return 0;
 }

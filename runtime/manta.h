@@ -283,6 +283,18 @@ manta_future *manta_obj_fetch(manta_ctx *m, const manta_obj_id *id, int timeout_
 int manta_obj_ref(manta_ctx *m, const manta_obj_id *id);
 int manta_obj_release(manta_ctx *m, const manta_obj_id *id);
 
+/* ---- Job values ------------------------------------------------------------------- */
+
+/* A small job-scoped registry of named values in Redis (manta:JOB:kv:KEY):
+ * what a job publishes for others and for `manta status` to read, such as
+ * a policy version and its ledger. Control plane: not for per-call data.
+ * Values are bytes; `manta status` prints those that are text. Deleted with
+ * the job. key: 1..100 of [A-Za-z0-9._-]. */
+int manta_kv_set(manta_ctx *m, const char *key, const void *val, size_t len);
+/* Read a value into a new malloc'd buffer (*val, NUL-terminated beyond
+ * *len; the caller frees). ENOTFOUND when absent. */
+int manta_kv_get(manta_ctx *m, const char *key, void **val, size_t *len);
+
 /* ---- Counters --------------------------------------------------------------------- */
 
 typedef struct manta_stats {

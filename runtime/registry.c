@@ -337,3 +337,53 @@ void mn_redis_stop_embedded(manta_ctx *m)
         m->redis_dir = NULL;
     }
 }
+
+/* ---- job values ---- */
+
+static int kv_key(manta_ctx *m, const char *key, char *out, size_t n)
+{
+    size_t len = key ? strlen(key) : 0;
+    if (!m || len == 0 || len > 100)
+        return mn_fail(MANTA_EINVAL, "value key '%s': 1..100 characters", key ? key : "");
+    for (size_t i = 0; i < len; i++) {
+        char c = key[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.'))
+            return mn_fail(MANTA_EINVAL, "value key '%s': use [A-Za-z0-9._-]", key);
+    }
+    mn_key(m, out, n, "kv", key);
+    return 0;
+}
+
+int manta_kv_set(manta_ctx *m, const char *key, const void *val, size_t len)
+{
+    char k[256];
+    int rc = kv_key(m, key, k, sizeof k);
+    if (rc) return rc;
+    if (len && !val) return mn_fail(MANTA_EINVAL, "manta_kv_set %s: no value", key);
+    redisReply *r = mn_redis(m, "SET %s %b", k, val ? val : "", len);
+    freeReplyObject(r);
+    return r ? 0 : MANTA_EREDIS;
+}
+
+int manta_kv_get(manta_ctx *m, const char *key, void **val, size_t *len)
+{
+    char k[256];
+    if (!val || !len) return mn_fail(MANTA_EINVAL, "manta_kv_get: bad arguments");
+    *val = NULL, *len = 0;
+    int rc = kv_key(m, key, k, sizeof k);
+    if (rc) return rc;
+    redisReply *r = mn_redis(m, "GET %s", k);
+    if (!r) return MANTA_EREDIS;
+    if (r->type != REDIS_REPLY_STRING) {
+        freeReplyObject(r);
+        return mn_fail(MANTA_ENOTFOUND, "no value '%s' in job %s", key, m->job);
+    }
+    *val = malloc(r->len + 1);
+    if (!*val)
+        rc = MANTA_ENOMEM;
+    else
+        memcpy(*val, r->str, r->len), ((char *)*val)[r->len] = 0, *len = r->len;
+    freeReplyObject(r);
+    return rc;
+}

@@ -666,6 +666,27 @@ static void test_objects(void **unused)
     stop_and_check_clean(m);
 }
 
+static void test_job_values(void **unused)
+{
+    manta_ctx *m = start(NULL, 0, 0);
+    assert_int_equal(manta_kv_set(m, "policy", "{\"version\": 3}", 14), 0);
+    assert_int_equal(manta_kv_set(m, "policy", "{\"version\": 4}", 14), 0);
+    void *v;
+    size_t n;
+    assert_int_equal(manta_kv_get(m, "policy", &v, &n), 0);
+    assert_int_equal(n, 14);
+    assert_string_equal(v, "{\"version\": 4}");
+    free(v);
+    assert_int_equal(manta_kv_get(m, "nothing", &v, &n), MANTA_ENOTFOUND);
+    assert_null(v);
+    assert_int_equal(manta_kv_set(m, "bad key!", "x", 1), MANTA_EINVAL);
+    assert_non_null(strstr(manta_last_error(), "bad key!"));
+    char pattern[96];
+    snprintf(pattern, sizeof pattern, "manta:%s:kv:*", manta_job(m));
+    assert_int_equal(test_redis_count(&redis, pattern), 1);
+    stop_and_check_clean(m);
+}
+
 static void test_backpressure(void **unused)
 {
     manta_ctx *m = start(NULL, 0, 4);
@@ -802,6 +823,7 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_crash_restart),
         cmocka_unit_test(test_objects),
+        cmocka_unit_test(test_job_values),
         cmocka_unit_test(test_backpressure),
         cmocka_unit_test(test_tcp_and_stop),
         cmocka_unit_test(test_shutdown_leaves_nothing),
