@@ -59,21 +59,6 @@ static void ctx_free(manta_ctx *m)
     free(m);
 }
 
-static void remove_rundir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char path[512];
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 int manta_init(manta_ctx **out, const manta_options *opts)
 {
     static const manta_options none;
@@ -147,7 +132,7 @@ int manta_init(manta_ctx **out, const manta_options *opts)
         char why[512];
         snprintf(why, sizeof why, "%s", manta_last_error());
         mn_redis_stop_embedded(m);
-        remove_rundir(m->rundir);
+        mn_remove_dir(m->rundir);
         ctx_free(m);
         return mn_fail(rc, "%s", why);
     }
@@ -424,7 +409,7 @@ void manta_shutdown(manta_ctx *m)
     if (m->role == MN_ROLE_DRIVER) mn_objstore_free(m);
     if (m->role == MN_ROLE_DRIVER && !m->attached) {
         if (m->redis || m->redis_host) mn_delete_job_keys(m);
-        remove_rundir(m->rundir);
+        mn_remove_dir(m->rundir);
     }
     mn_redis_stop_embedded(m);
     ctx_free(m);

@@ -213,6 +213,8 @@ void mn_key(const manta_ctx *m, char *out, size_t n, const char *kind, const cha
 int mn_redis_hget_str(manta_ctx *m, const char *key, const char *field, char *out, size_t n);
 int mn_directory_read(manta_ctx *m, const char *name, manta_actor_info *info);
 int mn_delete_job_keys(manta_ctx *m);
+/* Remove a folder and the files in it (one level: sockets, logs). */
+void mn_remove_dir(const char *dir);
 
 /* ---- objects.c ---- */
 void mn_objstore_free(manta_ctx *m);

@@ -230,7 +230,7 @@ static int free_port(void)
     return port;
 }
 
-static void remove_dir(const char *dir)
+void mn_remove_dir(const char *dir)
 {
     DIR *d = opendir(dir);
     if (!d) return;
@@ -332,7 +332,7 @@ void mn_redis_stop_embedded(manta_ctx *m)
         m->redis_pid = 0;
     }
     if (m->redis_dir) {
-        remove_dir(m->redis_dir);
+        mn_remove_dir(m->redis_dir);
         free(m->redis_dir);
         m->redis_dir = NULL;
     }
