@@ -110,6 +110,11 @@ int mn_actor_main(manta_ctx *m)
     m->state = calloc(1, m->cls->state_size ? m->cls->state_size : 1);
     if (!m->state) start_failed(m, "out of memory for the actor's state");
     if (mn_mailbox_bind(m, endpoint) != 0) start_failed(m, manta_last_error());
+    /* Multi-node jobs: a second, ipc endpoint for callers on this machine. */
+    const char *local = getenv("MANTA_ENDPOINT_LOCAL");
+    if (local && *local && zmq_bind(m->mailbox, local) != 0)
+        mn_log("actor %s: local endpoint %s: %s (callers here use %s)", m->self, local,
+               zmq_strerror(zmq_errno()), m->endpoint);
     m->system_method = actor_system;
 
     /* The creation arguments wait in the directory record. */

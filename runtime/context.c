@@ -202,7 +202,7 @@ int manta_actor_lookup(manta_ctx *m, const char *name, manta_actor **out)
     int rc = mn_directory_read(m, name, &info);
     if (rc) return rc;
     if (!info.endpoint[0]) return mn_fail(MANTA_ENOTFOUND, "actor '%s' has no endpoint", name);
-    *out = handle_new(m, name, info.endpoint);
+    *out = handle_new(m, name, mn_pick_endpoint(&info));
     return *out ? 0 : mn_fail(MANTA_EZMQ, "actor '%s': %s", name, manta_last_error());
 }
 
@@ -289,11 +289,25 @@ int manta_actor_create(manta_ctx *m, const manta_actor_options *o, manta_actor *
     msgpack_pack_str_body(&pk, "args", 4);
     msgpack_pack_bin(&pk, o->args_len);
     msgpack_pack_bin_body(&pk, o->args, o->args_len);
-    char endpoint[192];
-    int rc = call_node(m, o->node, "spawn", sb.data, sb.size, 30000, endpoint, sizeof endpoint);
+    /* The answer: "ENDPOINT" or "ENDPOINT\nLOCAL_ENDPOINT\nHOST" (multi-node). */
+    char reply[600];
+    int rc = call_node(m, o->node, "spawn", sb.data, sb.size, 30000, reply, sizeof reply);
     msgpack_sbuffer_destroy(&sb);
     if (rc) return rc;
-    manta_actor *a = handle_new(m, name, endpoint);
+    manta_actor_info where;
+    memset(&where, 0, sizeof where);
+    char *nl = strchr(reply, '\n');
+    if (nl) {
+        *nl = 0;
+        char *nl2 = strchr(nl + 1, '\n');
+        if (nl2) {
+            *nl2 = 0;
+            snprintf(where.endpoint_local, sizeof where.endpoint_local, "%s", nl + 1);
+            snprintf(where.host, sizeof where.host, "%s", nl2 + 1);
+        }
+    }
+    snprintf(where.endpoint, sizeof where.endpoint, "%s", reply);
+    manta_actor *a = handle_new(m, name, mn_pick_endpoint(&where));
     if (!a) return mn_fail(MANTA_EZMQ, "actor '%s': %s", name, manta_last_error());
     if (!o->no_wait) {
         rc = manta_actor_wait_ready(m, a, o->ready_timeout_ms > 0 ? o->ready_timeout_ms : 30000);

@@ -212,6 +212,11 @@ redisReply *mn_redis_argv(manta_ctx *m, int argc, const char **argv, const size_
 void mn_key(const manta_ctx *m, char *out, size_t n, const char *kind, const char *name);
 int mn_redis_hget_str(manta_ctx *m, const char *key, const char *field, char *out, size_t n);
 int mn_directory_read(manta_ctx *m, const char *name, manta_actor_info *info);
+/* This machine (and mount namespace): hostname, boot id and /tmp's inode. */
+const char *mn_host_id(void);
+/* The endpoint a caller here should use: the local ipc one when the actor
+ * is on this machine and has one, else its shared one. */
+const char *mn_pick_endpoint(const manta_actor_info *info);
 int mn_delete_job_keys(manta_ctx *m);
 /* Remove a folder and the files in it (one level: sockets, logs). */
 void mn_remove_dir(const char *dir);

@@ -240,12 +240,13 @@ static int check_peer(manta_ctx *m, mn_peer *p)
     }
     if (rc != 0) return 1; /* registry trouble: try the transport anyway */
     p->dead = false;
-    if (info.endpoint[0] && strcmp(info.endpoint, p->endpoint)) {
+    const char *ep = mn_pick_endpoint(&info);
+    if (ep[0] && strcmp(ep, p->endpoint)) {
         /* A new incarnation on another endpoint (tcp port, other node). */
         if (p->connected) zmq_disconnect(p->sock, p->endpoint);
         p->connected = false;
         free(p->endpoint);
-        p->endpoint = mn_strdup(info.endpoint);
+        p->endpoint = mn_strdup(ep);
         mn_peer_connect(p);
     }
     /* "alive" may be stale (the agent has not reaped the old process yet),

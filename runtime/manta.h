@@ -188,7 +188,9 @@ int manta_actor_stop(manta_ctx *m, manta_actor *a, int timeout_ms);
 typedef struct manta_actor_info {
     char state[16]; /* starting, alive, restarting, dead, failed, stopped */
     char node[64];
-    char endpoint[128];
+    char endpoint[128];       /* where any node reaches it (ipc:// on one machine, tcp://) */
+    char endpoint_local[128]; /* ipc:// for callers on its machine (multi-node jobs), or "" */
+    char host[160];           /* which machine: see endpoint_local */
     int pid;
     int incarnation;
     int restarts;

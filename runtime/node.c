@@ -38,6 +38,7 @@ extern char **environ;
 
 typedef struct child {
     char name[128], cls[128], library[512], exe[512], endpoint[192];
+    char local[192]; /* ipc:// beside a tcp endpoint, for callers on this machine */
     pid_t pid;
     int max_restarts, restarts, incarnation;
     bool stopping;        /* asked to stop: do not restart */
@@ -79,6 +80,8 @@ static int start_child(node *nd, child *c)
     snprintf(e_class, sizeof e_class, "MANTA_CLASS=%s", c->cls);
     snprintf(e_lib, sizeof e_lib, "MANTA_LIBRARY=%s", c->library);
     snprintf(e_ep, sizeof e_ep, "MANTA_ENDPOINT=%s", c->endpoint);
+    char e_local[240];
+    snprintf(e_local, sizeof e_local, "MANTA_ENDPOINT_LOCAL=%s", c->local);
     snprintf(e_node, sizeof e_node, "MANTA_NODE=%s", m->self);
     snprintf(e_inc, sizeof e_inc, "MANTA_INCARNATION=%d", c->incarnation);
     snprintf(e_tr, sizeof e_tr, "MANTA_TRANSPORT=%s", m->transport);
@@ -93,8 +96,8 @@ static int start_child(node *nd, child *c)
         if (strncmp(environ[i], "MANTA_", 6) != 0 || !strncmp(environ[i], "MANTA_DEBUG=", 12) ||
             !strncmp(environ[i], "MANTA_RUN_DIR=", 14))
             envp[k++] = environ[i];
-    char *vars[] = {e_role, e_redis, e_job, e_name, e_class, e_lib,
-                    e_ep,   e_node,  e_inc, e_tr,   e_host,  e_max};
+    char *vars[] = {e_role, e_redis, e_job, e_name, e_class, e_lib,  e_ep,
+                    e_node, e_inc,   e_tr,  e_host, e_max,   e_local};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) envp[k++] = vars[i];
     char logf[700] = "";
     if (m->log_dir && *m->log_dir) snprintf(logf, sizeof logf, "%s/%s.log", m->log_dir, c->name);
@@ -144,6 +147,10 @@ static void choose_endpoint(node *nd, child *c)
             port = ntohs(a.sin_port);
         if (s >= 0) close(s);
         snprintf(c->endpoint, sizeof c->endpoint, "tcp://%s:%d", m->host, port);
+        /* Callers on this machine use ipc (named by this agent's pid: several
+         * agents of a job may share a machine and its /tmp). */
+        snprintf(c->local, sizeof c->local, "ipc://%s/n%da%d", m->rundir, (int)getpid(),
+                 ++nd->next_slot);
     } else {
         snprintf(c->endpoint, sizeof c->endpoint, "ipc://%s/a%d", m->rundir, ++nd->next_slot);
     }
@@ -257,6 +264,9 @@ static void do_spawn(node *nd, manta_req *call, const void *arg, size_t len)
     for (int i = 0; i < 18; i++) lens[i] = strlen(argv[i]);
     lens[17] = args_len;
     freeReplyObject(mn_redis_argv(m, 18, argv, lens));
+    if (c->local[0])
+        freeReplyObject(
+            mn_redis(m, "HSET %s endpoint_local %s host %s", key, c->local, mn_host_id()));
     freeReplyObject(mn_redis(m, "SADD %s %s", setkey, c->name));
     msgpack_unpacked_destroy(&u);
     c->incarnation = 1;
@@ -269,7 +279,11 @@ static void do_spawn(node *nd, manta_req *call, const void *arg, size_t len)
     }
     c->next = nd->children;
     nd->children = c;
-    manta_reply(call, c->endpoint, strlen(c->endpoint));
+    char reply[600];
+    int rn = c->local[0]
+                 ? snprintf(reply, sizeof reply, "%s\n%s\n%s", c->endpoint, c->local, mn_host_id())
+                 : snprintf(reply, sizeof reply, "%s", c->endpoint);
+    manta_reply(call, reply, (size_t)rn);
     return;
 fail:
     msgpack_unpacked_destroy(&u);

@@ -178,6 +178,10 @@ int mn_directory_read(manta_ctx *m, const char *name, manta_actor_info *info)
             snprintf(info->node, sizeof info->node, "%s", v);
         else if (!strcmp(k, "endpoint"))
             snprintf(info->endpoint, sizeof info->endpoint, "%s", v);
+        else if (!strcmp(k, "endpoint_local"))
+            snprintf(info->endpoint_local, sizeof info->endpoint_local, "%s", v);
+        else if (!strcmp(k, "host"))
+            snprintf(info->host, sizeof info->host, "%s", v);
         else if (!strcmp(k, "pid"))
             info->pid = atoi(v);
         else if (!strcmp(k, "incarnation"))
@@ -189,6 +193,34 @@ int mn_directory_read(manta_ctx *m, const char *name, manta_actor_info *info)
     }
     freeReplyObject(r);
     return 0;
+}
+
+const char *mn_host_id(void)
+{
+    /* Same hostname and boot id: the same kernel; same /tmp inode: the same
+     * files, so an ipc:// path made by one process is reachable by the other
+     * (network namespaces share it; containers do not). */
+    static char id[160];
+    if (id[0]) return id;
+    char host[64] = "", boot[40] = "";
+    gethostname(host, sizeof host - 1);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(boot, sizeof boot, f)) boot[0] = 0;
+        boot[strcspn(boot, "\n")] = 0;
+        fclose(f);
+    }
+    struct stat st = {0};
+    stat("/tmp", &st);
+    snprintf(id, sizeof id, "%s/%s/%llx.%llx", host, boot, (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino);
+    return id;
+}
+
+const char *mn_pick_endpoint(const manta_actor_info *info)
+{
+    if (info->endpoint_local[0] && !strcmp(info->host, mn_host_id())) return info->endpoint_local;
+    return info->endpoint;
 }
 
 int mn_delete_job_keys(manta_ctx *m)

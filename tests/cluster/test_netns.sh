@@ -92,6 +92,11 @@ in_ns 0 "$MANTA" scale squarer 2 --job $job > "$work/scale.log" 2>&1 \
     && ok "scale 6 -> 2" || fail "scale 6 -> 2: $(cat $work/scale.log)"
 s=$(st)
 grep -q "squarer *ready 2/2" <<<"$s" && ok "2/2 ready" || fail "not 2/2: $s"
+rc() { in_ns 0 redis-cli -h ${addr[0]} -p 6390 --no-auth-warning -a "$pw" "$@"; }
+ep=$(rc hget manta:$job:actor:squarer-1 endpoint)
+lep=$(rc hget manta:$job:actor:squarer-1 endpoint_local)
+[[ $ep == tcp://10.77.0.* && $lep == ipc://* ]] && ok "actors offer tcp to other nodes and ipc to their own machine ($ep, $lep)" \
+    || fail "endpoints '$ep' '$lep'"
 victim_node=$(where squarer-1)
 [ "$victim_node" = n2 ] && ok "squarer-1 is on n2" || fail "squarer-1 on '$victim_node', wanted n2: $s"
 

@@ -52,8 +52,10 @@ static char *read_file(const char *path, size_t *len)
     return b;
 }
 
-/* Scaling while it runs: a third rollout joins, rollout-0 drains and stops,
- * rollout-1 is killed. */
+/* Scaling while it runs: a third rollout joins, rollout-1 is killed, then
+ * rollout-0 drains and stops. The kill comes before the drain: a drain
+ * waits for in-flight episodes and, on a loaded machine, may last until the
+ * run's end, and the kill must still happen mid-run. */
 static void scale_tick(manta_ctx *m, const manta_spec *spec, double t, void *arg)
 {
     int *stage = arg;
@@ -61,19 +63,19 @@ static void scale_tick(manta_ctx *m, const manta_spec *spec, double t, void *arg
         *stage = 1;
         assert_int_equal(rl_launch_replica(m, spec, "rollout", 2), 0);
     } else if (*stage == 1 && t > 5.0) {
+        /* a rollout dies mid-run: its episodes must come back */
         *stage = 2;
+        manta_actor *a;
+        assert_int_equal(manta_actor_lookup(m, "rollout-1", &a), 0);
+        assert_int_equal(manta_actor_kill(m, a, 0), 0);
+    } else if (*stage == 2 && t > 6.5) {
+        *stage = 3;
         manta_actor *a;
         assert_int_equal(manta_actor_lookup(m, "rollout-0", &a), 0);
         manta_future *f = manta_call_timeout(m, a, "drain", "", 0, 60000);
         assert_int_equal(manta_get(f, -1, NULL, NULL), 0);
         manta_future_free(f);
         assert_int_equal(manta_actor_stop(m, a, 10000), 0);
-    } else if (*stage == 2 && t > 6.5) {
-        /* a rollout dies mid-run: its episodes must come back */
-        *stage = 3;
-        manta_actor *a;
-        assert_int_equal(manta_actor_lookup(m, "rollout-1", &a), 0);
-        assert_int_equal(manta_actor_kill(m, a, 0), 0);
     }
 }
 
