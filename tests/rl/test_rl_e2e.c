@@ -52,23 +52,40 @@ static char *read_file(const char *path, size_t *len)
     return b;
 }
 
+/* The learner's version, from the registry the controller publishes to
+ * (manta_kv_set "policy"); -1 before RL starts. */
+static long policy_version(manta_ctx *m)
+{
+    void *v;
+    size_t n;
+    long version = -1;
+    if (manta_kv_get(m, "policy", &v, &n) == 0) {
+        const char *p = strstr(v, "\"version\":");
+        if (p) version = strtol(p + 10, NULL, 10);
+        free(v);
+    }
+    return version;
+}
+
 /* Scaling while it runs: a third rollout joins, rollout-1 is killed, then
- * rollout-0 drains and stops. The kill comes before the drain: a drain
- * waits for in-flight episodes and, on a loaded machine, may last until the
- * run's end, and the kill must still happen mid-run. */
+ * rollout-0 drains and stops. Each step waits for a policy version, not a
+ * time, so that it falls in the RL phase however slow the machine (the
+ * warm-up and the first evaluation take seconds under ASan); the kill comes
+ * before the drain, which waits for in-flight episodes. */
 static void scale_tick(manta_ctx *m, const manta_spec *spec, double t, void *arg)
 {
     int *stage = arg;
-    if (*stage == 0 && t > 3.0) {
+    long v = policy_version(m);
+    if (*stage == 0 && v >= 10) {
         *stage = 1;
         assert_int_equal(rl_launch_replica(m, spec, "rollout", 2), 0);
-    } else if (*stage == 1 && t > 5.0) {
+    } else if (*stage == 1 && v >= 25) {
         /* a rollout dies mid-run: its episodes must come back */
         *stage = 2;
         manta_actor *a;
         assert_int_equal(manta_actor_lookup(m, "rollout-1", &a), 0);
         assert_int_equal(manta_actor_kill(m, a, 0), 0);
-    } else if (*stage == 2 && t > 6.5) {
+    } else if (*stage == 2 && v >= 40) {
         *stage = 3;
         manta_actor *a;
         assert_int_equal(manta_actor_lookup(m, "rollout-0", &a), 0);
