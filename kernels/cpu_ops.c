@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "mk_internal.h"
 
@@ -111,12 +112,22 @@ int mk_get_threads(void)
 
 /* ---- memory ------------------------------------------------------------- */
 
+/* Large arrays (weights, optimiser state, activations, KV caches) are aligned
+ * to 2 MiB and offered to the kernel as transparent huge pages: the skinny
+ * matmuls of a decoding step read a weight row every few KiB, so with 4 KiB
+ * pages nearly every row is a TLB miss. */
+#define HUGE_MIN ((size_t)2 << 20)
+
 static int cpu_alloc(void **p, size_t bytes)
 {
-    size_t rounded = (bytes + 63) / 64 * 64;
+    size_t align = bytes >= HUGE_MIN ? HUGE_MIN : 64;
+    size_t rounded = (bytes + align - 1) / align * align;
     if (rounded == 0) rounded = 64;
-    *p = aligned_alloc(64, rounded);
+    *p = aligned_alloc(align, rounded);
     if (!*p) return mk__fail(MK_ERR_NOMEM, "cannot allocate %zu bytes", bytes);
+#ifdef MADV_HUGEPAGE
+    if (align == HUGE_MIN) (void)madvise(*p, rounded, MADV_HUGEPAGE);
+#endif
     memset(*p, 0, rounded);
     return MK_OK;
 }
@@ -276,16 +287,18 @@ typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
 #define load16(p)     (*(const v16u *)(p))
 #define store16(p, v) (*(v16u *)(p) = (v))
 
-/* out[r0:r0+NR, c0:c0+64] = in[r0:r0+NR] w[:, c0:c0+64] + bias, accumulators in
- * registers (NR x 4 vectors of 16 floats). */
+/* out[r0:r0+NR, c0:c0+64] (+)= in[r0:r0+NR, k0:k1] w[k0:k1, c0:c0+64], accumulators in
+ * registers (NR x 4 vectors of 16 floats); the first k-block starts from the bias, later ones
+ * from what the previous block stored (float in, float out: the sum is the same as one pass). */
 #define SKINNY_TILE(NR)                                                                            \
     do {                                                                                           \
         v16 acc[NR][4];                                                                            \
         for (int r = 0; r < NR; r++)                                                               \
             for (int j = 0; j < 4; j++)                                                            \
-                acc[r][j] = bias ? (v16)load16(bias + c0 + 16 * j) : (v16){0};                     \
-        for (int k = 0; k < IC; k++) {                                                             \
-            const float *wk = w + (size_t)k * OC + c0;                                             \
+                acc[r][j] = k0 ? (v16)load16(out + (size_t)(r0 + r) * OC + c0 + 16 * j)            \
+                               : (bias ? (v16)load16(bias + c0 + 16 * j) : (v16){0});              \
+        for (int k = k0; k < k1; k++) {                                                            \
+            const float *wk = wb + (size_t)(k - k0) * ldw;                                         \
             v16 w0 = load16(wk), w1 = load16(wk + 16), w2 = load16(wk + 32), w3 = load16(wk + 48); \
             for (int r = 0; r < NR; r++) {                                                         \
                 float a = inp[(size_t)(r0 + r) * IC + k];                                          \
@@ -300,24 +313,42 @@ typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
                 store16(out + (size_t)(r0 + r) * OC + c0 + 16 * j, acc[r][j]);                     \
     } while (0)
 
-/* One 64-column strip of out for every row: 6-row tiles (24 accumulators
- * in vector registers) while they last, then a 4-, 2- and 1-row tile.  The strip of w (IC x 64
- * floats) stays in cache across the row tiles, so w is read from memory once per call.  Built three
- * times (AVX-512+FMA, AVX2+FMA, baseline) with contraction into FMA allowed, and picked at start-up
- * from the CPU's flags (target_clones would pick by CPU model, which some hypervisors hide). */
+/* Rows of w per k-block: a block of the strip (SKINNY_KB x 64 floats, 32 KiB) is copied to a
+ * contiguous buffer that stays in L1 while every row tile passes over it.  (In place, its rows lie
+ * OC floats apart, a multiple of 1.5 KiB, and map onto a quarter or less of L1's sets.) */
+#define SKINNY_KB 128
+
+/* One 64-column strip of out for every row, k-block by k-block: 6-row tiles (24 accumulators
+ * in vector registers) while they last, then a 4-, 2- and 1-row tile.  w is read from memory once
+ * per call.  Built three times (AVX-512+FMA, AVX2+FMA, baseline) with contraction into FMA
+ * allowed, and picked at start-up from the CPU's flags (target_clones would pick by CPU model,
+ * which some hypervisors hide). */
 #define SKINNY_STRIP_BODY                                                                          \
     {                                                                                              \
-        int r0 = 0;                                                                                \
-        for (; r0 + 6 <= R; r0 += 6) SKINNY_TILE(6);                                               \
-        if (r0 + 4 <= R) {                                                                         \
-            SKINNY_TILE(4);                                                                        \
-            r0 += 4;                                                                               \
+        float wp[SKINNY_KB * 64] __attribute__((aligned(64)));                                     \
+        for (int k0 = 0; k0 < IC; k0 += SKINNY_KB) {                                               \
+            int k1 = k0 + SKINNY_KB < IC ? k0 + SKINNY_KB : IC;                                    \
+            const float *wb = w + (size_t)k0 * OC + c0; /* one row tile: read w in place */        \
+            int ldw = OC;                                                                          \
+            if (R > 6) {                                                                           \
+                for (int k = k0; k < k1; k++)                                                      \
+                    memcpy(wp + (size_t)(k - k0) * 64, w + (size_t)k * OC + c0,                    \
+                           64 * sizeof(float));                                                    \
+                wb = wp;                                                                           \
+                ldw = 64;                                                                          \
+            }                                                                                      \
+            int r0 = 0;                                                                            \
+            for (; r0 + 6 <= R; r0 += 6) SKINNY_TILE(6);                                           \
+            if (r0 + 4 <= R) {                                                                     \
+                SKINNY_TILE(4);                                                                    \
+                r0 += 4;                                                                           \
+            }                                                                                      \
+            if (r0 + 2 <= R) {                                                                     \
+                SKINNY_TILE(2);                                                                    \
+                r0 += 2;                                                                           \
+            }                                                                                      \
+            if (r0 < R) SKINNY_TILE(1);                                                            \
         }                                                                                          \
-        if (r0 + 2 <= R) {                                                                         \
-            SKINNY_TILE(2);                                                                        \
-            r0 += 2;                                                                               \
-        }                                                                                          \
-        if (r0 < R) SKINNY_TILE(1);                                                                \
     }
 #define SKINNY_ARGS                                                                                \
     float *out, const float *inp, const float *w, const float *bias, int R, int IC, int OC, int c0
@@ -563,6 +594,95 @@ MK_CLONES static void attend_cached(float *y, const float *q, const float *k, co
     }
 }
 
+/* Attention of one row over its slot's cache for a group of NH heads of hs = 16 NV floats each
+ * (the row's heads, or one head when few rows share the team): scores position by position, so
+ * the keys stream through memory in order, reduced in vector registers; the softmax; then per
+ * head the probability-weighted values, the accumulators in registers (two sets, even and odd
+ * positions, for the FMA latency).  a: scratch [NH, Tmax]. */
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+#define HSUM16(s)                                                                                  \
+    ({                                                                                             \
+        v8f h8_ = __builtin_shufflevector(s, s, 0, 1, 2, 3, 4, 5, 6, 7) +                          \
+                  __builtin_shufflevector(s, s, 8, 9, 10, 11, 12, 13, 14, 15);                     \
+        v4f h4_ = __builtin_shufflevector(h8_, h8_, 0, 1, 2, 3) +                                  \
+                  __builtin_shufflevector(h8_, h8_, 4, 5, 6, 7);                                   \
+        (h4_[0] + h4_[2]) + (h4_[1] + h4_[3]);                                                     \
+    })
+#define ATTN_GROUP(NV)                                                                             \
+    do {                                                                                           \
+        for (int t = 0; t < n; t++) {                                                              \
+            const float *kr = k + (size_t)t * C;                                                   \
+            for (int h = 0; h < NH; h++) {                                                         \
+                const float *qh = q + h * 16 * NV, *kh = kr + h * 16 * NV;                         \
+                v16 sv = (v16)load16(qh) * (v16)load16(kh);                                        \
+                for (int j = 1; j < NV; j++) sv += (v16)load16(qh + 16 * j) * load16(kh + 16 * j); \
+                a[(size_t)h * Tmax + t] = HSUM16(sv) * scale;                                      \
+            }                                                                                      \
+        }                                                                                          \
+        for (int h = 0; h < NH; h++) softmax_inplace(a + (size_t)h * Tmax, n);                     \
+        for (int h = 0; h < NH; h++) {                                                             \
+            const float *ph = a + (size_t)h * Tmax, *vh = v + h * 16 * NV;                         \
+            v16 e[NV], o[NV];                                                                      \
+            for (int j = 0; j < NV; j++) e[j] = o[j] = (v16){0};                                   \
+            int t = 0;                                                                             \
+            for (; t + 2 <= n; t += 2) {                                                           \
+                const float *v0 = vh + (size_t)t * C, *v1 = v0 + C;                                \
+                float p0 = ph[t], p1 = ph[t + 1];                                                  \
+                for (int j = 0; j < NV; j++) {                                                     \
+                    e[j] += p0 * (v16)load16(v0 + 16 * j);                                         \
+                    o[j] += p1 * (v16)load16(v1 + 16 * j);                                         \
+                }                                                                                  \
+            }                                                                                      \
+            if (t < n)                                                                             \
+                for (int j = 0; j < NV; j++)                                                       \
+                    e[j] += ph[t] * (v16)load16(vh + (size_t)t * C + 16 * j);                      \
+            for (int j = 0; j < NV; j++) store16(y + h * 16 * NV + 16 * j, e[j] + o[j]);           \
+        }                                                                                          \
+    } while (0)
+#define ATTN_GROUP_ARGS                                                                            \
+    float *y, const float *q, const float *k, const float *v, int n, int C, int NH, int hs,        \
+        float scale, float *a, int Tmax
+#define ATTN_GROUP_BODY                                                                            \
+    {                                                                                              \
+        switch (hs) {                                                                              \
+        case 16:                                                                                   \
+            ATTN_GROUP(1);                                                                         \
+            break;                                                                                 \
+        case 32:                                                                                   \
+            ATTN_GROUP(2);                                                                         \
+            break;                                                                                 \
+        case 64:                                                                                   \
+            ATTN_GROUP(4);                                                                         \
+            break;                                                                                 \
+        default:                                                                                   \
+            ATTN_GROUP(8);                                                                         \
+            break;                                                                                 \
+        }                                                                                          \
+    }
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f,fma"), optimize("fp-contract=fast"))) static void
+attend_group_avx512(ATTN_GROUP_ARGS) ATTN_GROUP_BODY
+    __attribute__((target("avx2,fma"), optimize("fp-contract=fast"))) static void attend_group_avx2(
+        ATTN_GROUP_ARGS) ATTN_GROUP_BODY
+#endif
+    static void attend_group_base(ATTN_GROUP_ARGS) ATTN_GROUP_BODY
+
+    static void attend_group(ATTN_GROUP_ARGS)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) {
+        attend_group_avx512(y, q, k, v, n, C, NH, hs, scale, a, Tmax);
+        return;
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        attend_group_avx2(y, q, k, v, n, C, NH, hs, scale, a, Tmax);
+        return;
+    }
+#endif
+    attend_group_base(y, q, k, v, n, C, NH, hs, scale, a, Tmax);
+}
+
 static void attn_decode(float *out, const float *qkv, const float *kc, const float *vc,
                         const int *slot, const int *pos, int R, int C, int NH, int Tmax)
 {
@@ -570,17 +690,25 @@ static void attn_decode(float *out, const float *qkv, const float *kc, const flo
     float scale = 1.0f / sqrtf((float)hs);
     size_t work = 0; /* multiply-adds: each row attends to pos + 1 cached positions */
     for (int r = 0; r < R; r++) work += (size_t)(pos[r] + 1) * 2 * C;
+    int vec = hs % 16 == 0 && hs <= 128;
+    /* enough rows: one work item per row, all its heads (its keys and values stream in order);
+     * few rows (batch 1, a prompt): one per (row, head) so that every thread has work */
+    int per = vec && R >= 4 * n_threads ? NH : 1, items = R * (NH / per);
 #pragma omp parallel num_threads(n_threads) if (work > 4 * PAR_MIN)
     {
-        float *a = malloc(sizeof(float) * (size_t)Tmax);
+        float *a = malloc(sizeof(float) * (size_t)Tmax * NH);
         if (!a) mk__die(__FILE__, __LINE__, "out of memory in attention decode", NULL);
-#pragma omp for collapse(2) schedule(dynamic, 4)
-        for (int r = 0; r < R; r++)
-            for (int h = 0; h < NH; h++) {
-                size_t base = (size_t)slot[r] * Tmax * C + h * hs;
-                attend_cached(out + (size_t)r * C + h * hs, qkv + (size_t)r * 3 * C + h * hs,
-                              kc + base, vc + base, pos[r] + 1, C, hs, scale, a);
-            }
+#pragma omp for schedule(dynamic, 1)
+        for (int it = 0; it < items; it++) {
+            int r = it / (NH / per), h = it % (NH / per) * per;
+            size_t base = (size_t)slot[r] * Tmax * C + h * hs;
+            float *y = out + (size_t)r * C + h * hs;
+            const float *q = qkv + (size_t)r * 3 * C + h * hs;
+            if (vec)
+                attend_group(y, q, kc + base, vc + base, pos[r] + 1, C, per, hs, scale, a, Tmax);
+            else
+                attend_cached(y, q, kc + base, vc + base, pos[r] + 1, C, hs, scale, a);
+        }
         free(a);
     }
 }
@@ -609,10 +737,12 @@ MK_CLONES static void gelu_bwd_chunk(float *dinp, const float *inp, const float 
     }
 }
 
+/* GELU costs a tanh per element, so it is worth the team from a few chunks (a decoding step's
+ * 64 rows of 4C) on. */
 static void gelu_fwd(float *out, const float *inp, size_t n)
 {
     size_t nc = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1) if (n > PAR_MIN)
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1) if (n > 4 * CHUNK)
     for (size_t c = 0; c < nc; c++) {
         size_t o = c * CHUNK, len = n - o < CHUNK ? n - o : CHUNK;
         gelu_fwd_chunk(out + o, inp + o, len);
