@@ -257,11 +257,14 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *
         cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    /* several blocks per thread, handed out dynamically: on a shared machine
-     * a thread that loses its core delays one block, not half the product */
+    /* two blocks per thread, handed out dynamically: on a shared machine a
+     * thread that loses its core delays one block, not half the product.  Not
+     * more: every block packs the whole of the operand it shares with the
+     * others (B when split by rows), and at four blocks per thread that
+     * packing cost a tenth of a 10M training step. */
     int by_rows = M >= N;
     int len = by_rows ? M : N, units = len / 16;
-    int nb = 4 * nt < units ? 4 * nt : (units > 0 ? units : 1);
+    int nb = 2 * nt < units ? 2 * nt : (units > 0 ? units : 1);
 #pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
     for (int blk = 0; blk < nb; blk++) {
         /* blocks of whole 16-float vectors for the micro-kernels; the last takes the rest */
