@@ -391,9 +391,21 @@ static void skinny_mm(float *out, const float *inp, const float *w, const float 
                       int IC, int OC)
 {
     int strips = OC / 64;
+    /* work items: strips, and when there are few of them (C = 384 gives 6) also groups of at
+     * least 12 rows, so that each thread gets about four items and a stalled thread delays one
+     * (each group packs the strip's blocks again: cheap next to 12 rows of products) */
+    int nt = n_threads, groups = (4 * nt + strips - 1) / (strips > 0 ? strips : 1);
+    if (groups > R / 12) groups = R / 12;
+    if (groups < 1) groups = 1;
+    int items = strips * groups, units = R / 6;
 #pragma omp parallel for num_threads(n_threads)                                                    \
     schedule(dynamic, 1) if ((size_t)R * IC * OC > 8 * PAR_MIN)
-    for (int s = 0; s < strips; s++) skinny_strip(out, inp, w, bias, R, IC, OC, 64 * s);
+    for (int it = 0; it < items; it++) {
+        int s = it / groups, g = it % groups;
+        int r0 = units * g / groups * 6, r1 = g == groups - 1 ? R : units * (g + 1) / groups * 6;
+        skinny_strip(out + (size_t)r0 * OC, inp + (size_t)r0 * IC, w, bias, r1 - r0, IC, OC,
+                     64 * s);
+    }
     int done = strips * 64;
     if (done < OC) {
         for (int r = 0; r < R; r++)
