@@ -490,7 +490,7 @@ int mn_node_spawn_local(manta_ctx *m)
                            "call manta_init() before anything else?",
                            status);
         }
-        usleep(2000);
+        usleep(2000); /* the agent is another process: poll its record until a deadline */
     }
     return mn_fail(MANTA_ETIMEDOUT, "node agent %s not alive after 10 s", id);
 }
