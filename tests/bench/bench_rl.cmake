@@ -6,6 +6,6 @@
 if(TARGET manta_actors AND EXISTS ${PROJECT_SOURCE_DIR}/tests/rl/launch.c)
   add_executable(bench_rl ${CMAKE_CURRENT_LIST_DIR}/bench_rl.c ${PROJECT_SOURCE_DIR}/tests/rl/launch.c)
   target_include_directories(bench_rl PRIVATE ${PROJECT_SOURCE_DIR}/tests/rl)
-  target_link_libraries(bench_rl PRIVATE manta_actors PkgConfig::ZMQ PkgConfig::CJSON)
+  target_link_libraries(bench_rl PRIVATE manta_actors manta_spec PkgConfig::ZMQ PkgConfig::CJSON)
   target_compile_definitions(bench_rl PRIVATE SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 endif()
