@@ -107,11 +107,13 @@ enum {
         MANTA_ERR_COUNT
 };
 
-/* The index of a code in the table (0 for MANTA_OK, 1 for MANTA_EINVAL ...),
- * or -1 for a code not in it. Thread-safe. */
+/* The index of a code in the table: -code (0 for MANTA_OK, 1 for
+ * MANTA_EINVAL ...). A code not in the table gets 0, so an array of
+ * MANTA_ERR_COUNT failure counters can always be indexed with it: slot 0
+ * counts no success, only failures with a foreign code. Thread-safe. */
 static inline int manta_err_index(int code)
 {
-    return code <= 0 && code > -MANTA_ERR_COUNT ? -code : -1;
+    return code <= 0 && code > -MANTA_ERR_COUNT ? -code : 0;
 }
 
 /* Static text for an error code ("unknown error code" for one not in the

@@ -32,8 +32,7 @@ const char *manta_strerror(int code)
         MANTA_ERRORS(MANTA_X_TEXT)
 #undef MANTA_X_TEXT
     };
-    int i = manta_err_index(code);
-    return i < 0 ? "unknown error code" : text[i];
+    return code <= 0 && code > -MANTA_ERR_COUNT ? text[-code] : "unknown error code";
 }
 
 const char *manta_errname(int code)
@@ -43,8 +42,7 @@ const char *manta_errname(int code)
         MANTA_ERRORS(MANTA_X_NAME)
 #undef MANTA_X_NAME
     };
-    int i = manta_err_index(code);
-    return i < 0 ? "?" : names[i];
+    return code <= 0 && code > -MANTA_ERR_COUNT ? names[-code] : "?";
 }
 
 const char *manta_last_error(void)

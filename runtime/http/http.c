@@ -431,8 +431,7 @@ int manta_http_submit(manta_http_client *c, const manta_http_request *req, manta
 {
     if (!c || !req || !req->url || !cb) return MANTA_EINVAL;
     for (size_t i = 0; i < req->n_headers; i++)
-        if (!req->headers || !req->headers[i] || !strchr(req->headers[i], ':'))
-            return MANTA_EINVAL;
+        if (!req->headers || !req->headers[i] || !strchr(req->headers[i], ':')) return MANTA_EINVAL;
 
     xfer *x = calloc(1, sizeof *x);
     if (!x) return MANTA_ENOMEM;
@@ -646,8 +645,7 @@ static void xfer_done(xfer *x, CURLcode code)
         snprintf(msg, sizeof msg, "%s %s: response body over the %zu-byte limit", x->method, url,
                  x->max_body);
     else if (err != MANTA_OK && !msg[0])
-        snprintf(msg, sizeof msg, "%s %s: %s (%s)", x->method, url, manta_strerror(err),
-                 detail);
+        snprintf(msg, sizeof msg, "%s %s: %s (%s)", x->method, url, manta_strerror(err), detail);
 
     if (kind && (x->retry_on & kind) && x->attempts <= x->max_retries) {
         c->stats.retries++;
