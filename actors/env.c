@@ -41,7 +41,7 @@ typedef struct env_state {
     int n_tools;
     int draining;
     int in_flight;
-    uint64_t calls, ok, errors, unknown_tool, by_kind[MCP_ERR_COUNT];
+    uint64_t calls, ok, errors, unknown_tool, by_kind[MANTA_ERR_COUNT];
 } env_state;
 
 typedef struct pending_call {
@@ -121,16 +121,16 @@ static void on_tool(const mcp_result *r, void *arg)
     pending_call *p = arg;
     env_state *s = p->s;
     s->in_flight--;
-    if (r->err == MCP_OK) {
+    if (r->err == MANTA_OK) {
         s->ok++;
         reply_obs(p->req, 1, r->text ? r->text : "", "OK");
     } else {
         s->errors++;
-        s->by_kind[r->err]++;
+        s->by_kind[manta_err_index(r->err)]++;
         char obs[96];
         /* a short observation: the policy reads it as bytes */
-        snprintf(obs, sizeof obs, "error: %s", mcp_errname(r->err));
-        reply_obs(p->req, 0, obs, mcp_errname(r->err));
+        snprintf(obs, sizeof obs, "error: %s", manta_errname(r->err));
+        reply_obs(p->req, 0, obs, manta_errname(r->err));
     }
     free(p);
 }
@@ -182,8 +182,8 @@ static int env_call(manta_req *req, void *state, const void *arg, size_t len)
     cJSON_Delete(a);
     if (rc) {
         s->errors++;
-        s->by_kind[rc < MCP_ERR_COUNT ? rc : MCP_EINVAL]++;
-        reply_obs(p->req, 0, "error: EINVAL", mcp_errname(rc));
+        s->by_kind[manta_err_index(rc) > 0 ? manta_err_index(rc) : manta_err_index(MANTA_EINVAL)]++;
+        reply_obs(p->req, 0, "error: EINVAL", manta_errname(rc));
         free(p);
         return 0;
     }
@@ -208,14 +208,14 @@ static int env_stats(manta_req *req, void *state, const void *arg, size_t len)
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 5 + MCP_ERR_COUNT - 1);
+    msgpack_pack_map(&pk, 5 + MANTA_ERR_COUNT - 1);
     rl_pack_kv_int(&pk, "calls", (int64_t)s->calls);
     rl_pack_kv_int(&pk, "ok", (int64_t)s->ok);
     rl_pack_kv_int(&pk, "errors", (int64_t)s->errors);
     rl_pack_kv_int(&pk, "unknown_tool", (int64_t)s->unknown_tool);
     rl_pack_kv_int(&pk, "in_flight", s->in_flight);
-    for (int k = 1; k < MCP_ERR_COUNT; k++)
-        rl_pack_kv_int(&pk, mcp_errname(k), (int64_t)s->by_kind[k]);
+    for (int k = 1; k < MANTA_ERR_COUNT; k++)
+        rl_pack_kv_int(&pk, manta_errname(-k), (int64_t)s->by_kind[k]);
     manta_reply(req, sb.data, sb.size);
     msgpack_sbuffer_destroy(&sb);
     return 0;

@@ -25,30 +25,6 @@
 #include <strings.h>
 #include <time.h>
 
-static const char *const err_text[] = {
-#define ERR_TEXT(name, text) text,
-    MCP_ERR_MAP(ERR_TEXT)
-#undef ERR_TEXT
-};
-
-static const char *const err_name[] = {
-#define ERR_NAME(name, text) #name,
-    MCP_ERR_MAP(ERR_NAME)
-#undef ERR_NAME
-};
-
-const char *mcp_strerror(int err)
-{
-    if (err < 0 || err >= MCP_ERR_COUNT) return "unknown error";
-    return err_text[err];
-}
-
-const char *mcp_errname(int err)
-{
-    if (err < 0 || err >= MCP_ERR_COUNT) return "?";
-    return err_name[err];
-}
-
 /* A tools/list that keeps handing out cursors is cut off here. */
 #define MAX_LIST_PAGES 100
 
@@ -189,10 +165,10 @@ static void req_complete(mcp_client *m, mcp_req *r, mcp_result *res)
     if (user_kind(r->kind)) {
         m->n_user--;
         m->stats.completed++;
-        if (res->err == MCP_OK)
+        if (res->err == MANTA_OK)
             m->stats.ok++;
         else
-            m->stats.errors[res->err]++;
+            m->stats.errors[manta_err_index(res->err)]++;
         if (r->cb) {
             m->depth++;
             r->cb(res, r->arg);
@@ -202,7 +178,7 @@ static void req_complete(mcp_client *m, mcp_req *r, mcp_result *res)
     req_free(r);
 }
 
-static void req_fail(mcp_client *m, mcp_req *r, mcp_err err, long status, const char *msg)
+static void req_fail(mcp_client *m, mcp_req *r, int err, long status, const char *msg)
 {
     mcp_result res;
     memset(&res, 0, sizeof res);
@@ -213,7 +189,7 @@ static void req_fail(mcp_client *m, mcp_req *r, mcp_err err, long status, const 
 }
 
 /* Ends every queued request with err (after a failed handshake, or on free). */
-static void fail_queue(mcp_client *m, mcp_err err, const char *msg)
+static void fail_queue(mcp_client *m, int err, const char *msg)
 {
     while (m->queued) {
         mcp_req *r = m->queued;
@@ -256,12 +232,12 @@ static char *fmt_header(const char *name, const char *value)
 }
 
 /* Posts r (a new JSON-RPC id unless it is a notification) and puts it on the
- * in-flight list. Returns MCP_OK, or an error with r untouched elsewhere. */
-static mcp_err req_send(mcp_client *m, mcp_req *r)
+ * in-flight list. Returns MANTA_OK, or an error with r untouched elsewhere. */
+static int req_send(mcp_client *m, mcp_req *r)
 {
     bool note = r->kind == K_NOTE_INIT;
     cJSON *o = cJSON_CreateObject();
-    if (!o) return MCP_ENOMEM;
+    if (!o) return MANTA_ENOMEM;
     int64_t id = note ? 0 : m->next_id++;
     bool ok = cJSON_AddStringToObject(o, "jsonrpc", "2.0") != NULL;
     if (!note) ok &= cJSON_AddNumberToObject(o, "id", (double)id) != NULL;
@@ -272,7 +248,7 @@ static mcp_err req_send(mcp_client *m, mcp_req *r)
     }
     char *body = ok ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
-    if (!body) return MCP_ENOMEM;
+    if (!body) return MANTA_ENOMEM;
 
     /* Content-Type, Accept, session, protocol version, then the user's. */
     size_t nh = 0;
@@ -280,7 +256,7 @@ static mcp_err req_send(mcp_client *m, mcp_req *r)
     const char **hdrs = malloc((4 + m->n_headers) * sizeof *hdrs);
     if (!hdrs) {
         free(body);
-        return MCP_ENOMEM;
+        return MANTA_ENOMEM;
     }
     hdrs[nh++] = "Content-Type: application/json";
     hdrs[nh++] = "Accept: application/json, text/event-stream";
@@ -300,7 +276,7 @@ static mcp_err req_send(mcp_client *m, mcp_req *r)
         free(own[1]);
         free(hdrs);
         free(body);
-        return MCP_ENOMEM;
+        return MANTA_ENOMEM;
     }
     for (size_t i = 0; i < m->n_headers; i++) hdrs[nh++] = m->headers[i];
 
@@ -331,13 +307,13 @@ static mcp_err req_send(mcp_client *m, mcp_req *r)
     free(own[1]);
     free(hdrs);
     free(body);
-    if (rc != 0) return rc == MANTA_HTTP_ENOMEM ? MCP_ENOMEM : MCP_EINVAL;
+    if (rc != 0) return rc == MANTA_ENOMEM ? MANTA_ENOMEM : MANTA_EINVAL;
     r->id = id;
     r->session_gen = m->gen;
     r->with_session = r->kind != K_INIT && m->session_id != NULL;
     req_link(&m->inflight, r);
     m->stats.requests++;
-    return MCP_OK;
+    return MANTA_OK;
 }
 
 static mcp_req *req_new(mcp_client *m, enum req_kind kind, const char *method, cJSON *params,
@@ -375,8 +351,8 @@ static void start_handshake(mcp_client *m)
     cJSON_Delete(info);
     mcp_req *r = ok ? req_new(m, K_INIT, "initialize", p, NULL, NULL) : NULL;
     if (!ok) cJSON_Delete(p);
-    mcp_err err = r ? req_send(m, r) : MCP_ENOMEM;
-    if (err != MCP_OK) {
+    int err = r ? req_send(m, r) : MANTA_ENOMEM;
+    if (err != MANTA_OK) {
         req_free(r);
         m->state = S_NEW;
         fail_queue(m, err, "initialize: could not send the request");
@@ -384,39 +360,22 @@ static void start_handshake(mcp_client *m)
 }
 
 /* Sends r now if the client is ready, else queues it (starting the handshake
- * when none runs). Returns MCP_OK or the error of a failed send. */
-static mcp_err req_dispatch(mcp_client *m, mcp_req *r)
+ * when none runs). Returns MANTA_OK or the error of a failed send. */
+static int req_dispatch(mcp_client *m, mcp_req *r)
 {
     if (m->state == S_READY && r->kind != K_INIT_WAITER) return req_send(m, r);
     req_append(&m->queued, r);
     if (m->state == S_NEW) start_handshake(m);
-    return MCP_OK;
+    return MANTA_OK;
 }
 
 /* ---- answers ----------------------------------------------------------- */
 
-static mcp_err map_http_err(manta_http_err e)
+/* The HTTP client's codes are already the runtime's; only a cancel, which
+ * this client makes only while closing, reads as closed. */
+static int map_http_err(int e)
 {
-    switch (e) {
-    case MANTA_HTTP_OK:
-        return MCP_OK;
-    case MANTA_HTTP_ETIMEDOUT:
-        return MCP_ETIMEOUT;
-    case MANTA_HTTP_EREFUSED:
-    case MANTA_HTTP_ERESOLVE:
-        return MCP_ECONNECT;
-    case MANTA_HTTP_ETOOLARGE:
-        return MCP_ETOOLARGE;
-    case MANTA_HTTP_ECANCELED:
-    case MANTA_HTTP_ECLOSED:
-        return MCP_ECLOSED;
-    case MANTA_HTTP_ENOMEM:
-        return MCP_ENOMEM;
-    case MANTA_HTTP_EINVAL:
-        return MCP_EINVAL;
-    default:
-        return MCP_ETRANSPORT;
-    }
+    return e == MANTA_ECANCELED ? MANTA_ECLOSED : e;
 }
 
 /* Copies up to max bytes of s into out as printable text, for messages. */
@@ -560,7 +519,7 @@ static int on_body(const char *content_type, const char *body, size_t len, void 
     return 1;
 }
 
-static void handshake_failed(mcp_client *m, mcp_err err, const char *why)
+static void handshake_failed(mcp_client *m, int err, const char *why)
 {
     char msg[768];
     snprintf(msg, sizeof msg, "initialize failed: %s", why);
@@ -585,8 +544,8 @@ static void handshake_done(mcp_client *m)
             req_complete(m, r, &res);
             continue;
         }
-        mcp_err err = req_send(m, r);
-        if (err != MCP_OK) req_fail(m, r, err, 0, "could not send the request");
+        int err = req_send(m, r);
+        if (err != MANTA_OK) req_fail(m, r, err, 0, "could not send the request");
     }
 }
 
@@ -601,7 +560,7 @@ static void on_init_result(mcp_client *m, const manta_http_result *hres, cJSON *
         char msg[256];
         snprintf(msg, sizeof msg, "the server chose protocol version %s, which this client lacks",
                  cJSON_IsString(v) ? v->valuestring : "(none)");
-        handshake_failed(m, MCP_EPROTO, msg);
+        handshake_failed(m, MANTA_EPROTO, msg);
         return;
     }
     /* A session id must be visible ASCII (0x21..0x7E) by the spec; anything
@@ -609,7 +568,7 @@ static void on_init_result(mcp_client *m, const manta_http_result *hres, cJSON *
     const char *sid = manta_http_header_get(hres, "Mcp-Session-Id");
     for (const char *p = sid; p && *p; p++)
         if ((unsigned char)*p < 0x21 || (unsigned char)*p > 0x7e) {
-            handshake_failed(m, MCP_EPROTO, "the Mcp-Session-Id header has invalid characters");
+            handshake_failed(m, MANTA_EPROTO, "the Mcp-Session-Id header has invalid characters");
             return;
         }
     char *nsid = xstrdup(sid && *sid ? sid : NULL);
@@ -619,7 +578,7 @@ static void on_init_result(mcp_client *m, const manta_http_result *hres, cJSON *
         free(nsid);
         free(nver);
         cJSON_Delete(dup);
-        handshake_failed(m, MCP_ENOMEM, "out of memory");
+        handshake_failed(m, MANTA_ENOMEM, "out of memory");
         return;
     }
     free(m->session_id);
@@ -630,8 +589,8 @@ static void on_init_result(mcp_client *m, const manta_http_result *hres, cJSON *
     m->init_result = dup;
 
     mcp_req *note = req_new(m, K_NOTE_INIT, "notifications/initialized", NULL, NULL, NULL);
-    mcp_err err = note ? req_send(m, note) : MCP_ENOMEM;
-    if (err != MCP_OK) {
+    int err = note ? req_send(m, note) : MANTA_ENOMEM;
+    if (err != MANTA_OK) {
         req_free(note);
         handshake_failed(m, err, "could not send notifications/initialized");
     }
@@ -674,11 +633,11 @@ static void on_list_result(mcp_client *m, mcp_req *r, long status, cJSON *result
 {
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(result, "tools");
     if (!cJSON_IsArray(tools)) {
-        req_fail(m, r, MCP_EPROTO, status, "tools/list: the result has no \"tools\" array");
+        req_fail(m, r, MANTA_EPROTO, status, "tools/list: the result has no \"tools\" array");
         return;
     }
     if (!r->acc && !(r->acc = cJSON_CreateArray())) {
-        req_fail(m, r, MCP_ENOMEM, status, "tools/list: out of memory");
+        req_fail(m, r, MANTA_ENOMEM, status, "tools/list: out of memory");
         return;
     }
     const cJSON *t;
@@ -687,24 +646,25 @@ static void on_list_result(mcp_client *m, mcp_req *r, long status, cJSON *result
         cJSON *d = cJSON_Duplicate(t, 1);
         if (!d || !cJSON_AddItemToArray(r->acc, d)) {
             cJSON_Delete(d);
-            req_fail(m, r, MCP_ENOMEM, status, "tools/list: out of memory");
+            req_fail(m, r, MANTA_ENOMEM, status, "tools/list: out of memory");
             return;
         }
     }
     const cJSON *cursor = cJSON_GetObjectItemCaseSensitive(result, "nextCursor");
     if (cJSON_IsString(cursor) && cursor->valuestring[0]) {
         if (++r->pages >= MAX_LIST_PAGES) {
-            req_fail(m, r, MCP_EPROTO, status, "tools/list: more than 100 pages");
+            req_fail(m, r, MANTA_EPROTO, status, "tools/list: more than 100 pages");
             return;
         }
         cJSON_Delete(r->params);
         r->params = cJSON_CreateObject();
         if (!r->params || !cJSON_AddStringToObject(r->params, "cursor", cursor->valuestring)) {
-            req_fail(m, r, MCP_ENOMEM, status, "tools/list: out of memory");
+            req_fail(m, r, MANTA_ENOMEM, status, "tools/list: out of memory");
             return;
         }
-        mcp_err err = req_dispatch(m, r);
-        if (err != MCP_OK) req_fail(m, r, err, status, "tools/list: could not send the next page");
+        int err = req_dispatch(m, r);
+        if (err != MANTA_OK)
+            req_fail(m, r, err, status, "tools/list: could not send the next page");
         return;
     }
     cJSON *wrap = cJSON_CreateObject();
@@ -712,7 +672,7 @@ static void on_list_result(mcp_client *m, mcp_req *r, long status, cJSON *result
     if (!wrap || !copy) {
         cJSON_Delete(wrap);
         cJSON_Delete(copy);
-        req_fail(m, r, MCP_ENOMEM, status, "tools/list: out of memory");
+        req_fail(m, r, MANTA_ENOMEM, status, "tools/list: out of memory");
         return;
     }
     cJSON_AddItemToObject(wrap, "tools", r->acc);
@@ -731,12 +691,12 @@ static void on_call_result(mcp_client *m, mcp_req *r, long status, cJSON *result
 {
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(result, "content");
     if (content && !cJSON_IsArray(content)) {
-        req_fail(m, r, MCP_EPROTO, status, "tools/call: \"content\" is not an array");
+        req_fail(m, r, MANTA_EPROTO, status, "tools/call: \"content\" is not an array");
         return;
     }
     char *text = join_text(result);
     if (!text) {
-        req_fail(m, r, MCP_ENOMEM, status, "tools/call: out of memory");
+        req_fail(m, r, MANTA_ENOMEM, status, "tools/call: out of memory");
         return;
     }
     mcp_result res;
@@ -745,7 +705,7 @@ static void on_call_result(mcp_client *m, mcp_req *r, long status, cJSON *result
     res.result = result;
     res.text = text;
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(result, "isError"))) {
-        res.err = MCP_ETOOL;
+        res.err = MANTA_ETOOL;
         res.message = text[0] ? text : "the tool reported an error without text";
     }
     req_complete(m, r, &res);
@@ -756,7 +716,7 @@ static void on_call_result(mcp_client *m, mcp_req *r, long status, cJSON *result
 static void on_session_lost(mcp_client *m, mcp_req *r, long status)
 {
     if (r->resent) {
-        req_fail(m, r, MCP_ESESSION, status,
+        req_fail(m, r, MANTA_ESESSION, status,
                  "the server lost the session again right after a new handshake");
         return;
     }
@@ -768,8 +728,8 @@ static void on_session_lost(mcp_client *m, mcp_req *r, long status)
         m->session_id = NULL;
         m->state = S_NEW;
     }
-    mcp_err err = req_dispatch(m, r);
-    if (err != MCP_OK) req_fail(m, r, err, status, "could not send the request again");
+    int err = req_dispatch(m, r);
+    if (err != MANTA_OK) req_fail(m, r, err, status, "could not send the request again");
 }
 
 static void handle_answer(mcp_client *m, mcp_req *r, const manta_http_result *hres)
@@ -778,8 +738,8 @@ static void handle_answer(mcp_client *m, mcp_req *r, const manta_http_result *hr
     char snip[256];
     long status = hres->status;
 
-    if (hres->err != MANTA_HTTP_OK) {
-        mcp_err err = map_http_err(hres->err);
+    if (hres->err != MANTA_OK) {
+        int err = map_http_err(hres->err);
         snprintf(msg, sizeof msg, "%s: %s", r->method, hres->message);
         if (r->kind == K_INIT || r->kind == K_NOTE_INIT) {
             req_free(r);
@@ -799,9 +759,9 @@ static void handle_answer(mcp_client *m, mcp_req *r, const manta_http_result *hr
                  snip[0] ? ": " : "", snip);
         if (r->kind == K_INIT || r->kind == K_NOTE_INIT) {
             req_free(r);
-            handshake_failed(m, MCP_EHTTP, msg);
+            handshake_failed(m, MANTA_EHTTP, msg);
         } else {
-            req_fail(m, r, MCP_EHTTP, status, msg);
+            req_fail(m, r, MANTA_EHTTP, status, msg);
         }
         return;
     }
@@ -811,7 +771,7 @@ static void handle_answer(mcp_client *m, mcp_req *r, const manta_http_result *hr
         return;
     }
 
-    mcp_err err = MCP_OK;
+    int err = MANTA_OK;
     cJSON *doc = NULL;        /* what was parsed (owned) */
     const cJSON *resp = NULL; /* the JSON-RPC response inside it */
     msg[0] = '\0';
@@ -819,7 +779,7 @@ static void handle_answer(mcp_client *m, mcp_req *r, const manta_http_result *hr
         m->stats.json_answers++;
         doc = cJSON_ParseWithLength(hres->body, hres->body_len);
         if (!doc) {
-            err = MCP_EJSON;
+            err = MANTA_EJSON;
             snippet(snip, sizeof snip, hres->body, hres->body_len, 120);
             snprintf(msg, sizeof msg, "%s: the answer is not valid JSON (%zu bytes): %s", r->method,
                      hres->body_len, snip);
@@ -844,7 +804,7 @@ static void handle_answer(mcp_client *m, mcp_req *r, const manta_http_result *hr
         m->stats.sse_events_skipped += skipped;
         resp = doc;
         if (!doc) {
-            err = bad ? MCP_EJSON : MCP_EPROTO;
+            err = bad ? MANTA_EJSON : MANTA_EPROTO;
             snprintf(msg, sizeof msg,
                      "%s: the SSE stream ended without a response to id %lld (%llu other "
                      "events%s)",
@@ -852,7 +812,7 @@ static void handle_answer(mcp_client *m, mcp_req *r, const manta_http_result *hr
                      bad ? ", some not valid JSON" : "");
         }
     } else {
-        err = MCP_EPROTO;
+        err = MANTA_EPROTO;
         snprintf(msg, sizeof msg,
                  "%s: unexpected Content-Type \"%s\" (want application/json or "
                  "text/event-stream)",
@@ -860,28 +820,28 @@ static void handle_answer(mcp_client *m, mcp_req *r, const manta_http_result *hr
     }
 
     const cJSON *result = NULL;
-    if (err == MCP_OK) {
+    if (err == MANTA_OK) {
         const cJSON *ver = cJSON_GetObjectItemCaseSensitive(resp, "jsonrpc");
         const cJSON *rerr = cJSON_GetObjectItemCaseSensitive(resp, "error");
         result = cJSON_GetObjectItemCaseSensitive(resp, "result");
         if (!cJSON_IsObject(resp) || !cJSON_IsString(ver) || strcmp(ver->valuestring, "2.0") != 0) {
-            err = MCP_EPROTO;
+            err = MANTA_EPROTO;
             snprintf(msg, sizeof msg, "%s: the answer is not a JSON-RPC 2.0 response", r->method);
         } else if (!id_matches(resp, r->id)) {
-            err = MCP_EPROTO;
+            err = MANTA_EPROTO;
             snprintf(msg, sizeof msg, "%s: the response id does not match the request id %lld",
                      r->method, (long long)r->id);
         } else if (rerr) {
             const cJSON *code = cJSON_GetObjectItemCaseSensitive(rerr, "code");
             const cJSON *text = cJSON_GetObjectItemCaseSensitive(rerr, "message");
-            err = MCP_ERPC;
+            err = MANTA_ERPC;
             snprintf(msg, sizeof msg, "%s: JSON-RPC error %d: %s", r->method,
                      cJSON_IsNumber(code) ? code->valueint : 0,
                      cJSON_IsString(text) ? text->valuestring : "(no message)");
             if (r->kind != K_INIT) {
                 mcp_result res;
                 memset(&res, 0, sizeof res);
-                res.err = MCP_ERPC;
+                res.err = MANTA_ERPC;
                 res.http_status = status;
                 res.rpc_code = cJSON_IsNumber(code) ? code->valueint : 0;
                 res.message = msg;
@@ -890,11 +850,11 @@ static void handle_answer(mcp_client *m, mcp_req *r, const manta_http_result *hr
                 return;
             }
         } else if (!cJSON_IsObject(result)) {
-            err = MCP_EPROTO;
+            err = MANTA_EPROTO;
             snprintf(msg, sizeof msg, "%s: the response has no result object", r->method);
         }
     }
-    if (err != MCP_OK) {
+    if (err != MANTA_OK) {
         if (r->kind == K_INIT) {
             req_free(r);
             handshake_failed(m, err, msg);
@@ -988,7 +948,7 @@ void mcp_free(mcp_client *m)
     if (!m || m->dying) return;
     m->dying = true;
     m->depth++; /* callbacks below may call mcp_free again: a no-op now */
-    fail_queue(m, MCP_ECLOSED, "the MCP client was closed");
+    fail_queue(m, MANTA_ECLOSED, "the MCP client was closed");
     while (m->inflight) {
         mcp_req *r = m->inflight;
         req_unlink(&m->inflight, r);
@@ -997,13 +957,13 @@ void mcp_free(mcp_client *m)
         if (user_kind(r->kind)) {
             mcp_result res;
             memset(&res, 0, sizeof res);
-            res.err = MCP_ECLOSED;
+            res.err = MANTA_ECLOSED;
             res.message = "the MCP client was closed";
             res.rpc_id = r->id;
             res.elapsed_ms = now_ms() - r->start_ms;
             m->n_user--;
             m->stats.completed++;
-            m->stats.errors[MCP_ECLOSED]++;
+            m->stats.errors[manta_err_index(MANTA_ECLOSED)]++;
             if (r->cb) r->cb(&res, r->arg);
         }
         /* The HTTP callback frees the orphan inside cancel. */
@@ -1030,28 +990,28 @@ void mcp_free(mcp_client *m)
 
 int mcp_initialize(mcp_client *m, mcp_done_fn cb, void *arg)
 {
-    if (!m) return MCP_EINVAL;
-    if (m->dying) return MCP_ECLOSED;
+    if (!m) return MANTA_EINVAL;
+    if (m->dying) return MANTA_ECLOSED;
     mcp_req *r = req_new(m, K_INIT_WAITER, "initialize", NULL, cb, arg);
-    if (!r) return MCP_ENOMEM;
+    if (!r) return MANTA_ENOMEM;
     m->n_user++;
     req_append(&m->queued, r);
     m->depth++; /* a failed start fires callbacks, which may free m */
     if (m->state != S_INIT) start_handshake(m);
     leave(m);
-    return MCP_OK;
+    return MANTA_OK;
 }
 
 int mcp_list_tools(mcp_client *m, mcp_done_fn cb, void *arg)
 {
-    if (!m) return MCP_EINVAL;
-    if (m->dying) return MCP_ECLOSED;
+    if (!m) return MANTA_EINVAL;
+    if (m->dying) return MANTA_ECLOSED;
     mcp_req *r = req_new(m, K_LIST, "tools/list", NULL, cb, arg);
-    if (!r) return MCP_ENOMEM;
+    if (!r) return MANTA_ENOMEM;
     m->n_user++;
     m->depth++;
-    mcp_err err = req_dispatch(m, r);
-    if (err != MCP_OK) {
+    int err = req_dispatch(m, r);
+    if (err != MANTA_OK) {
         m->n_user--;
         req_free(r);
     }
@@ -1062,23 +1022,23 @@ int mcp_list_tools(mcp_client *m, mcp_done_fn cb, void *arg)
 int mcp_call_tool(mcp_client *m, const char *name, const cJSON *arguments, mcp_done_fn cb,
                   void *arg)
 {
-    if (!m || !name || (arguments && !cJSON_IsObject(arguments))) return MCP_EINVAL;
-    if (m->dying) return MCP_ECLOSED;
+    if (!m || !name || (arguments && !cJSON_IsObject(arguments))) return MANTA_EINVAL;
+    if (m->dying) return MANTA_ECLOSED;
     cJSON *p = cJSON_CreateObject();
     cJSON *a = arguments ? cJSON_Duplicate(arguments, 1) : cJSON_CreateObject();
     if (!p || !a || !cJSON_AddStringToObject(p, "name", name) ||
         !cJSON_AddItemToObject(p, "arguments", a)) {
         cJSON_Delete(p);
         cJSON_Delete(a);
-        return MCP_ENOMEM;
+        return MANTA_ENOMEM;
     }
     mcp_req *r = req_new(m, K_CALL, "tools/call", p, cb, arg);
-    if (!r) return MCP_ENOMEM;
+    if (!r) return MANTA_ENOMEM;
     m->n_user++;
     m->stats.calls++;
     m->depth++;
-    mcp_err err = req_dispatch(m, r);
-    if (err != MCP_OK) {
+    int err = req_dispatch(m, r);
+    if (err != MANTA_OK) {
         m->n_user--;
         m->stats.calls--;
         req_free(r);
@@ -1094,7 +1054,7 @@ int mcp_call_tool_json(mcp_client *m, const char *name, const char *arguments_js
     cJSON *a = cJSON_Parse(arguments_json);
     if (!cJSON_IsObject(a)) {
         cJSON_Delete(a);
-        return MCP_EINVAL;
+        return MANTA_EINVAL;
     }
     int rc = mcp_call_tool(m, name, a, cb, arg);
     cJSON_Delete(a);

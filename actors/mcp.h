@@ -16,11 +16,12 @@
  * for it (the first call starts it). If the server forgets the session (404),
  * the client runs the handshake again and sends the request once more.
  *
- * Every callback fires exactly once per accepted request, with MCP_OK or an
- * error kind and a message saying what went wrong: timeout, refused
- * connection, non-2xx status, JSON-RPC error object, invalid JSON, a missing
- * or mismatched response, a tool result with isError: true. Every failure is
- * counted by kind. Timeouts bound every request, so nothing waits forever.
+ * Every callback fires exactly once per accepted request, with 0 or a
+ * negative MANTA_E* code from the runtime's one table (manta.h) and a
+ * message saying what went wrong: timeout, refused connection, non-2xx
+ * status, JSON-RPC error object, invalid JSON, a missing or mismatched
+ * response, a tool result with isError: true. Every failure is counted by
+ * code. Timeouts bound every request, so nothing waits forever.
  *
  * Threading: the client is driven by its manta_http_client (manta_http_step
  * or an event loop calling manta_http_on_fd); callbacks run there. Use a
@@ -49,33 +50,24 @@ extern "C" {
         "2025-11-25", "2025-06-18", "2025-03-26"                                                   \
     }
 
-/* Error kinds, one table: X(name, text). */
-#define MCP_ERR_MAP(X)                                                                             \
-    X(OK, "ok")                                                                                    \
-    X(ETIMEOUT, "timed out")                                                                       \
-    X(ECONNECT, "could not connect")                                                               \
-    X(EHTTP, "HTTP error status")                                                                  \
-    X(ERPC, "JSON-RPC error")                                                                      \
-    X(EJSON, "invalid JSON")                                                                       \
-    X(EPROTO, "not a valid MCP answer")                                                            \
-    X(ETOOL, "the tool reported an error")                                                         \
-    X(ETOOLARGE, "answer over the size limit")                                                     \
-    X(ETRANSPORT, "transfer failed")                                                               \
-    X(ESESSION, "session lost")                                                                    \
-    X(ECLOSED, "client closed")                                                                    \
-    X(EINVAL, "invalid argument")                                                                  \
-    X(ENOMEM, "out of memory")
-
-typedef enum mcp_err {
-#define MCP_ERR_ENUM(name, text) MCP_##name,
-    MCP_ERR_MAP(MCP_ERR_ENUM)
-#undef MCP_ERR_ENUM
-        MCP_ERR_COUNT
-} mcp_err;
-
-/* Static, never-NULL description / short name ("ETIMEOUT") of err. */
-const char *mcp_strerror(int err);
-const char *mcp_errname(int err);
+/* Errors: 0 or a MANTA_E* code (manta.h; manta_strerror, manta_errname).
+ * A callback reports one of these:
+ *   MANTA_ETIMEDOUT  no complete answer within timeout_ms (or no connection
+ *                    within connect_timeout_ms)
+ *   MANTA_ECONNECT   refused or unreachable, after connect_retries retries
+ *   MANTA_ERESOLVE   the host name did not resolve, after the retries
+ *   MANTA_ETLS       TLS handshake or certificate check failed
+ *   MANTA_EHTTP      a status outside 2xx (http_status says which)
+ *   MANTA_ERPC       a JSON-RPC error object (rpc_code says which)
+ *   MANTA_EJSON      the body, or an SSE event's data, is not JSON
+ *   MANTA_EPROTO     not a valid MCP answer (Content-Type, JSON-RPC version,
+ *                    id, an SSE stream without our response, protocol version)
+ *   MANTA_ETOOL      the tool result has isError: true
+ *   MANTA_EMSGSIZE   the answer is over max_body
+ *   MANTA_ETRANSFER  the connection broke mid-answer
+ *   MANTA_ESESSION   the server forgot the session twice
+ *   MANTA_ECLOSED    the client was freed first
+ *   MANTA_EINVAL, MANTA_ENOMEM */
 
 /* Client settings. Fill with mcp_config_init, then set url and the rest. */
 typedef struct mcp_config {
@@ -97,16 +89,16 @@ void mcp_config_init(mcp_config *cfg);
 /* What a callback gets. Pointers are owned by the client and valid only
  * during the callback. */
 typedef struct mcp_result {
-    mcp_err err;
+    int err;             /* 0 or a MANTA_E* code */
     const char *message; /* never NULL: "" when OK, else what went wrong */
     /* tools/call: the "text" items of result.content joined by "\n" ("" when
-     * none); set for MCP_OK and MCP_ETOOL, NULL otherwise. */
+     * none); set for MANTA_OK and MANTA_ETOOL, NULL otherwise. */
     const char *text;
-    /* The JSON-RPC "result" member (MCP_OK, MCP_ETOOL), else NULL. For
+    /* The JSON-RPC "result" member (MANTA_OK, MANTA_ETOOL), else NULL. For
      * tools/list it is {"tools": [...]} with every page merged. */
     const cJSON *result;
     long http_status; /* of the answer, 0 when none arrived */
-    int rpc_code;     /* the JSON-RPC error code for MCP_ERPC, else 0 */
+    int rpc_code;     /* the JSON-RPC error code for MANTA_ERPC, else 0 */
     int64_t rpc_id;   /* the JSON-RPC id of the request */
     double elapsed_ms;
 } mcp_result;
@@ -119,12 +111,12 @@ typedef struct mcp_stats {
     uint64_t calls;     /* tools/call accepted */
     uint64_t completed; /* callbacks fired */
     uint64_t ok;
-    uint64_t errors[MCP_ERR_COUNT]; /* callbacks fired with that error */
-    uint64_t json_answers;          /* answers as application/json */
-    uint64_t sse_answers;           /* answers as text/event-stream */
-    uint64_t sse_events_skipped;    /* SSE events that were not our response */
-    uint64_t handshakes;            /* initialize handshakes completed */
-    uint64_t session_resends;       /* requests sent again after a lost session */
+    uint64_t errors[MANTA_ERR_COUNT]; /* callbacks fired, by manta_err_index(err) */
+    uint64_t json_answers;            /* answers as application/json */
+    uint64_t sse_answers;             /* answers as text/event-stream */
+    uint64_t sse_events_skipped;      /* SSE events that were not our response */
+    uint64_t handshakes;              /* initialize handshakes completed */
+    uint64_t session_resends;         /* requests sent again after a lost session */
 } mcp_stats;
 
 typedef struct mcp_client mcp_client;
@@ -135,7 +127,7 @@ typedef struct mcp_client mcp_client;
 mcp_client *mcp_new(manta_http_client *http, const mcp_config *cfg);
 
 /* Frees the client. Pending requests end first: their callbacks fire inside
- * this call with MCP_ECLOSED. If a session is open, a DELETE ending it is
+ * this call with MANTA_ECLOSED. If a session is open, a DELETE ending it is
  * sent without waiting for the answer (the HTTP client completes it later).
  * May be called from a callback of this client. mcp_free(NULL) is a no-op. */
 void mcp_free(mcp_client *m);
@@ -143,21 +135,21 @@ void mcp_free(mcp_client *m);
 /* Runs the handshake now (it also runs on its own before the first call).
  * cb (may be NULL) fires once the server has accepted
  * notifications/initialized; res->result is the initialize result. If the
- * client is already initialized, cb fires at the next drive with MCP_OK.
- * Returns 0, or MCP_EINVAL / MCP_ENOMEM / MCP_ECLOSED (cb never fires). */
+ * client is already initialized, cb fires at the next drive with MANTA_OK.
+ * Returns 0, or MANTA_EINVAL / MANTA_ENOMEM / MANTA_ECLOSED (cb never fires). */
 int mcp_initialize(mcp_client *m, mcp_done_fn cb, void *arg);
 
 /* tools/list, following nextCursor pages. Returns 0 or an error as above. */
 int mcp_list_tools(mcp_client *m, mcp_done_fn cb, void *arg);
 
 /* tools/call {name, arguments}. arguments is copied (NULL: {}); it must be
- * a JSON object. Returns 0 (cb fires exactly once) or MCP_EINVAL,
- * MCP_ENOMEM, MCP_ECLOSED (cb never fires). */
+ * a JSON object. Returns 0 (cb fires exactly once) or MANTA_EINVAL,
+ * MANTA_ENOMEM, MANTA_ECLOSED (cb never fires). */
 int mcp_call_tool(mcp_client *m, const char *name, const cJSON *arguments, mcp_done_fn cb,
                   void *arg);
 
 /* The same with arguments as JSON text ("{\"expression\":\"1+2\"}"); returns
- * MCP_EINVAL when it is not a JSON object. */
+ * MANTA_EINVAL when it is not a JSON object. */
 int mcp_call_tool_json(mcp_client *m, const char *name, const char *arguments_json, mcp_done_fn cb,
                        void *arg);
 

@@ -119,7 +119,7 @@ static void on_http(const manta_http_result *res, void *arg)
     http_pending *p = arg;
     float r = 0;
     int ok = 0;
-    if (res->err == MANTA_HTTP_OK && res->status / 100 == 2) {
+    if (res->err == MANTA_OK && res->status / 100 == 2) {
         cJSON *j = cJSON_ParseWithLength(res->body, res->body_len);
         const cJSON *v = j ? cJSON_GetObjectItemCaseSensitive(j, "reward") : NULL;
         if (cJSON_IsNumber(v)) r = (float)v->valuedouble, ok = 1;

@@ -72,14 +72,15 @@ struct manta_coll_group {
 
 /* ---- errors and helpers ---- */
 
-int manta_coll_fail(int code, const char *fmt, ...)
+int manta_coll_fail(const manta_coll_group *g, int code, const char *fmt, ...)
 {
     char buf[480];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    return mn_fail(code, "%s", buf);
+    if (!g) return mn_fail(code, "%s", buf);
+    return mn_fail(code, "group '%s' rank %d: %s", g->name, g->rank, buf);
 }
 
 int64_t manta_coll_now_ms(void)
@@ -204,7 +205,7 @@ uint32_t manta_crc32c(uint32_t crc, const void *data, size_t len)
 int manta_coll_put(manta_coll_group *g, const char *field, const void *val, size_t len)
 {
     redisReply *r = mn_redis(g->m, "HSET %s %s %b", g->key, field, val, len);
-    if (!r) return mn_fail(MANTA_EREDIS, "group '%s': %s", g->name, manta_last_error());
+    if (!r) return manta_coll_fail(g, MANTA_EREDIS, "%s", manta_last_error());
     freeReplyObject(r);
     return 0;
 }
@@ -214,12 +215,12 @@ int manta_coll_get(manta_coll_group *g, const char *field, void *out, size_t len
     int step = 1;
     for (;;) {
         redisReply *r = mn_redis(g->m, "HGET %s %s", g->key, field);
-        if (!r) return mn_fail(MANTA_EREDIS, "group '%s': %s", g->name, manta_last_error());
+        if (!r) return manta_coll_fail(g, MANTA_EREDIS, "%s", manta_last_error());
         if (r->type == REDIS_REPLY_STRING) {
             int rc = 0;
             if (r->len != len)
-                rc = mn_fail(MANTA_EPROTO, "group '%s': field %s has %zu bytes, expected %zu",
-                             g->name, field, (size_t)r->len, len);
+                rc = manta_coll_fail(g, MANTA_EPROTO, "field %s has %zu bytes, expected %zu", field,
+                                     (size_t)r->len, len);
             else
                 memcpy(out, r->str, len);
             freeReplyObject(r);
@@ -227,8 +228,7 @@ int manta_coll_get(manta_coll_group *g, const char *field, void *out, size_t len
         }
         freeReplyObject(r);
         if (mn_now_ms() >= deadline)
-            return mn_fail(MANTA_ETIMEDOUT, "group '%s': '%s' not published in time", g->name,
-                           field);
+            return manta_coll_fail(g, MANTA_ETIMEDOUT, "'%s' not published in time", field);
         backoff(&step);
     }
 }
@@ -240,11 +240,11 @@ static int wait_presence(manta_coll_group *g, int64_t deadline, int timeout_ms)
 {
     int step = 1, present = 0, rc = 0;
     char *seen = calloc((unsigned)g->world, 1);
-    if (!seen) return mn_fail(MANTA_ENOMEM, "group '%s': out of memory", g->name);
+    if (!seen) return manta_coll_fail(g, MANTA_ENOMEM, "out of memory");
     for (;;) {
         redisReply *r = mn_redis(g->m, "HGETALL %s", g->key);
         if (!r) {
-            rc = mn_fail(MANTA_EREDIS, "group '%s': %s", g->name, manta_last_error());
+            rc = manta_coll_fail(g, MANTA_EREDIS, "%s", manta_last_error());
             break;
         }
         for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
@@ -267,8 +267,8 @@ static int wait_presence(manta_coll_group *g, int64_t deadline, int timeout_ms)
                         (size_t)snprintf(list + n, sizeof list - n, "%s%d", missing ? ", " : "", k);
                 missing++;
             }
-            rc = mn_fail(MANTA_ETIMEDOUT, "group '%s': rank%s %s of %d did not join within %d ms",
-                         g->name, missing > 1 ? "s" : "", list, g->world, timeout_ms);
+            rc = manta_coll_fail(g, MANTA_ETIMEDOUT, "rank%s %s of %d did not join within %d ms",
+                                 missing > 1 ? "s" : "", list, g->world, timeout_ms);
             break;
         }
         backoff(&step);
@@ -320,13 +320,14 @@ int manta_coll_create(manta_ctx *m, const char *name, int world, int rank,
     if (!o) o = &none;
     if (!m || !name || !out || world < 1 || world > 4096 || rank < 0 || rank >= world)
         return mn_fail(MANTA_EINVAL,
-                       "manta_coll_create: need ctx, name, out and 0 <= rank (%d) "
-                       "< world (%d) <= 4096",
-                       rank, world);
+                       "group '%s' rank %d: manta_coll_create needs ctx, name, out and 0 <= "
+                       "rank < world (%d) <= 4096",
+                       name ? name : "(null)", rank, world);
     if (!valid_group_name(name))
-        return mn_fail(MANTA_EINVAL, "group name '%s': use 1..64 of [A-Za-z0-9._-]", name);
+        return mn_fail(MANTA_EINVAL, "group '%s' rank %d: bad name: use 1..64 of [A-Za-z0-9._-]",
+                       name, rank);
     manta_coll_group *g = calloc(1, sizeof *g);
-    if (!g) return mn_fail(MANTA_ENOMEM, "manta_coll_create: out of memory");
+    if (!g) return mn_fail(MANTA_ENOMEM, "group '%s' rank %d: out of memory", name, rank);
     g->m = m;
     snprintf(g->name, sizeof g->name, "%s", name);
     mn_key(m, g->key, sizeof g->key, "coll", name);
@@ -342,15 +343,15 @@ int manta_coll_create(manta_ctx *m, const char *name, int world, int rank,
     /* The world size is set by the first member; the others must agree. */
     int rc = 0;
     redisReply *r = mn_redis(m, "HSETNX %s world %d", g->key, world);
-    if (!r) rc = mn_fail(MANTA_EREDIS, "group '%s': %s", name, manta_last_error());
+    if (!r) rc = manta_coll_fail(g, MANTA_EREDIS, "%s", manta_last_error());
     freeReplyObject(r);
     if (rc == 0) {
         r = mn_redis(m, "HGET %s world", g->key);
         if (!r)
-            rc = mn_fail(MANTA_EREDIS, "group '%s': %s", name, manta_last_error());
+            rc = manta_coll_fail(g, MANTA_EREDIS, "%s", manta_last_error());
         else if (r->type == REDIS_REPLY_STRING && atoi(r->str) != world)
-            rc = mn_fail(MANTA_EINVAL, "group '%s': rank %d says world %d, another member said %s",
-                         name, rank, world, r->str);
+            rc = manta_coll_fail(g, MANTA_EINVAL, "this rank says world %d, another member said %s",
+                                 world, r->str);
         freeReplyObject(r);
     }
     char field[32], pid[24];
@@ -382,10 +383,10 @@ void manta_coll_free(manta_coll_group *g)
 
 static int enter(manta_coll_group *g, const char *op, int timeout_ms, int64_t *deadline)
 {
-    if (!g) return mn_fail(MANTA_EINVAL, "%s: no group", op);
+    if (!g) return mn_fail(MANTA_EINVAL, "%s: no group (NULL)", op);
     if (g->broken)
-        return mn_fail(MANTA_ECLOSED, "%s: group '%s' is broken by an earlier failure: free it", op,
-                       g->name);
+        return manta_coll_fail(g, MANTA_ECLOSED,
+                               "%s: the group is broken by an earlier failure: free it", op);
     *deadline = mn_now_ms() + (timeout_ms > 0 ? timeout_ms : g->default_timeout);
     return 0;
 }
@@ -404,8 +405,8 @@ int manta_coll_broadcast(manta_coll_group *g, void *buf, size_t count, manta_col
     if (rc) return rc;
     if ((!buf && count) || root < 0 || root >= g->world ||
         (dt != MANTA_COLL_FLOAT32 && dt != MANTA_COLL_BYTE))
-        return mn_fail(MANTA_EINVAL, "broadcast: bad buffer, dtype or root %d (world %d)", root,
-                       g->world);
+        return manta_coll_fail(
+            g, MANTA_EINVAL, "broadcast: bad buffer, dtype or root %d (world %d)", root, g->world);
     size_t bytes = dt == MANTA_COLL_FLOAT32 ? count * sizeof(float) : count;
     return leave(g, g->be->broadcast(g->impl, buf, bytes, root, 0, NULL, dl));
 }
@@ -417,8 +418,8 @@ int manta_coll_broadcast_crc(manta_coll_group *g, void *buf, size_t bytes, int r
     int rc = enter(g, "broadcast_crc", timeout_ms, &dl);
     if (rc) return rc;
     if ((!buf && bytes) || root < 0 || root >= g->world)
-        return mn_fail(MANTA_EINVAL, "broadcast_crc: bad buffer or root %d (world %d)", root,
-                       g->world);
+        return manta_coll_fail(g, MANTA_EINVAL, "broadcast_crc: bad buffer or root %d (world %d)",
+                               root, g->world);
     uint32_t c = 0;
     rc = leave(g, g->be->broadcast(g->impl, buf, bytes, root, 1, &c, dl));
     if (rc == 0 && crc) *crc = c;
@@ -430,7 +431,7 @@ int manta_coll_all_reduce(manta_coll_group *g, float *buf, size_t count, int tim
     int64_t dl = 0;
     int rc = enter(g, "all_reduce", timeout_ms, &dl);
     if (rc) return rc;
-    if (!buf && count) return mn_fail(MANTA_EINVAL, "all_reduce: no buffer");
+    if (!buf && count) return manta_coll_fail(g, MANTA_EINVAL, "all_reduce: no buffer");
     return leave(g, g->be->all_reduce(g->impl, buf, count, dl));
 }
 
@@ -443,7 +444,7 @@ int manta_coll_reduce_scatter(manta_coll_group *g, const float *send, float *rec
     size_t mine;
     manta_coll_slice(count, g->world, g->rank, NULL, &mine);
     if ((!send && count) || (!recv && mine))
-        return mn_fail(MANTA_EINVAL, "reduce_scatter: no send or recv buffer");
+        return manta_coll_fail(g, MANTA_EINVAL, "reduce_scatter: no send or recv buffer");
     return leave(g, g->be->reduce_scatter(g->impl, send, recv, count, dl));
 }
 
@@ -456,7 +457,7 @@ int manta_coll_all_gather(manta_coll_group *g, const void *send, void *recv, siz
     size_t mine;
     manta_coll_slice(count, g->world, g->rank, NULL, &mine);
     if ((!send && mine) || (!recv && count) || (dt != MANTA_COLL_FLOAT32 && dt != MANTA_COLL_BYTE))
-        return mn_fail(MANTA_EINVAL, "all_gather: no send or recv buffer, or bad dtype");
+        return manta_coll_fail(g, MANTA_EINVAL, "all_gather: no send or recv buffer, or bad dtype");
     size_t elem = dt == MANTA_COLL_FLOAT32 ? sizeof(float) : 1;
     return leave(g, g->be->all_gather(g->impl, send, recv, count, elem, dl));
 }
@@ -509,8 +510,7 @@ typedef struct zimpl {
 
 static int zfail(zimpl *z, const char *what)
 {
-    return mn_fail(MANTA_EZMQ, "group '%s' rank %d: %s: %s", z->g->name, z->rank, what,
-                   zmq_strerror(zmq_errno()));
+    return manta_coll_fail(z->g, MANTA_EZMQ, "%s: %s", what, zmq_strerror(zmq_errno()));
 }
 
 static void zc_free(void *data, void *hint)
@@ -627,11 +627,11 @@ static int z_recv(zimpl *z, int from, int op, uint32_t chunk, hdr *h, zmq_msg_t 
             free(p);
             if (h->op != op || h->seq != z->seq || h->chunk != chunk) {
                 zmq_msg_close(d);
-                return mn_fail(MANTA_EPROTO,
-                               "group '%s' rank %d: rank %d sent %s #%u chunk %u while this rank "
-                               "expected %s #%u chunk %u (ranks called different operations?)",
-                               z->g->name, z->rank, from, op_names[names_op(h->op)], h->seq,
-                               h->chunk, op_names[op], z->seq, chunk);
+                return manta_coll_fail(
+                    z->g, MANTA_EPROTO,
+                    "rank %d sent %s #%u chunk %u while this rank "
+                    "expected %s #%u chunk %u (ranks called different operations?)",
+                    from, op_names[names_op(h->op)], h->seq, h->chunk, op_names[op], z->seq, chunk);
             }
             return 0;
         }
@@ -644,12 +644,12 @@ static int z_recv(zimpl *z, int from, int op, uint32_t chunk, hdr *h, zmq_msg_t 
             return zfail(z, "zmq_poll");
         }
         if (n == 0)
-            return mn_fail(MANTA_ETIMEDOUT,
-                           "group '%s' rank %d: %s #%u: no message from rank %d before the "
-                           "deadline (is it alive and in the same operation?)",
-                           z->g->name, z->rank, op_names[op], z->seq, from);
+            return manta_coll_fail(z->g, MANTA_ETIMEDOUT,
+                                   "%s #%u: no message from rank %d before the "
+                                   "deadline (is it alive and in the same operation?)",
+                                   op_names[op], z->seq, from);
         pending_msg *q = malloc(sizeof *q);
-        if (!q) return mn_fail(MANTA_ENOMEM, "group '%s': out of memory", z->g->name);
+        if (!q) return manta_coll_fail(z->g, MANTA_ENOMEM, "out of memory");
         zmq_msg_init(&q->h);
         zmq_msg_init(&q->d);
         q->next = NULL;
@@ -666,17 +666,16 @@ static int z_recv(zimpl *z, int from, int op, uint32_t chunk, hdr *h, zmq_msg_t 
         if (bad || !more || zmq_msg_size(&q->h) != sizeof hh) {
             zmq_msg_close(&q->h), zmq_msg_close(&q->d), free(q);
             if (bad) return zfail(z, "receive");
-            return mn_fail(MANTA_EPROTO, "group '%s' rank %d: malformed message on the data socket",
-                           z->g->name, z->rank);
+            return manta_coll_fail(z->g, MANTA_EPROTO, "malformed message on the data socket");
         }
         memcpy(&hh, zmq_msg_data(&q->h), sizeof hh);
         if (hh.magic != HDR_MAGIC || hh.src >= z->world || hh.src == z->rank ||
             hh.len != zmq_msg_size(&q->d)) {
             zmq_msg_close(&q->h), zmq_msg_close(&q->d), free(q);
-            return mn_fail(MANTA_EPROTO,
-                           "group '%s' rank %d: malformed header on the data socket "
-                           "(magic %08x, sender %u)",
-                           z->g->name, z->rank, hh.magic, hh.src);
+            return manta_coll_fail(z->g, MANTA_EPROTO,
+                                   "malformed header on the data socket "
+                                   "(magic %08x, sender %u)",
+                                   hh.magic, hh.src);
         }
         if (z->tail[hh.src])
             z->tail[hh.src]->next = q;
@@ -692,10 +691,10 @@ static int z_drain(zimpl *z, int64_t deadline)
     int spins = 0;
     while (atomic_load_explicit(&z->zc_out, memory_order_acquire) > 0) {
         if (mn_now_ms() > deadline)
-            return mn_fail(MANTA_ETIMEDOUT,
-                           "group '%s' rank %d: %ld chunks still unsent at the deadline (a peer "
-                           "stopped reading?)",
-                           z->g->name, z->rank, (long)atomic_load(&z->zc_out));
+            return manta_coll_fail(z->g, MANTA_ETIMEDOUT,
+                                   "%ld chunks still unsent at the deadline (a peer "
+                                   "stopped reading?)",
+                                   (long)atomic_load(&z->zc_out));
         if (++spins < 64) {
             sched_yield();
         } else {
@@ -709,17 +708,17 @@ static int z_drain(zimpl *z, int64_t deadline)
 static int z_check_len(zimpl *z, int from, const hdr *h, size_t want)
 {
     if (h->len == want) return 0;
-    return mn_fail(MANTA_EPROTO,
-                   "group '%s' rank %d: rank %d sent %llu bytes where this rank expected %zu "
-                   "(different sizes on different ranks?)",
-                   z->g->name, z->rank, from, (unsigned long long)h->len, want);
+    return manta_coll_fail(z->g, MANTA_EPROTO,
+                           "rank %d sent %llu bytes where this rank expected %zu "
+                           "(different sizes on different ranks?)",
+                           from, (unsigned long long)h->len, want);
 }
 
 static int z_open(manta_coll_group *g, void **impl)
 {
     manta_ctx *m = g->m;
     zimpl *z = calloc(1, sizeof *z);
-    if (!z) return mn_fail(MANTA_ENOMEM, "group '%s': out of memory", g->name);
+    if (!z) return manta_coll_fail(g, MANTA_ENOMEM, "out of memory");
     z->g = g, z->rank = g->rank, z->world = g->world, z->chunk = g->chunk;
     atomic_init(&z->zc_out, 0);
     z->push = calloc((size_t)g->world, sizeof *z->push);
@@ -727,7 +726,7 @@ static int z_open(manta_coll_group *g, void **impl)
     z->tail = calloc((size_t)g->world, sizeof *z->tail);
     int rc = 0;
     if (!z->push || !z->head || !z->tail) {
-        rc = mn_fail(MANTA_ENOMEM, "group '%s': out of memory", g->name);
+        rc = manta_coll_fail(g, MANTA_ENOMEM, "out of memory");
         goto fail;
     }
     z->zctx = zmq_ctx_new();
@@ -777,15 +776,14 @@ static int z_open(manta_coll_group *g, void **impl)
         for (;;) {
             r = mn_redis(m, "HGET %s %s", g->key, field);
             if (!r) {
-                rc = mn_fail(MANTA_EREDIS, "group '%s': %s", g->name, manta_last_error());
+                rc = manta_coll_fail(g, MANTA_EREDIS, "%s", manta_last_error());
                 goto fail;
             }
             if (r->type == REDIS_REPLY_STRING) break;
             freeReplyObject(r);
             if (mn_now_ms() >= deadline) {
-                rc = mn_fail(MANTA_ETIMEDOUT,
-                             "group '%s': rank %d joined but never published its endpoint", g->name,
-                             i);
+                rc = manta_coll_fail(g, MANTA_ETIMEDOUT,
+                                     "rank %d joined but never published its endpoint", i);
                 goto fail;
             }
             backoff(&step);
@@ -816,10 +814,10 @@ static int z_open(manta_coll_group *g, void **impl)
         rc = z_recv(z, i, OP_HELLO, 0, &h, &d, deadline);
         if (rc == 0) zmq_msg_close(&d);
         if (rc == MANTA_ETIMEDOUT)
-            rc = mn_fail(MANTA_ETIMEDOUT,
-                         "group '%s': rank %d joined but sent no hello on the data plane within "
-                         "%d ms (endpoint unreachable?)",
-                         g->name, i, g->default_timeout);
+            rc = manta_coll_fail(g, MANTA_ETIMEDOUT,
+                                 "rank %d joined but sent no hello on the data plane within "
+                                 "%d ms (endpoint unreachable?)",
+                                 i, g->default_timeout);
     }
     if (rc) goto fail;
     z->seq++;
@@ -866,11 +864,11 @@ static int z_broadcast(void *impl, void *buf, size_t bytes, int root, int check,
             zmq_msg_t d;
             if ((rc = z_recv(z, from, OP_BCAST, (uint32_t)c, &h, &d, deadline)) != 0) break;
             if ((rc = z_check_len(z, from, &h, n)) == 0 && h.check != check)
-                rc = mn_fail(MANTA_EPROTO,
-                             "group '%s' rank %d: rank %d broadcasts %s a checksum, this rank "
-                             "called %s",
-                             z->g->name, r, from, h.check ? "with" : "without",
-                             check ? "broadcast_crc" : "broadcast");
+                rc = manta_coll_fail(z->g, MANTA_EPROTO,
+                                     "rank %d broadcasts %s a checksum, this rank "
+                                     "called %s",
+                                     from, h.check ? "with" : "without",
+                                     check ? "broadcast_crc" : "broadcast");
             if (rc == 0 && fwd) {
                 /* Forward first (a shared reference, no copy), then copy out. */
                 zmq_msg_t f;
@@ -884,11 +882,12 @@ static int z_broadcast(void *impl, void *buf, size_t bytes, int root, int check,
                 if (check) {
                     run = manta_crc32c(run, b + off, n);
                     if (run != h.crc)
-                        rc = mn_fail(MANTA_EPROTO,
-                                     "group '%s' rank %d: broadcast from rank %d: checksum "
-                                     "mismatch at chunk %zu of %zu (crc32c %08x, sender says "
-                                     "%08x)",
-                                     z->g->name, r, root, c, nchunks, run, h.crc);
+                        rc = manta_coll_fail(
+                            z->g, MANTA_EPROTO,
+                            "broadcast from rank %d: checksum "
+                            "mismatch at chunk %zu of %zu (crc32c %08x, sender says "
+                            "%08x)",
+                            root, c, nchunks, run, h.crc);
                 }
             }
             zmq_msg_close(&d);
@@ -1050,7 +1049,7 @@ static int direct_allreduce(zimpl *z, float *buf, size_t count, int64_t deadline
     const char **src = calloc((unsigned)P, sizeof *src);
     if (!got || !src) {
         free(got), free(src);
-        return mn_fail(MANTA_ENOMEM, "all_reduce: out of memory");
+        return manta_coll_fail(z->g, MANTA_ENOMEM, "all_reduce: out of memory");
     }
     int n = 0; /* messages initialised in got[0..n) */
     for (; n < P; n++) {

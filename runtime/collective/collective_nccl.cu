@@ -45,27 +45,27 @@ struct nimpl {
 
 /* ---- the one translation point per library ---- */
 
-static int cuda_err(cudaError_t e, const char *what)
+static int cuda_err(const manta_coll_group *g, cudaError_t e, const char *what)
 {
     int code = e == cudaErrorMemoryAllocation ? MANTA_ENOMEM
                : e == cudaErrorInvalidValue   ? MANTA_EINVAL
                                               : MANTA_ESYS;
-    return manta_coll_fail(code, "CUDA %s: %s (%s)", what, cudaGetErrorString(e),
+    return manta_coll_fail(g, code, "CUDA %s: %s (%s)", what, cudaGetErrorString(e),
                            cudaGetErrorName(e));
 }
 
-static int nccl_err(ncclResult_t r, const char *what)
+static int nccl_err(const manta_coll_group *g, ncclResult_t r, const char *what)
 {
     int code = r == ncclInvalidArgument || r == ncclInvalidUsage ? MANTA_EINVAL
                : r == ncclRemoteError                            ? MANTA_EDIED
                                                                  : MANTA_ESYS;
-    return manta_coll_fail(code, "NCCL %s: %s", what, ncclGetErrorString(r));
+    return manta_coll_fail(g, code, "NCCL %s: %s", what, ncclGetErrorString(r));
 }
 
 #define CUDA_TRY(call, what)                                                                       \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) return cuda_err(e_, what);                                          \
+        if (e_ != cudaSuccess) return cuda_err(n->g, e_, what);                                    \
     } while (0)
 
 static void nap(void)
@@ -80,16 +80,16 @@ static int comm_settle(nimpl *n, int64_t deadline, const char *what)
     for (;;) {
         ncclResult_t st;
         ncclResult_t r = ncclCommGetAsyncError(n->comm, &st);
-        if (r != ncclSuccess) return nccl_err(r, "ncclCommGetAsyncError");
+        if (r != ncclSuccess) return nccl_err(n->g, r, "ncclCommGetAsyncError");
         if (st == ncclSuccess) return 0;
-        if (st != ncclInProgress) return nccl_err(st, what);
+        if (st != ncclInProgress) return nccl_err(n->g, st, what);
         if (manta_coll_now_ms() > deadline) {
             ncclCommAbort(n->comm);
             n->comm = NULL;
-            return manta_coll_fail(MANTA_ETIMEDOUT,
-                                   "group '%s' rank %d: NCCL %s did not finish before the "
-                                   "deadline; communicator aborted",
-                                   manta_coll_name(n->g), n->rank, what);
+            return manta_coll_fail(n->g, MANTA_ETIMEDOUT,
+                                   "NCCL %s did not finish before the deadline; communicator "
+                                   "aborted",
+                                   what);
         }
         nap();
     }
@@ -103,18 +103,18 @@ static int stream_wait(nimpl *n, int64_t deadline, const char *what)
     for (;;) {
         cudaError_t e = cudaStreamQuery(n->stream);
         if (e == cudaSuccess) return 0;
-        if (e != cudaErrorNotReady) return cuda_err(e, what);
+        if (e != cudaErrorNotReady) return cuda_err(n->g, e, what);
         ncclResult_t st;
         if (ncclCommGetAsyncError(n->comm, &st) == ncclSuccess && st != ncclSuccess &&
             st != ncclInProgress)
-            return nccl_err(st, what);
+            return nccl_err(n->g, st, what);
         if (manta_coll_now_ms() > deadline) {
             ncclCommAbort(n->comm);
             n->comm = NULL;
-            return manta_coll_fail(MANTA_ETIMEDOUT,
-                                   "group '%s' rank %d: NCCL %s not done before the deadline "
-                                   "(a rank missing?); communicator aborted",
-                                   manta_coll_name(n->g), n->rank, what);
+            return manta_coll_fail(n->g, MANTA_ETIMEDOUT,
+                                   "NCCL %s not done before the deadline (a rank missing?); "
+                                   "communicator aborted",
+                                   what);
         }
         nap();
     }
@@ -122,9 +122,9 @@ static int stream_wait(nimpl *n, int64_t deadline, const char *what)
 
 /* A call on a non-blocking communicator returns ncclInProgress while it is
  * being enqueued: that is not an error. */
-static int launched(ncclResult_t r, const char *what)
+static int launched(const nimpl *n, ncclResult_t r, const char *what)
 {
-    return r == ncclSuccess || r == ncclInProgress ? 0 : nccl_err(r, what);
+    return r == ncclSuccess || r == ncclInProgress ? 0 : nccl_err(n->g, r, what);
 }
 
 static void n_close(void *impl)
@@ -142,10 +142,10 @@ static int n_open(manta_coll_group *g, void **impl)
 {
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess) return cuda_err(e, "cudaGetDeviceCount");
-    if (ndev == 0) return manta_coll_fail(MANTA_ESYS, "NCCL backend: no CUDA device");
+    if (e != cudaSuccess) return cuda_err(g, e, "cudaGetDeviceCount");
+    if (ndev == 0) return manta_coll_fail(g, MANTA_ESYS, "NCCL backend: no CUDA device");
     nimpl *n = (nimpl *)calloc(1, sizeof *n);
-    if (!n) return manta_coll_fail(MANTA_ENOMEM, "NCCL backend: out of memory");
+    if (!n) return manta_coll_fail(g, MANTA_ENOMEM, "NCCL backend: out of memory");
     n->g = g, n->rank = manta_coll_rank(g), n->world = manta_coll_world(g);
     int rc = 0;
     int64_t deadline = manta_coll_now_ms() + 60000;
@@ -154,23 +154,23 @@ static int n_open(manta_coll_group *g, void **impl)
     cfg.blocking = 0;
     if (manta_coll_cuda_device(g) > 0) {
         if ((e = cudaSetDevice(manta_coll_cuda_device(g) - 1)) != cudaSuccess) {
-            rc = cuda_err(e, "cudaSetDevice");
+            rc = cuda_err(n->g, e, "cudaSetDevice");
             goto fail;
         }
     }
     cudaGetDevice(&n->device);
     if ((e = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking)) != cudaSuccess) {
-        rc = cuda_err(e, "cudaStreamCreate");
+        rc = cuda_err(n->g, e, "cudaStreamCreate");
         goto fail;
     }
     if ((e = cudaMalloc((void **)&n->scratch, 2 * sizeof(float))) != cudaSuccess) {
-        rc = cuda_err(e, "cudaMalloc");
+        rc = cuda_err(n->g, e, "cudaMalloc");
         goto fail;
     }
     if (n->rank == 0) {
         ncclResult_t r = ncclGetUniqueId(&id);
         if (r != ncclSuccess) {
-            rc = nccl_err(r, "ncclGetUniqueId");
+            rc = nccl_err(n->g, r, "ncclGetUniqueId");
             goto fail;
         }
         if ((rc = manta_coll_put(g, "nccl_id", &id, sizeof id)) != 0) goto fail;
@@ -179,7 +179,7 @@ static int n_open(manta_coll_group *g, void **impl)
     }
     {
         ncclResult_t r = ncclCommInitRankConfig(&n->comm, n->world, id, n->rank, &cfg);
-        if ((rc = launched(r, "ncclCommInitRankConfig")) != 0) goto fail;
+        if ((rc = launched(n, r, "ncclCommInitRankConfig")) != 0) goto fail;
         if ((rc = comm_settle(n, deadline, "ncclCommInitRank")) != 0) goto fail;
     }
     *impl = n;
@@ -193,7 +193,7 @@ static int n_broadcast(void *impl, void *buf, size_t bytes, int root, int check,
                        int64_t deadline)
 {
     nimpl *n = (nimpl *)impl;
-    int rc = launched(ncclBroadcast(buf, buf, bytes, ncclUint8, root, n->comm, n->stream),
+    int rc = launched(n, ncclBroadcast(buf, buf, bytes, ncclUint8, root, n->comm, n->stream),
                       "ncclBroadcast");
     if (rc == 0) rc = stream_wait(n, deadline, "broadcast");
     if (rc || !check) return rc;
@@ -218,17 +218,17 @@ static int n_broadcast(void *impl, void *buf, size_t bytes, int root, int check,
     uint32_t mine[2] = {c, 0};
     CUDA_TRY(cudaMemcpyAsync(n->scratch, mine, sizeof mine, cudaMemcpyHostToDevice, n->stream),
              "cudaMemcpyAsync");
-    rc =
-        launched(ncclBroadcast(n->scratch, n->scratch + 1, 1, ncclUint32, root, n->comm, n->stream),
-                 "ncclBroadcast");
+    rc = launched(
+        n, ncclBroadcast(n->scratch, n->scratch + 1, 1, ncclUint32, root, n->comm, n->stream),
+        "ncclBroadcast");
     if (rc == 0) rc = stream_wait(n, deadline, "broadcast checksum");
     if (rc) return rc;
     CUDA_TRY(cudaMemcpy(mine, n->scratch, sizeof mine, cudaMemcpyDeviceToHost), "cudaMemcpy");
     if (mine[1] != c)
-        return manta_coll_fail(MANTA_EPROTO,
-                               "group '%s' rank %d: broadcast from rank %d: checksum mismatch "
-                               "(crc32c %08x here, %08x at the root)",
-                               manta_coll_name(n->g), n->rank, root, c, mine[1]);
+        return manta_coll_fail(n->g, MANTA_EPROTO,
+                               "broadcast from rank %d: checksum mismatch (crc32c %08x here, "
+                               "%08x at the root)",
+                               root, c, mine[1]);
     if (crc) *crc = c;
     return 0;
 }
@@ -236,7 +236,7 @@ static int n_broadcast(void *impl, void *buf, size_t bytes, int root, int check,
 static int n_all_reduce(void *impl, float *buf, size_t count, int64_t deadline)
 {
     nimpl *n = (nimpl *)impl;
-    int rc = launched(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, n->comm, n->stream),
+    int rc = launched(n, ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, n->comm, n->stream),
                       "ncclAllReduce");
     return rc ? rc : stream_wait(n, deadline, "all_reduce");
 }
@@ -247,22 +247,23 @@ static int n_reduce_scatter(void *impl, const float *send, float *recv, size_t c
     nimpl *n = (nimpl *)impl;
     int rc = 0;
     if (count % (size_t)n->world == 0) {
-        rc = launched(ncclReduceScatter(send, recv, count / (size_t)n->world, ncclFloat32, ncclSum,
+        rc = launched(n,
+                      ncclReduceScatter(send, recv, count / (size_t)n->world, ncclFloat32, ncclSum,
                                         n->comm, n->stream),
                       "ncclReduceScatter");
     } else {
         /* uneven: one reduce per slice, to its owner */
-        rc = launched(ncclGroupStart(), "ncclGroupStart");
+        rc = launched(n, ncclGroupStart(), "ncclGroupStart");
         for (int r = 0; r < n->world && rc == 0; r++) {
             size_t off, len;
             manta_coll_slice(count, n->world, r, &off, &len);
             if (len == 0) continue;
             void *dst = r == n->rank ? (void *)recv : (void *)(send + off);
             rc = launched(
-                ncclReduce(send + off, dst, len, ncclFloat32, ncclSum, r, n->comm, n->stream),
+                n, ncclReduce(send + off, dst, len, ncclFloat32, ncclSum, r, n->comm, n->stream),
                 "ncclReduce");
         }
-        int rc2 = launched(ncclGroupEnd(), "ncclGroupEnd");
+        int rc2 = launched(n, ncclGroupEnd(), "ncclGroupEnd");
         if (rc == 0) rc = rc2;
     }
     return rc ? rc : stream_wait(n, deadline, "reduce_scatter");
@@ -275,20 +276,21 @@ static int n_all_gather(void *impl, const void *send, void *recv, size_t count, 
     ncclDataType_t t = elem == 1 ? ncclUint8 : ncclFloat32;
     int rc = 0;
     if (count % (size_t)n->world == 0) {
-        rc = launched(ncclAllGather(send, recv, count / (size_t)n->world, t, n->comm, n->stream),
+        rc = launched(n, ncclAllGather(send, recv, count / (size_t)n->world, t, n->comm, n->stream),
                       "ncclAllGather");
     } else {
         /* uneven: every owner broadcasts its slice into place */
-        rc = launched(ncclGroupStart(), "ncclGroupStart");
+        rc = launched(n, ncclGroupStart(), "ncclGroupStart");
         for (int r = 0; r < n->world && rc == 0; r++) {
             size_t off, len;
             manta_coll_slice(count, n->world, r, &off, &len);
             if (len == 0) continue;
             char *dst = (char *)recv + off * elem;
             const void *src = r == n->rank ? send : dst;
-            rc = launched(ncclBroadcast(src, dst, len, t, r, n->comm, n->stream), "ncclBroadcast");
+            rc = launched(n, ncclBroadcast(src, dst, len, t, r, n->comm, n->stream),
+                          "ncclBroadcast");
         }
-        int rc2 = launched(ncclGroupEnd(), "ncclGroupEnd");
+        int rc2 = launched(n, ncclGroupEnd(), "ncclGroupEnd");
         if (rc == 0) rc = rc2;
     }
     return rc ? rc : stream_wait(n, deadline, "all_gather");
@@ -297,9 +299,9 @@ static int n_all_gather(void *impl, const void *send, void *recv, size_t count, 
 static int n_barrier(void *impl, int64_t deadline)
 {
     nimpl *n = (nimpl *)impl;
-    int rc =
-        launched(ncclAllReduce(n->scratch, n->scratch, 1, ncclFloat32, ncclSum, n->comm, n->stream),
-                 "ncclAllReduce");
+    int rc = launched(
+        n, ncclAllReduce(n->scratch, n->scratch, 1, ncclFloat32, ncclSum, n->comm, n->stream),
+        "ncclAllReduce");
     return rc ? rc : stream_wait(n, deadline, "barrier");
 }
 

@@ -46,9 +46,11 @@
  * call deadlines.
  *
  * Errors: 0 or a negative MANTA_E* code (manta.h) with manta_last_error()
- * naming what failed: ETIMEDOUT names the ranks that did not join or did not
- * send; EPROTO a checksum mismatch or a rank running a different operation;
- * EZMQ, or ESYS for CUDA and NCCL failures (the message names the library).
+ * naming what failed, always as "group 'NAME' rank R: ...": ETIMEDOUT names
+ * the ranks that did not join or did not send; EPROTO a checksum mismatch or
+ * a rank running a different operation; EINVAL a bad argument; EREDIS the
+ * rendezvous; EZMQ, or ESYS for CUDA and NCCL failures (the message names
+ * the library and the call); EDIED a remote NCCL rank's failure.
  * After a failed operation the group is broken: every later call returns
  * ECLOSED; free it and create a new group (a new name, e.g. with an epoch).
  *
@@ -161,8 +163,11 @@ const manta_coll_backend *manta_coll_zmq(void);
  * pointers. */
 const manta_coll_backend *manta_coll_nccl(void);
 
-/* For backends: set the error message (manta_last_error) and return code. */
-int manta_coll_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* For backends and the front end: set the error message (manta_last_error)
+ * to "group 'NAME' rank R: " and the formatted text, and return code. g NULL:
+ * the text alone (no group exists yet). */
+int manta_coll_fail(const manta_coll_group *g, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 int64_t manta_coll_now_ms(void);
 size_t manta_coll_chunk_bytes(const manta_coll_group *g);
 int manta_coll_cuda_device(const manta_coll_group *g); /* options.cuda_device */

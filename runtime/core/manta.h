@@ -48,28 +48,49 @@ extern "C" {
 
 #define MANTA_PROTOCOL_VERSION 1
 
-/* ---- Errors: one table, one strerror ------------------------------------ */
-
+/* ---- Errors: one table, one strerror ------------------------------------ *
+ *
+ * Every library of Manta (the core, collectives, the HTTP client, the spec
+ * loader) and the MCP client and RL helpers in actors/ report failures with a
+ * code from this one table: 0 for success, a negative MANTA_E* otherwise,
+ * each cause spelt once (a timeout is MANTA_ETIMEDOUT wherever it happens).
+ * The code says what kind of failure it was; the message that goes with it
+ * (manta_last_error(), or the `message` of an HTTP or MCP result) says what
+ * failed and where. Codes are consecutive from 0 down, so -code indexes an
+ * array of MANTA_ERR_COUNT counters (manta_err_index). New codes go at the
+ * end; a code never changes its value. */
 #define MANTA_ERRORS(X)                                                                            \
     X(OK, 0, "success")                                                                            \
     X(EINVAL, -1, "invalid argument")                                                              \
     X(ENOMEM, -2, "out of memory")                                                                 \
     X(EPENDING, -3, "not resolved yet: the wait ran out, the future is still pending")             \
-    X(ETIMEDOUT, -4, "call timed out: no answer before its deadline")                              \
+    X(ETIMEDOUT, -4, "timed out: no answer before the deadline")                                   \
     X(EDIED, -5, "actor died while the call was pending")                                          \
     X(EREMOTE, -6, "the actor's method failed")                                                    \
     X(ENOMETHOD, -7, "unknown method")                                                             \
-    X(EPROTO, -8, "malformed envelope or wrong protocol version")                                  \
-    X(EMSGSIZE, -9, "message larger than the limit")                                               \
+    X(EPROTO, -8, "malformed message or wrong protocol version")                                   \
+    X(EMSGSIZE, -9, "message or answer larger than its size limit")                                \
     X(EREDIS, -10, "registry (Redis) error")                                                       \
     X(EZMQ, -11, "transport (ZeroMQ) error")                                                       \
     X(ENOTFOUND, -12, "no such actor or object")                                                   \
     X(EEXIST, -13, "name already taken")                                                           \
     X(ESPAWN, -14, "could not start the actor")                                                    \
-    X(ECLOSED, -15, "runtime shut down")                                                           \
+    X(ECLOSED, -15, "shut down or closed while pending")                                           \
     X(ESYS, -16, "system call failed")                                                             \
     X(ENOCLASS, -17, "unknown actor class")                                                        \
-    X(EBUSY, -18, "too many calls pending")
+    X(EBUSY, -18, "too many calls pending")                                                        \
+    X(ECONNECT, -19, "could not connect: refused or unreachable")                                  \
+    X(ERESOLVE, -20, "could not resolve the host name")                                            \
+    X(ETLS, -21, "TLS handshake or certificate check failed")                                      \
+    X(ETRANSFER, -22, "transfer failed: connection reset, closed early or broken")                 \
+    X(ECANCELED, -23, "canceled by the caller")                                                    \
+    X(EHTTP, -24, "HTTP error status")                                                             \
+    X(ERPC, -25, "JSON-RPC error answer")                                                          \
+    X(EJSON, -26, "invalid JSON")                                                                  \
+    X(ETOOL, -27, "the tool reported an error")                                                    \
+    X(ESESSION, -28, "session lost: the server forgot it again")                                   \
+    X(ESPEC, -29, "invalid spec")                                                                  \
+    X(ENOFIT, -30, "does not fit in the free resources of the nodes")
 
 enum {
 #define MANTA_X_ENUM(name, code, text) MANTA_##name = code,
@@ -77,8 +98,30 @@ enum {
 #undef MANTA_X_ENUM
 };
 
-/* Static text for an error code; never NULL. Thread-safe. */
+/* The number of codes in the table: an array of MANTA_ERR_COUNT counters is
+ * indexed by manta_err_index(code). */
+enum {
+#define MANTA_X_COUNT(name, code, text) MANTA_ERR_INDEX_##name,
+    MANTA_ERRORS(MANTA_X_COUNT)
+#undef MANTA_X_COUNT
+        MANTA_ERR_COUNT
+};
+
+/* The index of a code in the table: -code (0 for MANTA_OK, 1 for
+ * MANTA_EINVAL ...). A code not in the table gets 0, so an array of
+ * MANTA_ERR_COUNT failure counters can always be indexed with it: slot 0
+ * counts no success, only failures with a foreign code. Thread-safe. */
+static inline int manta_err_index(int code)
+{
+    return code <= 0 && code > -MANTA_ERR_COUNT ? -code : 0;
+}
+
+/* Static text for an error code ("unknown error code" for one not in the
+ * table); never NULL. Thread-safe. */
 const char *manta_strerror(int code);
+/* Static name of an error code without its prefix ("ETIMEDOUT", "OK"), or
+ * "?" for one not in the table; never NULL. Thread-safe. */
+const char *manta_errname(int code);
 /* The message of the last failure in this thread ("" if none). */
 const char *manta_last_error(void);
 

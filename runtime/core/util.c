@@ -18,16 +18,31 @@
 
 static _Thread_local char last_error[512];
 
+/* The table's codes must run 0, -1, -2 ... in order, so that -code is the
+ * index of a code (manta_err_index) and no two names share a value. */
+#define MANTA_X_CHECK(name, c, text)                                                               \
+    _Static_assert(c == -MANTA_ERR_INDEX_##name, "MANTA_ERRORS: " #name " is out of sequence");
+MANTA_ERRORS(MANTA_X_CHECK)
+#undef MANTA_X_CHECK
+
 const char *manta_strerror(int code)
 {
-    switch (code) {
-#define MANTA_X_CASE(name, c, text)                                                                \
-    case c:                                                                                        \
-        return text;
-        MANTA_ERRORS(MANTA_X_CASE)
-#undef MANTA_X_CASE
-    }
-    return "unknown error code";
+    static const char *const text[MANTA_ERR_COUNT] = {
+#define MANTA_X_TEXT(name, c, t) t,
+        MANTA_ERRORS(MANTA_X_TEXT)
+#undef MANTA_X_TEXT
+    };
+    return code <= 0 && code > -MANTA_ERR_COUNT ? text[-code] : "unknown error code";
+}
+
+const char *manta_errname(int code)
+{
+    static const char *const names[MANTA_ERR_COUNT] = {
+#define MANTA_X_NAME(name, c, t) #name,
+        MANTA_ERRORS(MANTA_X_NAME)
+#undef MANTA_X_NAME
+    };
+    return code <= 0 && code > -MANTA_ERR_COUNT ? names[-code] : "?";
 }
 
 const char *manta_last_error(void)

@@ -11,7 +11,7 @@
  * (timer callback -> an absolute deadline). manta_http_step polls that table
  * itself; an outside event loop can poll it instead and call on_fd.
  *
- * A finished attempt is classified (curl code + HTTP status -> error kind);
+ * A finished attempt is classified (curl code + HTTP status -> MANTA_E* code);
  * if the request allows a retry for that kind, the easy handle waits in the
  * client's list with a due time (exponential back-off with jitter) and is
  * re-added to the multi handle when due. Otherwise the callback fires and
@@ -31,30 +31,6 @@
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
-
-static const char *const err_text[] = {
-#define ERR_TEXT(name, text) text,
-    MANTA_HTTP_ERR_MAP(ERR_TEXT)
-#undef ERR_TEXT
-};
-
-static const char *const err_name[] = {
-#define ERR_NAME(name, text) #name,
-    MANTA_HTTP_ERR_MAP(ERR_NAME)
-#undef ERR_NAME
-};
-
-const char *manta_http_strerror(int err)
-{
-    if (err < 0 || err >= MANTA_HTTP_ERR_COUNT) return "unknown error";
-    return err_text[err];
-}
-
-const char *manta_http_errname(int err)
-{
-    if (err < 0 || err >= MANTA_HTTP_ERR_COUNT) return "?";
-    return err_name[err];
-}
 
 enum xfer_state { XFER_ACTIVE, XFER_BACKOFF };
 
@@ -299,7 +275,7 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userp)
     size_t n = size * nmemb;
     if (n > x->max_body - x->resp_len) {
         /* An error, not a truncation: returning short makes curl fail the
-         * transfer with CURLE_WRITE_ERROR, which we report as ETOOLARGE. */
+         * transfer with CURLE_WRITE_ERROR, which we report as EMSGSIZE. */
         x->too_large = true;
         return 0;
     }
@@ -453,13 +429,12 @@ static int xfer_start(xfer *x)
 int manta_http_submit(manta_http_client *c, const manta_http_request *req, manta_http_done_fn cb,
                       void *arg, uint64_t *id)
 {
-    if (!c || !req || !req->url || !cb) return MANTA_HTTP_EINVAL;
+    if (!c || !req || !req->url || !cb) return MANTA_EINVAL;
     for (size_t i = 0; i < req->n_headers; i++)
-        if (!req->headers || !req->headers[i] || !strchr(req->headers[i], ':'))
-            return MANTA_HTTP_EINVAL;
+        if (!req->headers || !req->headers[i] || !strchr(req->headers[i], ':')) return MANTA_EINVAL;
 
     xfer *x = calloc(1, sizeof *x);
-    if (!x) return MANTA_HTTP_ENOMEM;
+    if (!x) return MANTA_ENOMEM;
     x->c = c;
     x->cb = cb;
     x->arg = arg;
@@ -500,7 +475,7 @@ int manta_http_submit(manta_http_client *c, const manta_http_request *req, manta
     x->on_body_arg = req->on_body_arg;
     if (!xfer_setup(x, req->url)) {
         xfer_free(x);
-        return MANTA_HTTP_EINVAL;
+        return MANTA_EINVAL;
     }
     x->id = c->next_id++;
     x->submit_ms = now_ms();
@@ -512,31 +487,31 @@ int manta_http_submit(manta_http_client *c, const manta_http_request *req, manta
     return 0;
 nomem:
     xfer_free(x);
-    return MANTA_HTTP_ENOMEM;
+    return MANTA_ENOMEM;
 }
 
 /* Fires x's callback with the given outcome, then frees x. x must already be
  * out of the multi handle and out of the list. */
-static void xfer_finish(xfer *x, manta_http_err err, long status, const char *message)
+static void xfer_finish(xfer *x, int err, long status, const char *message)
 {
     manta_http_client *c = x->c;
     manta_http_result r;
     memset(&r, 0, sizeof r);
     r.id = x->id;
     r.err = err;
-    r.status = err == MANTA_HTTP_OK ? status : 0;
+    r.status = err == MANTA_OK ? status : 0;
     r.message = message ? message : "";
-    r.body = x->resp && err == MANTA_HTTP_OK ? x->resp : "";
-    r.body_len = err == MANTA_HTTP_OK ? x->resp_len : 0;
+    r.body = x->resp && err == MANTA_OK ? x->resp : "";
+    r.body_len = err == MANTA_OK ? x->resp_len : 0;
     r.headers = x->hdrs;
-    r.n_headers = err == MANTA_HTTP_OK ? x->n_hdrs : 0;
-    r.content_type = err == MANTA_HTTP_OK ? manta_http_header_get(&r, "Content-Type") : NULL;
+    r.n_headers = err == MANTA_OK ? x->n_hdrs : 0;
+    r.content_type = err == MANTA_OK ? manta_http_header_get(&r, "Content-Type") : NULL;
     r.attempts = x->attempts;
     r.elapsed_ms = now_ms_f() - (double)x->submit_ms;
     if (r.elapsed_ms < 0) r.elapsed_ms = 0;
 
     c->stats.completed++;
-    if (err == MANTA_HTTP_OK) {
+    if (err == MANTA_OK) {
         c->stats.ok++;
         c->stats.bytes_received += x->resp_len;
         if (status >= 200 && status < 300)
@@ -548,7 +523,7 @@ static void xfer_finish(xfer *x, manta_http_err err, long status, const char *me
         else if (status >= 500)
             c->stats.status_5xx++;
     } else {
-        c->stats.errors[err]++;
+        c->stats.errors[manta_err_index(err)]++;
     }
     x->cb(&r, x->arg);
     xfer_free(x);
@@ -587,7 +562,7 @@ static void xfer_done(xfer *x, CURLcode code)
         c->stats.connects += (uint64_t)conn_n;
 
     char msg[CURL_ERROR_SIZE + 256];
-    manta_http_err err = MANTA_HTTP_OK;
+    int err = MANTA_OK;
     unsigned kind = 0; /* which retry condition this outcome falls under */
     const char *detail = x->errbuf[0] ? x->errbuf : curl_easy_strerror(code);
     const char *url = NULL;
@@ -606,7 +581,7 @@ static void xfer_done(xfer *x, CURLcode code)
     case CURLE_OPERATION_TIMEDOUT: {
         curl_off_t connect_us = 0;
         curl_easy_getinfo(x->easy, CURLINFO_CONNECT_TIME_T, &connect_us);
-        err = MANTA_HTTP_ETIMEDOUT;
+        err = MANTA_ETIMEDOUT;
         if (connect_us == 0) {
             kind = MANTA_HTTP_RETRY_CONNECT;
             snprintf(msg, sizeof msg, "%s %s: connect timed out after %ld ms", x->method, url,
@@ -619,22 +594,22 @@ static void xfer_done(xfer *x, CURLcode code)
         break;
     }
     case CURLE_COULDNT_CONNECT:
-        err = MANTA_HTTP_EREFUSED;
+        err = MANTA_ECONNECT;
         kind = MANTA_HTTP_RETRY_CONNECT;
         break;
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_RESOLVE_PROXY:
-        err = MANTA_HTTP_ERESOLVE;
+        err = MANTA_ERESOLVE;
         kind = MANTA_HTTP_RETRY_CONNECT;
         break;
     case CURLE_FILESIZE_EXCEEDED:
-        err = MANTA_HTTP_ETOOLARGE;
+        err = MANTA_EMSGSIZE;
         break;
     case CURLE_WRITE_ERROR:
-        err = x->too_large ? MANTA_HTTP_ETOOLARGE : MANTA_HTTP_ENOMEM;
+        err = x->too_large ? MANTA_EMSGSIZE : MANTA_ENOMEM;
         break;
     case CURLE_OUT_OF_MEMORY:
-        err = MANTA_HTTP_ENOMEM;
+        err = MANTA_ENOMEM;
         break;
     case CURLE_GOT_NOTHING:
     case CURLE_RECV_ERROR:
@@ -644,22 +619,33 @@ static void xfer_done(xfer *x, CURLcode code)
     case CURLE_HTTP2:
     case CURLE_HTTP2_STREAM:
     case CURLE_BAD_CONTENT_ENCODING:
-        err = MANTA_HTTP_ETRANSFER;
+        err = MANTA_ETRANSFER;
+        break;
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+    case CURLE_SSL_ENGINE_NOTFOUND:
+    case CURLE_SSL_ENGINE_SETFAILED:
+    case CURLE_USE_SSL_FAILED:
+        err = MANTA_ETLS;
         break;
     case CURLE_URL_MALFORMAT:
     case CURLE_UNSUPPORTED_PROTOCOL:
-        err = MANTA_HTTP_EINVAL;
+        err = MANTA_EINVAL;
         break;
-    default:
-        err = MANTA_HTTP_EOTHER;
+    default: /* anything else libcurl reports: its own text names it */
+        err = MANTA_ETRANSFER;
         break;
     }
-    if (err == MANTA_HTTP_ETOOLARGE)
+    if (err == MANTA_EMSGSIZE)
         snprintf(msg, sizeof msg, "%s %s: response body over the %zu-byte limit", x->method, url,
                  x->max_body);
-    else if (err != MANTA_HTTP_OK && !msg[0])
-        snprintf(msg, sizeof msg, "%s %s: %s (%s)", x->method, url, manta_http_strerror(err),
-                 detail);
+    else if (err != MANTA_OK && !msg[0])
+        snprintf(msg, sizeof msg, "%s %s: %s (%s)", x->method, url, manta_strerror(err), detail);
 
     if (kind && (x->retry_on & kind) && x->attempts <= x->max_retries) {
         c->stats.retries++;
@@ -681,7 +667,7 @@ static void start_due_retries(manta_http_client *c)
         if (xfer_start(x) != 0) {
             /* Only possible when out of memory: end it rather than spin. */
             list_unlink(c, x);
-            xfer_finish(x, MANTA_HTTP_ENOMEM, 0, "could not restart the request: out of memory");
+            xfer_finish(x, MANTA_ENOMEM, 0, "could not restart the request: out of memory");
             return; /* the list changed under us; the next drive continues */
         }
     }
@@ -828,7 +814,7 @@ int manta_http_in_flight(const manta_http_client *c)
     return c ? c->n_inflight : 0;
 }
 
-static void xfer_abort(manta_http_client *c, xfer *x, manta_http_err err, const char *why)
+static void xfer_abort(manta_http_client *c, xfer *x, int err, const char *why)
 {
     if (x->state == XFER_ACTIVE) curl_multi_remove_handle(c->multi, x->easy);
     list_unlink(c, x);
@@ -839,21 +825,21 @@ static void xfer_abort(manta_http_client *c, xfer *x, manta_http_err err, const 
 
 int manta_http_cancel(manta_http_client *c, uint64_t id)
 {
-    if (!c) return MANTA_HTTP_EINVAL;
+    if (!c) return MANTA_EINVAL;
     for (xfer *x = c->head; x; x = x->next) {
         if (x->id != id) continue;
-        xfer_abort(c, x, MANTA_HTTP_ECANCELED, "canceled by the caller");
+        xfer_abort(c, x, MANTA_ECANCELED, "canceled by the caller");
         tell_timer(c);
         return 0;
     }
-    return MANTA_HTTP_EINVAL;
+    return MANTA_EINVAL;
 }
 
 void manta_http_free(manta_http_client *c)
 {
     if (!c) return;
     /* A callback may submit more requests; end those too. */
-    while (c->head) xfer_abort(c, c->head, MANTA_HTTP_ECLOSED, "the HTTP client was closed");
+    while (c->head) xfer_abort(c, c->head, MANTA_ECLOSED, "the HTTP client was closed");
     curl_multi_cleanup(c->multi);
     free(c->socks);
     free(c->user_agent);

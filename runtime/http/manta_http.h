@@ -5,10 +5,11 @@
  * once from one thread, and connections (and DNS answers) are kept alive and
  * reused between requests to the same host. A request is submitted with a
  * callback; the callback fires exactly once per accepted request, with either
- * an HTTP response (any status) or an error kind and a human message
- * (timeout, refused connection, DNS, body too large, broken transfer, client
- * closed). Nothing waits forever: every request has a connect timeout and a
- * total timeout.
+ * an HTTP response (any status) or a negative MANTA_E* code from manta.h and
+ * a message naming the request and the cause (timeout, refused connection,
+ * DNS, TLS, body too large, broken transfer, canceled, client closed).
+ * Nothing waits forever: every request has a connect timeout and a total
+ * timeout.
  *
  * Two ways to drive a client:
  *   - manta_http_step(): polls the client's own sockets for up to a timeout,
@@ -39,39 +40,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "manta.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The error kinds, one table: X(name, text). MANTA_HTTP_OK means a response
- * arrived; its status may still be anything (look at status). */
-#define MANTA_HTTP_ERR_MAP(X)                                                                      \
-    X(OK, "ok")                                                                                    \
-    X(ETIMEDOUT, "timed out")                                                                      \
-    X(EREFUSED, "could not connect (refused or unreachable)")                                      \
-    X(ERESOLVE, "could not resolve host name")                                                     \
-    X(ETOOLARGE, "response body over the size limit")                                              \
-    X(ETRANSFER, "transfer failed (connection reset or closed early)")                             \
-    X(ECANCELED, "request canceled")                                                               \
-    X(ECLOSED, "client closed")                                                                    \
-    X(EINVAL, "invalid argument")                                                                  \
-    X(ENOMEM, "out of memory")                                                                     \
-    X(EOTHER, "other transport error")
-
-typedef enum manta_http_err {
-#define MANTA_HTTP_ERR_ENUM(name, text) MANTA_HTTP_##name,
-    MANTA_HTTP_ERR_MAP(MANTA_HTTP_ERR_ENUM)
-#undef MANTA_HTTP_ERR_ENUM
-        MANTA_HTTP_ERR_COUNT
-} manta_http_err;
-
-/* Returns a static, never-NULL description of err ("unknown error" when out
- * of range). Thread-safe. */
-const char *manta_http_strerror(int err);
-
-/* Returns the static short name of err, e.g. "ETIMEDOUT" ("?" when out of
- * range). Thread-safe. */
-const char *manta_http_errname(int err);
+/* Errors are the runtime's (manta.h): 0 or a negative MANTA_E* code, named
+ * by manta_strerror() and manta_errname(). A completed request reports one
+ * of these (MANTA_OK means a response arrived; its status may be anything):
+ *   MANTA_ETIMEDOUT  no connection within the connect timeout, or no
+ *                    complete answer within the total timeout
+ *   MANTA_ECONNECT   refused or unreachable
+ *   MANTA_ERESOLVE   the host name did not resolve
+ *   MANTA_ETLS       TLS handshake or certificate check failed
+ *   MANTA_EMSGSIZE   the response body is over max_body
+ *   MANTA_ETRANSFER  the connection broke mid-answer, or another libcurl
+ *                    failure (its text is in the message)
+ *   MANTA_ECANCELED  manta_http_cancel()
+ *   MANTA_ECLOSED    manta_http_free() while in flight
+ *   MANTA_EINVAL     a malformed URL or an unsupported scheme
+ *   MANTA_ENOMEM     out of memory
+ * This library only uses the table; it needs neither libmanta's event loop
+ * nor Redis. */
 
 /* Retry conditions (bit mask for manta_http_request.retry_on). */
 #define MANTA_HTTP_RETRY_CONNECT 0x1u /* refused, DNS failure, connect timeout */
@@ -138,8 +129,8 @@ typedef struct manta_http_header {
  * only during the callback: copy what you keep. */
 typedef struct manta_http_result {
     uint64_t id;         /* the id manta_http_submit returned */
-    manta_http_err err;  /* MANTA_HTTP_OK when a response arrived */
-    long status;         /* HTTP status, 0 when err != OK */
+    int err;             /* MANTA_OK (0) when a response arrived, else a MANTA_E* code */
+    long status;         /* HTTP status, 0 when err != 0 */
     const char *message; /* never NULL: "" when OK, else what went wrong and where */
     const char *body;    /* never NULL; NUL-terminated after body_len bytes */
     size_t body_len;
@@ -161,8 +152,8 @@ typedef struct manta_http_stats {
     uint64_t completed; /* callbacks fired */
     uint64_t ok;        /* completed with a response (any status) */
     uint64_t status_2xx, status_3xx, status_4xx, status_5xx;
-    uint64_t errors[MANTA_HTTP_ERR_COUNT]; /* completed with err != OK, by kind */
-    uint64_t attempts;                     /* transfers started, retries included */
+    uint64_t errors[MANTA_ERR_COUNT]; /* completed with err != 0, by manta_err_index(err) */
+    uint64_t attempts;                /* transfers started, retries included */
     uint64_t retries;
     uint64_t connects;       /* new connections opened (less than attempts when reused) */
     uint64_t bytes_received; /* response body bytes */
@@ -177,20 +168,20 @@ typedef struct manta_http_client manta_http_client;
 manta_http_client *manta_http_new(const manta_http_config *cfg);
 
 /* Frees the client. Requests still in flight end first: their callbacks fire
- * (inside this call) with MANTA_HTTP_ECLOSED. manta_http_free(NULL) is a
+ * (inside this call) with MANTA_ECLOSED. manta_http_free(NULL) is a
  * no-op. Must not be called from a callback of the same client. */
 void manta_http_free(manta_http_client *c);
 
 /* Submits req. On success returns 0, stores the request's id (never 0) in
  * *id when id is not NULL, and cb will fire exactly once, from a later call
  * of manta_http_step/on_fd/cancel/free, never from inside submit. On failure
- * returns MANTA_HTTP_EINVAL (no url, no cb, a header without ':') or
- * MANTA_HTTP_ENOMEM, and cb never fires. */
+ * returns MANTA_EINVAL (no url, no cb, a header without ':') or
+ * MANTA_ENOMEM, and cb never fires. */
 int manta_http_submit(manta_http_client *c, const manta_http_request *req, manta_http_done_fn cb,
                       void *arg, uint64_t *id);
 
 /* Cancels request id: its callback fires inside this call with
- * MANTA_HTTP_ECANCELED and 0 is returned. Returns MANTA_HTTP_EINVAL when id
+ * MANTA_ECANCELED and 0 is returned. Returns MANTA_EINVAL when id
  * is not in flight (unknown, or already completed). */
 int manta_http_cancel(manta_http_client *c, uint64_t id);
 

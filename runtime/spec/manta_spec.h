@@ -43,9 +43,12 @@
  * changed after loading, so many threads may read one at the same time.
  * A manta_spec_errors must not be shared between threads without a lock.
  *
- * Return codes: the functions that can fail return 0 on success and -1 on
- * failure (the reason is in the manta_spec_errors or the `why` buffer), or
- * NULL for functions that return a pointer.
+ * Return codes: the functions that can fail return 0 on success or a
+ * negative code from the runtime's one table (manta.h: MANTA_ESPEC for a
+ * spec that breaks the schema, MANTA_EINVAL, MANTA_ENOMEM, MANTA_ENOFIT;
+ * manta_strerror() names it), with what failed and where in the
+ * manta_spec_errors or the `why` buffer; functions that return a pointer
+ * return NULL on failure.
  */
 #ifndef MANTA_SPEC_H
 #define MANTA_SPEC_H
@@ -56,6 +59,8 @@
 #include <stdio.h>
 
 #include <msgpack.h>
+
+#include "manta.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -168,9 +173,9 @@ const char *manta_spec_key_at(const manta_spec_node *n, size_t i);
  * Returns:
  *    0  found and converted; *out set.
  *    1  absent, or a plain null (`key:` / `key: ~`); *out = def.
- *   -1  present but of the wrong type (or a component on the way is not a
- *       mapping or sequence); *out = def, and when `err` is not NULL one error
- *       at the offending node is appended, e.g.
+ *   MANTA_ESPEC  present but of the wrong type (or a component on the way
+ *       is not a mapping or sequence); *out = def, and when `err` is not NULL
+ *       one error at the offending node is appended, e.g.
  *       `spec.yaml:7:12: rl.eta: expected an integer, got "two"`.
  * `node` may be NULL (then everything is absent). */
 int manta_spec_get_int(const manta_spec_node *node, const char *path, int64_t def, int64_t *out,
@@ -192,14 +197,15 @@ int manta_spec_get_bool(const manta_spec_node *node, const char *path, bool def,
 int manta_spec_get_size(const manta_spec_node *node, const char *path, uint64_t def, uint64_t *out,
                         manta_spec_errors *err);
 /* A sequence node: *out = the node (iterate with manta_spec_len/_at), or NULL
- * when absent (return 1). A mapping or scalar is an error (-1). */
+ * when absent (return 1). A mapping or scalar is an error (MANTA_ESPEC). */
 int manta_spec_get_seq(const manta_spec_node *node, const char *path, const manta_spec_node **out,
                        manta_spec_errors *err);
 /* A mapping node, as manta_spec_get_seq. */
 int manta_spec_get_map(const manta_spec_node *node, const char *path, const manta_spec_node **out,
                        manta_spec_errors *err);
 
-/* Parse a size string as manta_spec_get_size does. 0 or -1. */
+/* Parse a size string as manta_spec_get_size does. 0, or MANTA_EINVAL when
+ * it is not a size. */
 int manta_spec_parse_size(const char *text, uint64_t *out);
 /* Write a byte count for humans: "2GiB", "1536MiB", "1000B". Returns buf. */
 char *manta_spec_format_size(uint64_t bytes, char *buf, size_t len);
@@ -303,9 +309,11 @@ const manta_spec_group *manta_spec_group_find(const manta_spec *s, const char *n
  *   a NULL node -> nil
  */
 
-/* Append `node` to a packer. 0, or -1 when the packer's write fails. */
+/* Append `node` to a packer. 0, or MANTA_ENOMEM when the packer's write
+ * fails. */
 int manta_spec_node_pack(msgpack_packer *pk, const manta_spec_node *node);
-/* `node` as a malloc'd msgpack buffer; the caller free()s *out. 0 or -1. */
+/* `node` as a malloc'd msgpack buffer; the caller free()s *out. 0 or
+ * MANTA_ENOMEM. */
 int manta_spec_node_to_msgpack(const manta_spec_node *node, char **out, size_t *len);
 
 /* The argument the launcher hands to init of replica `replica` of group
@@ -315,7 +323,7 @@ int manta_spec_node_to_msgpack(const manta_spec_node *node, char **out, size_t *
  *     "sections": { name: node, ... } }
  * where "sections" holds every free-form top-level section (everything
  * except job, redis, log_dir, groups and nodes), in file order.
- * The caller free()s *out. 0, or -1 on a bad index or out of memory. */
+ * The caller free()s *out. 0, MANTA_EINVAL on a bad index, or MANTA_ENOMEM. */
 int manta_spec_init_payload(const manta_spec *s, size_t g, int replica, char **out, size_t *len);
 
 /* ---- Placement ------------------------------------------------------------- */
@@ -350,12 +358,12 @@ size_t manta_spec_total_replicas(const manta_spec_demand *d, size_t n);
  * replica k, where k counts replicas in demand order (demand 0's replicas,
  * then demand 1's ...), whatever the placing order.
  * Pure: no I/O, no global state; `nodes` is not modified.
- * Returns 0 when everything fits. Returns -1 when a replica does not fit,
+ * Returns 0 when everything fits. Returns MANTA_ENOFIT when a replica does not fit,
  * with `why` naming it and what is left, e.g.
  *   group "learner" replica 2 of 2 (cpu 8, gpu 2, memory 16GiB) does not fit:
  *   free: a cpu 4 gpu 0 memory 8GiB; b cpu 8 gpu 1 memory 32GiB
- * and node_of unspecified. Returns -1 with why "out of memory" when scratch
- * space cannot be had. */
+ * and node_of unspecified. Returns MANTA_ENOMEM with why "out of memory" when
+ * scratch space cannot be had. */
 int manta_spec_place(const manta_spec_demand *demands, size_t n_demands,
                      const manta_spec_capacity *nodes, size_t n_nodes, manta_spec_fit fit,
                      bool decreasing, size_t *node_of, char *why, size_t why_len);

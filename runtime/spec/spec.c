@@ -861,7 +861,7 @@ static int get_node(const manta_spec_node *node, const char *path, const manta_s
     if (blocker) {
         char gotbuf[128];
         node_err(err, blocker, "expected a mapping or a sequence, got %s", GOT(blocker));
-        return -1;
+        return MANTA_ESPEC;
     }
     if (!*out || is_null_node(*out)) return 1;
     return 0;
@@ -882,10 +882,10 @@ int manta_spec_get_int(const manta_spec_node *node, const char *path, int64_t de
             return 0;
         }
         node_err(err, n, "expected an integer that fits 64 bits, got %s", GOT(n));
-        return -1;
+        return MANTA_ESPEC;
     }
     node_err(err, n, "expected an integer, got %s", GOT(n));
-    return -1;
+    return MANTA_ESPEC;
 }
 
 int manta_spec_get_double(const manta_spec_node *node, const char *path, double def, double *out,
@@ -907,7 +907,7 @@ int manta_spec_get_double(const manta_spec_node *node, const char *path, double 
         }
     }
     node_err(err, n, "expected a number, got %s", GOT(n));
-    return -1;
+    return MANTA_ESPEC;
 }
 
 int manta_spec_get_str(const manta_spec_node *node, const char *path, const char *def,
@@ -923,7 +923,7 @@ int manta_spec_get_str(const manta_spec_node *node, const char *path, const char
         return 0;
     }
     node_err(err, n, "expected a string, got %s", GOT(n));
-    return -1;
+    return MANTA_ESPEC;
 }
 
 int manta_spec_get_bool(const manta_spec_node *node, const char *path, bool def, bool *out,
@@ -939,7 +939,7 @@ int manta_spec_get_bool(const manta_spec_node *node, const char *path, bool def,
         return 0;
     }
     node_err(err, n, "expected true or false, got %s", GOT(n));
-    return -1;
+    return MANTA_ESPEC;
 }
 
 #define SIZE_EXPECT                                                                                \
@@ -963,7 +963,7 @@ int manta_spec_get_size(const manta_spec_node *node, const char *path, uint64_t 
     if (size_of(n, out)) return 0;
     *out = def;
     node_err(err, n, SIZE_EXPECT ", got %s", GOT(n));
-    return -1;
+    return MANTA_ESPEC;
 }
 
 static int get_kind(const manta_spec_node *node, const char *path, const manta_spec_node **out,
@@ -979,7 +979,7 @@ static int get_kind(const manta_spec_node *node, const char *path, const manta_s
         return 0;
     }
     node_err(err, n, "expected %s, got %s", what, GOT(n));
-    return -1;
+    return MANTA_ESPEC;
 }
 
 int manta_spec_get_seq(const manta_spec_node *node, const char *path, const manta_spec_node **out,
@@ -1009,18 +1009,18 @@ int manta_spec_parse_size(const char *text, uint64_t *out)
 {
     const char *p = text;
     uint64_t whole = 0, frac = 0, scale = 1;
-    if (!isdigit((unsigned char)*p)) return -1;
+    if (!isdigit((unsigned char)*p)) return MANTA_EINVAL;
     for (; isdigit((unsigned char)*p); p++)
         if (__builtin_mul_overflow(whole, 10, &whole) ||
             __builtin_add_overflow(whole, (uint64_t)(*p - '0'), &whole))
-            return -1;
+            return MANTA_EINVAL;
     bool has_frac = false;
     if (*p == '.') {
         p++;
-        if (!isdigit((unsigned char)*p)) return -1;
+        if (!isdigit((unsigned char)*p)) return MANTA_EINVAL;
         for (; isdigit((unsigned char)*p); p++) {
             if (scale >= 1000000000000000000ull) {
-                if (*p != '0') return -1; /* more than 18 decimals: not a whole byte */
+                if (*p != '0') return MANTA_EINVAL; /* more than 18 decimals: not a whole byte */
                 continue;
             }
             frac = frac * 10 + (uint64_t)(*p - '0');
@@ -1034,13 +1034,13 @@ int manta_spec_parse_size(const char *text, uint64_t *out)
         size_t i;
         for (i = 0; i < sizeof UNITS / sizeof UNITS[0]; i++)
             if (!strcmp(p, UNITS[i].name)) break;
-        if (i == sizeof UNITS / sizeof UNITS[0]) return -1;
+        if (i == sizeof UNITS / sizeof UNITS[0]) return MANTA_EINVAL;
         mult = UNITS[i].mult;
     } else if (has_frac) {
-        return -1; /* "1.5" bytes */
+        return MANTA_EINVAL; /* "1.5" bytes */
     }
     uint64_t bytes;
-    if (__builtin_mul_overflow(whole, mult, &bytes)) return -1;
+    if (__builtin_mul_overflow(whole, mult, &bytes)) return MANTA_EINVAL;
     if (has_frac && frac) {
         /* frac/scale * mult must be whole: reduce the fraction first so
          * the product does not overflow for long decimals. */
@@ -1052,10 +1052,10 @@ int manta_spec_parse_size(const char *text, uint64_t *out)
             s = t;
         }
         uint64_t m = mult / g, sc = scale / g, part;
-        if (frac % sc != 0) return -1;
+        if (frac % sc != 0) return MANTA_EINVAL;
         /* m and sc are coprime, so a whole number of bytes needs sc | frac. */
-        if (__builtin_mul_overflow(frac / sc, m, &part)) return -1;
-        if (__builtin_add_overflow(bytes, part, &bytes)) return -1;
+        if (__builtin_mul_overflow(frac / sc, m, &part)) return MANTA_EINVAL;
+        if (__builtin_add_overflow(bytes, part, &bytes)) return MANTA_EINVAL;
     }
     *out = bytes;
     return 0;
@@ -1870,37 +1870,38 @@ const manta_spec_group *manta_spec_group_find(const manta_spec *s, const char *n
 
 static int pack_str(msgpack_packer *pk, const char *s, size_t len)
 {
-    return msgpack_pack_str(pk, len) || msgpack_pack_str_body(pk, s, len) ? -1 : 0;
+    return msgpack_pack_str(pk, len) || msgpack_pack_str_body(pk, s, len) ? MANTA_ENOMEM : 0;
 }
 
 int manta_spec_node_pack(msgpack_packer *pk, const manta_spec_node *n)
 {
-    if (!n) return msgpack_pack_nil(pk) ? -1 : 0;
+    if (!n) return msgpack_pack_nil(pk) ? MANTA_ENOMEM : 0;
     if (n->kind == MANTA_SPEC_MAP) {
-        if (msgpack_pack_map(pk, n->count)) return -1;
+        if (msgpack_pack_map(pk, n->count)) return MANTA_ENOMEM;
         for (size_t i = 0; i < n->count; i++)
             if (pack_str(pk, n->keys[i]->text, n->keys[i]->len) ||
                 manta_spec_node_pack(pk, n->items[i]))
-                return -1;
+                return MANTA_ENOMEM;
         return 0;
     }
     if (n->kind == MANTA_SPEC_SEQ) {
-        if (msgpack_pack_array(pk, n->count)) return -1;
+        if (msgpack_pack_array(pk, n->count)) return MANTA_ENOMEM;
         for (size_t i = 0; i < n->count; i++)
-            if (manta_spec_node_pack(pk, n->items[i])) return -1;
+            if (manta_spec_node_pack(pk, n->items[i])) return MANTA_ENOMEM;
         return 0;
     }
     int64_t v;
     switch (resolve(n)) {
     case MANTA_SPEC_T_NULL:
-        return msgpack_pack_nil(pk) ? -1 : 0;
+        return msgpack_pack_nil(pk) ? MANTA_ENOMEM : 0;
     case MANTA_SPEC_T_BOOL:
-        return (bool_text(n->text) ? msgpack_pack_true(pk) : msgpack_pack_false(pk)) ? -1 : 0;
+        return (bool_text(n->text) ? msgpack_pack_true(pk) : msgpack_pack_false(pk)) ? MANTA_ENOMEM
+                                                                                     : 0;
     case MANTA_SPEC_T_INT:
-        if (int_value(n->text, &v) == 0) return msgpack_pack_int64(pk, v) ? -1 : 0;
+        if (int_value(n->text, &v) == 0) return msgpack_pack_int64(pk, v) ? MANTA_ENOMEM : 0;
         return pack_str(pk, n->text, n->len);
     case MANTA_SPEC_T_FLOAT:
-        return msgpack_pack_double(pk, float_value(n->text)) ? -1 : 0;
+        return msgpack_pack_double(pk, float_value(n->text)) ? MANTA_ENOMEM : 0;
     default:
         return pack_str(pk, n->text, n->len);
     }
@@ -1918,7 +1919,7 @@ static int pack_to_buffer(pack_body_fn fn, const void *arg, char **out, size_t *
         msgpack_sbuffer_destroy(&sb);
         *out = NULL;
         *len = 0;
-        return -1;
+        return MANTA_ENOMEM;
     }
     *len = sb.size;
     *out = msgpack_sbuffer_release(&sb);
@@ -1956,14 +1957,15 @@ static int pack_payload_body(msgpack_packer *pk, const void *arg)
         pack_str(pk, "replica", 7) || msgpack_pack_int(pk, a->replica) ||
         pack_str(pk, "replicas", 8) || msgpack_pack_int(pk, g->replicas) ||
         pack_str(pk, "settings", 8))
-        return -1;
-    if (g->settings ? manta_spec_node_pack(pk, g->settings) : msgpack_pack_map(pk, 0)) return -1;
-    if (pack_str(pk, "sections", 8) || msgpack_pack_map(pk, n_sections)) return -1;
+        return MANTA_ENOMEM;
+    if (g->settings ? manta_spec_node_pack(pk, g->settings) : msgpack_pack_map(pk, 0))
+        return MANTA_ENOMEM;
+    if (pack_str(pk, "sections", 8) || msgpack_pack_map(pk, n_sections)) return MANTA_ENOMEM;
     for (size_t i = 0; i < root->count; i++) {
         if (is_top_key(root->keys[i]->text)) continue;
         if (pack_str(pk, root->keys[i]->text, root->keys[i]->len) ||
             manta_spec_node_pack(pk, root->items[i]))
-            return -1;
+            return MANTA_ENOMEM;
     }
     return 0;
 }
@@ -1972,7 +1974,7 @@ int manta_spec_init_payload(const manta_spec *s, size_t g, int replica, char **o
 {
     *out = NULL;
     *len = 0;
-    if (!s || g >= s->n_groups) return -1;
+    if (!s || g >= s->n_groups) return MANTA_EINVAL;
     struct payload_arg a = {s, g, replica};
     return pack_to_buffer(pack_payload_body, &a, out, len);
 }
@@ -2056,7 +2058,7 @@ int manta_spec_place(const manta_spec_demand *demands, size_t n_demands,
         free(left);
         free(order);
         if (why && why_len) snprintf(why, why_len, "out of memory");
-        return -1;
+        return MANTA_ENOMEM;
     }
     for (size_t i = 0; i < n_nodes; i++)
         left[i] = (room){nodes[i].cpu, nodes[i].gpu, nodes[i].memory_bytes};
@@ -2088,7 +2090,7 @@ int manta_spec_place(const manta_spec_demand *demands, size_t n_demands,
         }
         if (best == n_nodes) {
             place_fail(why, why_len, &order[j], nodes, left, n_nodes);
-            rc = -1;
+            rc = MANTA_ENOFIT;
             break;
         }
         left[best].cpu -= d->cpu;

@@ -379,7 +379,8 @@ static void test_missing_rank(void **st)
     double took = test_now() - t0;
     assert_int_equal(rc, MANTA_ETIMEDOUT);
     assert_null(g);
-    if (!strstr(manta_last_error(), "rank 2 of 3 did not join")) fail_msg("%s", manta_last_error());
+    if (!strstr(manta_last_error(), "group 'missing' rank 0: rank 2 of 3 did not join"))
+        fail_msg("%s", manta_last_error());
     assert_true(took >= 1.4 && took < 5);
     const void *data;
     size_t len;
@@ -392,7 +393,7 @@ static void test_missing_rank(void **st)
     /* two missing ranks are both named */
     rc = manta_coll_create(drv, "missing2", 3, 1, &(manta_coll_options){.timeout_ms = 300}, &g);
     assert_int_equal(rc, MANTA_ETIMEDOUT);
-    assert_non_null(strstr(manta_last_error(), "ranks 0, 2 of 3"));
+    assert_non_null(strstr(manta_last_error(), "group 'missing2' rank 1: ranks 0, 2 of 3"));
     assert_int_equal(test_redis_count(&redis, "manta:*:coll:*"), 0);
 }
 
@@ -420,6 +421,7 @@ static void test_rank_never_enters_op(void **st)
         manta_future_free(f[r]);
         if (res.rc != MANTA_ETIMEDOUT) fail_msg("rank %d: rc %d: %s", r, res.rc, res.msg);
         /* the ring: rank 0 waits on rank 2, rank 1 on rank 0 (which waits) */
+        if (r == 0) assert_non_null(strstr(res.msg, "group 'idle' rank 0: "));
         if (r == 0) assert_non_null(strstr(res.msg, "no message from rank 2"));
     }
     assert_int_equal(manta_get(fi, -1, NULL, NULL), 0);
@@ -437,7 +439,7 @@ static void test_disagreements(void **st)
     manta_coll_group *g = NULL;
     int rc = manta_coll_create(drv, "worlds", 2, 1, NULL, &g);
     assert_int_equal(rc, MANTA_EINVAL);
-    assert_non_null(strstr(manta_last_error(), "world"));
+    assert_non_null(strstr(manta_last_error(), "group 'worlds' rank 1: this rank says world 2"));
     assert_int_equal(manta_get(f, -1, NULL, NULL), 0);
     manta_future_free(f);
 
@@ -458,17 +460,20 @@ static void test_disagreements(void **st)
     manta_future_free(fa), manta_future_free(fb);
     /* each receives the other's message first: both see the mix-up */
     assert_int_equal(ra.rc, MANTA_EPROTO);
-    assert_non_null(strstr(ra.msg, "rank 1 sent all_gather"));
+    assert_non_null(strstr(ra.msg, "group 'mixup' rank 0: rank 1 sent all_gather"));
     assert_int_equal(rb.rc, MANTA_EPROTO);
-    assert_non_null(strstr(rb.msg, "rank 0 sent all_reduce"));
+    assert_non_null(strstr(rb.msg, "group 'mixup' rank 1: rank 0 sent all_reduce"));
 }
 
 static void test_bad_arguments(void **st)
 {
     manta_coll_group *g = (manta_coll_group *)1;
+    /* every message names the group and the rank */
     assert_int_equal(manta_coll_create(drv, "x", 2, 2, NULL, &g), MANTA_EINVAL);
     assert_null(g);
+    assert_non_null(strstr(manta_last_error(), "group 'x' rank 2: "));
     assert_int_equal(manta_coll_create(drv, "bad name", 1, 0, NULL, &g), MANTA_EINVAL);
+    assert_non_null(strstr(manta_last_error(), "group 'bad name' rank 0: bad name"));
     assert_int_equal(manta_coll_create(NULL, "x", 1, 0, NULL, &g), MANTA_EINVAL);
     /* a group of one works without any peer, and checks its arguments */
     assert_int_equal(manta_coll_create(drv, "solo", 1, 0, NULL, &g), 0);
@@ -477,6 +482,7 @@ static void test_bad_arguments(void **st)
     assert_int_equal(manta_coll_broadcast(g, x, 3, MANTA_COLL_FLOAT32, 1, 0), MANTA_EINVAL);
     assert_int_equal(manta_coll_broadcast(g, x, 3, (manta_coll_dtype)7, 0, 0), MANTA_EINVAL);
     assert_int_equal(manta_coll_all_reduce(g, NULL, 3, 0), MANTA_EINVAL);
+    assert_non_null(strstr(manta_last_error(), "group 'solo' rank 0: all_reduce: no buffer"));
     assert_int_equal(manta_coll_all_reduce(g, x, 3, 0), 0); /* EINVAL does not break the group */
     assert_true(x[0] == 1 && x[2] == 3);
     manta_coll_free(g);

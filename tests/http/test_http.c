@@ -37,7 +37,7 @@ static double now_ms(void)
 /* What a callback saw, copied out. */
 typedef struct got {
     int fired;
-    manta_http_err err;
+    int err;
     long status;
     char message[512];
     char *body;
@@ -121,7 +121,7 @@ static void test_get_with_headers(void **state)
     req.n_headers = 2;
     got g = {0};
     fetch(c, &req, &g);
-    assert_int_equal(g.err, MANTA_HTTP_OK);
+    assert_int_equal(g.err, MANTA_OK);
     assert_int_equal(g.status, 200);
     assert_string_equal(g.message, "");
     assert_string_equal(g.content_type, "application/json");
@@ -159,7 +159,7 @@ static void test_post_and_put_body(void **state)
     req.body_len = strlen(body);
     got g = {0};
     fetch(c, &req, &g);
-    assert_int_equal(g.err, MANTA_HTTP_OK);
+    assert_int_equal(g.err, MANTA_OK);
     assert_non_null(strstr(g.body, "\"method\": \"POST\""));
     assert_non_null(strstr(g.body, body));
     assert_true(g.elapsed_ms < 900); /* no 1 s Expect wait */
@@ -187,7 +187,7 @@ static void test_status_codes(void **state)
     got g = {0};
     url(u, sizeof u, "/status/404");
     fetch(c, &req, &g);
-    assert_int_equal(g.err, MANTA_HTTP_OK);
+    assert_int_equal(g.err, MANTA_OK);
     assert_int_equal(g.status, 404);
     assert_string_equal(g.body, "status 404");
     got_clear(&g);
@@ -274,14 +274,14 @@ static void test_timeout(void **state)
     req.timeout_ms = 200;
     got g = {0};
     fetch(c, &req, &g);
-    assert_int_equal(g.err, MANTA_HTTP_ETIMEDOUT);
+    assert_int_equal(g.err, MANTA_ETIMEDOUT);
     assert_int_equal(g.status, 0);
     assert_true(g.elapsed_ms >= 150 && g.elapsed_ms < 1500);
     assert_non_null(strstr(g.message, "200 ms"));
     assert_int_equal(g.body_len, 0);
     manta_http_stats st;
     manta_http_get_stats(c, &st);
-    assert_int_equal(st.errors[MANTA_HTTP_ETIMEDOUT], 1);
+    assert_int_equal(st.errors[manta_err_index(MANTA_ETIMEDOUT)], 1);
     assert_int_equal(st.ok, 0);
     got_clear(&g);
     manta_http_free(c);
@@ -302,7 +302,7 @@ static void test_refused_with_backoff(void **state)
     req.url = u;
     got g = {0};
     fetch(c, &req, &g);
-    assert_int_equal(g.err, MANTA_HTTP_EREFUSED);
+    assert_int_equal(g.err, MANTA_ECONNECT);
     assert_int_equal(g.attempts, 3);
     /* Back-offs of [25,50] then [50,100] ms happened in between. */
     assert_true(g.elapsed_ms >= 75);
@@ -313,12 +313,12 @@ static void test_refused_with_backoff(void **state)
     req.body = "{}";
     req.body_len = 2;
     fetch(c, &req, &g);
-    assert_int_equal(g.err, MANTA_HTTP_EREFUSED);
+    assert_int_equal(g.err, MANTA_ECONNECT);
     assert_int_equal(g.attempts, 1);
     got_clear(&g);
     manta_http_stats st;
     manta_http_get_stats(c, &st);
-    assert_int_equal(st.errors[MANTA_HTTP_EREFUSED], 2);
+    assert_int_equal(st.errors[manta_err_index(MANTA_ECONNECT)], 2);
     assert_int_equal(st.retries, 2);
     manta_http_free(c);
 }
@@ -337,8 +337,8 @@ static void test_dns_failure(void **state)
     /* A machine whose DNS server does not answer at all runs out of the
      * connect timeout first; that must still be reported as a failure to
      * connect, never as anything else. */
-    if (g.err != MANTA_HTTP_ERESOLVE) {
-        assert_int_equal(g.err, MANTA_HTTP_ETIMEDOUT);
+    if (g.err != MANTA_ERESOLVE) {
+        assert_int_equal(g.err, MANTA_ETIMEDOUT);
         assert_non_null(strstr(g.message, "connect timed out"));
     }
     assert_non_null(strstr(g.message, "manta-no-such-host.invalid"));
@@ -360,34 +360,34 @@ static void test_body_limit(void **state)
 
     url(u, sizeof u, "/big/1000"); /* exactly the limit: fine */
     fetch(c, &req, &g);
-    assert_int_equal(g.err, MANTA_HTTP_OK);
+    assert_int_equal(g.err, MANTA_OK);
     assert_int_equal(g.body_len, 1000);
     got_clear(&g);
 
     url(u, sizeof u, "/big/1001"); /* Content-Length over the limit */
     fetch(c, &req, &g);
-    assert_int_equal(g.err, MANTA_HTTP_ETOOLARGE);
+    assert_int_equal(g.err, MANTA_EMSGSIZE);
     assert_int_equal(g.body_len, 0);
     assert_non_null(strstr(g.message, "1000-byte limit"));
     got_clear(&g);
 
     url(u, sizeof u, "/big-chunked/200000"); /* no length: caught while reading */
     fetch(c, &req, &g);
-    assert_int_equal(g.err, MANTA_HTTP_ETOOLARGE);
+    assert_int_equal(g.err, MANTA_EMSGSIZE);
     got_clear(&g);
 
     /* A per-request limit overrides the client's. */
     url(u, sizeof u, "/big-chunked/200000");
     req.max_body = 300000;
     fetch(c, &req, &g);
-    assert_int_equal(g.err, MANTA_HTTP_OK);
+    assert_int_equal(g.err, MANTA_OK);
     assert_int_equal(g.body_len, 200000);
     assert_int_equal(g.body[199999], 'y');
     got_clear(&g);
 
     manta_http_stats st;
     manta_http_get_stats(c, &st);
-    assert_int_equal(st.errors[MANTA_HTTP_ETOOLARGE], 2);
+    assert_int_equal(st.errors[manta_err_index(MANTA_EMSGSIZE)], 2);
     manta_http_free(c);
 }
 
@@ -402,9 +402,32 @@ static void test_hangup(void **state)
     req.max_retries = 0;
     got g = {0};
     fetch(c, &req, &g);
-    assert_int_equal(g.err, MANTA_HTTP_ETRANSFER);
+    assert_int_equal(g.err, MANTA_ETRANSFER);
     assert_true(strlen(g.message) > 0);
     got_clear(&g);
+    manta_http_free(c);
+}
+
+/* https:// to a plain-HTTP server: the TLS handshake fails, and the code
+ * says so rather than a generic transfer failure. */
+static void test_tls_failure(void **state)
+{
+    manta_http_client *c = manta_http_new(NULL);
+    char u[128];
+    snprintf(u, sizeof u, "https://%s/hello", base + strlen("http://"));
+    manta_http_request req;
+    manta_http_request_init(&req);
+    req.url = u;
+    req.max_retries = 0;
+    got g = {0};
+    fetch(c, &req, &g);
+    assert_int_equal(g.err, MANTA_ETLS);
+    assert_int_equal(g.status, 0);
+    assert_non_null(strstr(g.message, u));
+    got_clear(&g);
+    manta_http_stats st;
+    manta_http_get_stats(c, &st);
+    assert_int_equal(st.errors[manta_err_index(MANTA_ETLS)], 1);
     manta_http_free(c);
 }
 
@@ -474,15 +497,15 @@ static void test_cancel_and_free(void **state)
     assert_int_equal(a.fired, 0);
     assert_int_equal(manta_http_cancel(c, ida), 0);
     assert_int_equal(a.fired, 1); /* inside cancel */
-    assert_int_equal(a.err, MANTA_HTTP_ECANCELED);
+    assert_int_equal(a.err, MANTA_ECANCELED);
     assert_int_equal(a.id, ida);
-    assert_int_equal(manta_http_cancel(c, ida), MANTA_HTTP_EINVAL);
+    assert_int_equal(manta_http_cancel(c, ida), MANTA_EINVAL);
     assert_int_equal(manta_http_in_flight(c), 2);
     manta_http_free(c);
     assert_int_equal(b.fired, 1);
-    assert_int_equal(b.err, MANTA_HTTP_ECLOSED);
+    assert_int_equal(b.err, MANTA_ECLOSED);
     assert_int_equal(d.fired, 1);
-    assert_int_equal(d.err, MANTA_HTTP_ECLOSED);
+    assert_int_equal(d.err, MANTA_ECLOSED);
     got_clear(&a);
     got_clear(&b);
     got_clear(&d);
@@ -495,13 +518,13 @@ static void test_invalid_submit(void **state)
     got g = {0};
     manta_http_request req;
     manta_http_request_init(&req);
-    assert_int_equal(manta_http_submit(c, &req, on_done, &g, NULL), MANTA_HTTP_EINVAL);
+    assert_int_equal(manta_http_submit(c, &req, on_done, &g, NULL), MANTA_EINVAL);
     req.url = "http://127.0.0.1:1/";
     const char *bad[] = {"no colon here"};
     req.headers = bad;
     req.n_headers = 1;
-    assert_int_equal(manta_http_submit(c, &req, on_done, &g, NULL), MANTA_HTTP_EINVAL);
-    assert_int_equal(manta_http_submit(c, &req, NULL, NULL, NULL), MANTA_HTTP_EINVAL);
+    assert_int_equal(manta_http_submit(c, &req, on_done, &g, NULL), MANTA_EINVAL);
+    assert_int_equal(manta_http_submit(c, &req, NULL, NULL, NULL), MANTA_EINVAL);
     assert_int_equal(manta_http_in_flight(c), 0);
     assert_int_equal(manta_http_step(c, 10), 0);
     assert_int_equal(g.fired, 0);
@@ -509,8 +532,8 @@ static void test_invalid_submit(void **state)
     manta_http_config_init(&cfg);
     cfg.max_body = 0;
     assert_null(manta_http_new(&cfg));
-    assert_string_equal(manta_http_errname(MANTA_HTTP_ETIMEDOUT), "ETIMEDOUT");
-    assert_string_equal(manta_http_strerror(999), "unknown error");
+    assert_string_equal(manta_errname(MANTA_ETIMEDOUT), "ETIMEDOUT");
+    assert_string_equal(manta_strerror(999), "unknown error code");
     manta_http_free(c);
 }
 
@@ -545,7 +568,7 @@ static void test_end_stream_early(void **state)
     req.on_body_arg = &calls;
     got g = {0};
     fetch(c, &req, &g);
-    assert_int_equal(g.err, MANTA_HTTP_OK);
+    assert_int_equal(g.err, MANTA_OK);
     assert_int_equal(g.status, 200);
     assert_string_equal(g.body, "hello\n");
     assert_true(g.elapsed_ms < 2000); /* did not wait for "bye" */
@@ -560,7 +583,7 @@ static void test_end_stream_early(void **state)
     calls = 0;
     req.on_body = never_stop;
     fetch(c, &req, &g);
-    assert_int_equal(g.err, MANTA_HTTP_OK);
+    assert_int_equal(g.err, MANTA_OK);
     assert_string_equal(g.body, "hello\nbye\n");
     assert_true(calls >= 2);
     got_clear(&g);
@@ -743,6 +766,7 @@ int main(void)
         cmocka_unit_test(test_dns_failure),
         cmocka_unit_test(test_body_limit),
         cmocka_unit_test(test_hangup),
+        cmocka_unit_test(test_tls_failure),
         cmocka_unit_test(test_many_in_flight),
         cmocka_unit_test(test_connection_reuse),
         cmocka_unit_test(test_cancel_and_free),

@@ -33,7 +33,7 @@ static double now_ms(void)
 
 typedef struct got {
     int fired;
-    mcp_err err;
+    int err;
     char message[1024];
     char text[512];
     bool has_text;
@@ -108,7 +108,7 @@ static void close_client(fixture *f)
 static void call(fixture *f, const char *tool, const char *args, got *g)
 {
     memset(g, 0, sizeof *g);
-    assert_int_equal(mcp_call_tool_json(f->mcp, tool, args, on_done, g), MCP_OK);
+    assert_int_equal(mcp_call_tool_json(f->mcp, tool, args, on_done, g), MANTA_OK);
     drain(f->http, f->mcp, 20000);
     assert_int_equal(g->fired, 1);
 }
@@ -141,19 +141,19 @@ static void test_handshake_and_list(void **state)
     open_client(&f, calc.port, "/mcp", 0, NULL);
     assert_false(mcp_ready(f.mcp));
     got init = {0}, list = {0};
-    assert_int_equal(mcp_initialize(f.mcp, on_done, &init), MCP_OK);
+    assert_int_equal(mcp_initialize(f.mcp, on_done, &init), MANTA_OK);
     /* Made before the handshake finished: waits for it, then goes out. */
-    assert_int_equal(mcp_list_tools(f.mcp, on_done, &list), MCP_OK);
+    assert_int_equal(mcp_list_tools(f.mcp, on_done, &list), MANTA_OK);
     drain(f.http, f.mcp, 10000);
     assert_int_equal(init.fired, 1);
-    assert_int_equal(init.err, MCP_OK);
+    assert_int_equal(init.err, MANTA_OK);
     assert_true(init.has_result);
     assert_true(mcp_ready(f.mcp));
     assert_non_null(mcp_session_id(f.mcp));
     assert_int_equal(strlen(mcp_session_id(f.mcp)), 32);
     assert_string_equal(mcp_protocol_version(f.mcp), MCP_PROTOCOL_VERSION);
     assert_int_equal(list.fired, 1);
-    assert_int_equal(list.err, MCP_OK);
+    assert_int_equal(list.err, MANTA_OK);
     assert_int_equal(list.tools, 3);
 
     const cJSON *tools = mcp_tools(f.mcp);
@@ -178,7 +178,7 @@ static void test_call_json(void **state)
     got g;
     /* No explicit initialize: the first call runs the handshake. */
     call(&f, "calc", "{\"expression\": \"(2+3)*4\"}", &g);
-    assert_int_equal(g.err, MCP_OK);
+    assert_int_equal(g.err, MANTA_OK);
     assert_true(g.has_text);
     assert_string_equal(g.text, "20");
     assert_int_equal(g.http_status, 200);
@@ -194,7 +194,7 @@ static void test_call_json(void **state)
     cJSON *args = cJSON_CreateObject();
     cJSON_AddStringToObject(args, "expression", "10/4");
     memset(&g, 0, sizeof g);
-    assert_int_equal(mcp_call_tool(f.mcp, "calc", args, on_done, &g), MCP_OK);
+    assert_int_equal(mcp_call_tool(f.mcp, "calc", args, on_done, &g), MANTA_OK);
     cJSON_Delete(args); /* copied by the call */
     drain(f.http, f.mcp, 10000);
     assert_string_equal(g.text, "2.5");
@@ -215,10 +215,10 @@ static void test_call_sse(void **state)
     open_client(&f, calc.port, "/mcp", 0, hdrs);
     got g;
     call(&f, "calc", "{\"expression\": \"6*7\"}", &g);
-    assert_int_equal(g.err, MCP_OK);
+    assert_int_equal(g.err, MANTA_OK);
     assert_string_equal(g.text, "42");
     call(&f, "calc", "{\"expression\": \"1/0\"}", &g);
-    assert_int_equal(g.err, MCP_ETOOL);
+    assert_int_equal(g.err, MANTA_ETOOL);
     mcp_stats st;
     mcp_get_stats(f.mcp, &st);
     assert_int_equal(st.sse_answers, 2);
@@ -228,14 +228,14 @@ static void test_call_sse(void **state)
     /* test_server's SSE: CRLF lines, a comment, an id field. */
     open_client(&f, bad.port, "/mcp/sse", 0, NULL);
     call(&f, "any", NULL, &g);
-    assert_int_equal(g.err, MCP_OK);
+    assert_int_equal(g.err, MANTA_OK);
     assert_string_equal(g.text, "ok");
     close_client(&f);
 
     /* A stream left open after the response: the answer counts at once. */
     open_client(&f, bad.port, "/mcp/sseopen", 4000, NULL);
     call(&f, "any", NULL, &g);
-    assert_int_equal(g.err, MCP_OK);
+    assert_int_equal(g.err, MANTA_OK);
     assert_string_equal(g.text, "ok");
     assert_true(g.elapsed_ms < 2000);
     close_client(&f);
@@ -247,35 +247,35 @@ static void test_tool_errors(void **state)
     open_client(&f, calc.port, "/mcp", 0, NULL);
     got g;
     call(&f, "calc", "{\"expression\": \"1/0\"}", &g);
-    assert_int_equal(g.err, MCP_ETOOL);
+    assert_int_equal(g.err, MANTA_ETOOL);
     assert_string_equal(g.message, "division by zero");
     assert_string_equal(g.text, "division by zero");
     assert_true(g.has_result);
     call(&f, "calc", "{\"expression\": \"1+\"}", &g);
-    assert_int_equal(g.err, MCP_ETOOL);
+    assert_int_equal(g.err, MANTA_ETOOL);
     assert_non_null(strstr(g.message, "malformed"));
     call(&f, "calc", "{\"expression\": \"__import__('os').getcwd()\"}", &g);
-    assert_int_equal(g.err, MCP_ETOOL);
+    assert_int_equal(g.err, MANTA_ETOOL);
     assert_non_null(strstr(g.message, "not allowed"));
     call(&f, "calc", "{}", &g);
-    assert_int_equal(g.err, MCP_ETOOL);
+    assert_int_equal(g.err, MANTA_ETOOL);
 
     /* An unknown tool is a JSON-RPC error, not a tool error. */
     call(&f, "no_such_tool", "{}", &g);
-    assert_int_equal(g.err, MCP_ERPC);
+    assert_int_equal(g.err, MANTA_ERPC);
     assert_int_equal(g.rpc_code, -32602);
     assert_non_null(strstr(g.message, "unknown tool"));
     assert_false(g.has_text);
 
     mcp_stats st;
     mcp_get_stats(f.mcp, &st);
-    assert_int_equal(st.errors[MCP_ETOOL], 4);
-    assert_int_equal(st.errors[MCP_ERPC], 1);
+    assert_int_equal(st.errors[manta_err_index(MANTA_ETOOL)], 4);
+    assert_int_equal(st.errors[manta_err_index(MANTA_ERPC)], 1);
     assert_int_equal(st.ok, 0);
     close_client(&f);
 
-    assert_int_equal(mcp_call_tool_json(NULL, "calc", "{}", on_done, &g), MCP_EINVAL);
-    assert_string_equal(mcp_errname(MCP_ETOOL), "ETOOL");
+    assert_int_equal(mcp_call_tool_json(NULL, "calc", "{}", on_done, &g), MANTA_EINVAL);
+    assert_string_equal(manta_errname(MANTA_ETOOL), "ETOOL");
 }
 
 static void test_hundred_in_flight(void **state)
@@ -284,16 +284,16 @@ static void test_hundred_in_flight(void **state)
     fixture f;
     open_client(&f, calc_slow.port, "/mcp", 0, NULL);
     got init = {0};
-    assert_int_equal(mcp_initialize(f.mcp, on_done, &init), MCP_OK);
+    assert_int_equal(mcp_initialize(f.mcp, on_done, &init), MANTA_OK);
     drain(f.http, f.mcp, 10000);
-    assert_int_equal(init.err, MCP_OK);
+    assert_int_equal(init.err, MANTA_OK);
 
     got *g = calloc(N, sizeof *g);
     double t0 = now_ms();
     for (int i = 0; i < N; i++) {
         char args[64];
         snprintf(args, sizeof args, "{\"expression\": \"%d*%d\"}", i, i);
-        assert_int_equal(mcp_call_tool_json(f.mcp, "calc", args, on_done, &g[i]), MCP_OK);
+        assert_int_equal(mcp_call_tool_json(f.mcp, "calc", args, on_done, &g[i]), MANTA_OK);
     }
     assert_int_equal(mcp_in_flight(f.mcp), N);
     drain(f.http, f.mcp, 20000);
@@ -302,7 +302,7 @@ static void test_hundred_in_flight(void **state)
         char want[32];
         snprintf(want, sizeof want, "%d", i * i);
         assert_int_equal(g[i].fired, 1);
-        assert_int_equal(g[i].err, MCP_OK);
+        assert_int_equal(g[i].err, MANTA_OK);
         assert_string_equal(g[i].text, want); /* each answer went to its own call */
         assert_true(g[i].elapsed_ms >= LATENCY * 0.9);
     }
@@ -320,12 +320,12 @@ static void test_timeout(void **state)
     open_client(&f, calc.port, "/mcp", 300, hdrs);
     got g;
     call(&f, "calc", "{\"expression\": \"1+1\"}", &g);
-    assert_int_equal(g.err, MCP_ETIMEOUT);
+    assert_int_equal(g.err, MANTA_ETIMEDOUT);
     assert_true(g.elapsed_ms < 2000);
     assert_non_null(strstr(g.message, "tools/call"));
     mcp_stats st;
     mcp_get_stats(f.mcp, &st);
-    assert_int_equal(st.errors[MCP_ETIMEOUT], 1);
+    assert_int_equal(st.errors[manta_err_index(MANTA_ETIMEDOUT)], 1);
     close_client(&f);
 }
 
@@ -338,17 +338,17 @@ static void test_refused(void **state)
     got a, b;
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
-    assert_int_equal(mcp_call_tool_json(f.mcp, "calc", "{}", on_done, &a), MCP_OK);
-    assert_int_equal(mcp_list_tools(f.mcp, on_done, &b), MCP_OK);
+    assert_int_equal(mcp_call_tool_json(f.mcp, "calc", "{}", on_done, &a), MANTA_OK);
+    assert_int_equal(mcp_list_tools(f.mcp, on_done, &b), MANTA_OK);
     drain(f.http, f.mcp, 10000);
     /* The handshake failed, so both queued requests fail with its cause. */
-    assert_int_equal(a.err, MCP_ECONNECT);
-    assert_int_equal(b.err, MCP_ECONNECT);
+    assert_int_equal(a.err, MANTA_ECONNECT);
+    assert_int_equal(b.err, MANTA_ECONNECT);
     assert_non_null(strstr(a.message, "initialize failed"));
     assert_false(mcp_ready(f.mcp));
     mcp_stats st;
     mcp_get_stats(f.mcp, &st);
-    assert_int_equal(st.errors[MCP_ECONNECT], 2);
+    assert_int_equal(st.errors[manta_err_index(MANTA_ECONNECT)], 2);
     manta_http_stats hs;
     manta_http_get_stats(f.http, &hs);
     assert_int_equal(hs.retries, 2); /* connection failures are retried */
@@ -361,7 +361,7 @@ static void test_http_errors(void **state)
     open_client(&f, calc_fail.port, "/mcp", 0, NULL);
     got g;
     call(&f, "calc", "{\"expression\": \"1+1\"}", &g);
-    assert_int_equal(g.err, MCP_EHTTP);
+    assert_int_equal(g.err, MANTA_EHTTP);
     assert_int_equal(g.http_status, 500);
     assert_non_null(strstr(g.message, "HTTP 500"));
     manta_http_stats hs;
@@ -372,14 +372,14 @@ static void test_http_errors(void **state)
     /* A wrong path: the handshake itself gets 404. */
     open_client(&f, calc.port, "/nope", 0, NULL);
     call(&f, "calc", "{}", &g);
-    assert_int_equal(g.err, MCP_EHTTP);
+    assert_int_equal(g.err, MANTA_EHTTP);
     assert_non_null(strstr(g.message, "HTTP 404"));
     assert_non_null(strstr(g.message, "initialize"));
     close_client(&f);
 
     open_client(&f, bad.port, "/mcp/status500", 0, NULL);
     call(&f, "calc", "{}", &g);
-    assert_int_equal(g.err, MCP_EHTTP);
+    assert_int_equal(g.err, MANTA_EHTTP);
     assert_int_equal(g.http_status, 500);
     close_client(&f);
 }
@@ -389,18 +389,18 @@ static void test_broken_answers(void **state)
 {
     static const struct {
         const char *mode;
-        mcp_err want;
+        int want;
         const char *in_message;
     } cases[] = {
-        {"garbage", MCP_EJSON, "not valid JSON"},
-        {"wrongtype", MCP_EPROTO, "text/plain"},
-        {"truncated", MCP_EPROTO, "SSE stream ended"},
-        {"noresponse", MCP_EPROTO, "1 other events"},
-        {"wrongid", MCP_EPROTO, "does not match"},
-        {"notrpc", MCP_EPROTO, "JSON-RPC 2.0"},
-        {"error", MCP_ERPC, "tool exploded"},
-        {"hangup", MCP_ETRANSPORT, "tools/call"},
-        {"ok", MCP_OK, ""},
+        {"garbage", MANTA_EJSON, "not valid JSON"},
+        {"wrongtype", MANTA_EPROTO, "text/plain"},
+        {"truncated", MANTA_EPROTO, "SSE stream ended"},
+        {"noresponse", MANTA_EPROTO, "1 other events"},
+        {"wrongid", MANTA_EPROTO, "does not match"},
+        {"notrpc", MANTA_EPROTO, "JSON-RPC 2.0"},
+        {"error", MANTA_ERPC, "tool exploded"},
+        {"hangup", MANTA_ETRANSFER, "tools/call"},
+        {"ok", MANTA_OK, ""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fixture f;
@@ -411,11 +411,12 @@ static void test_broken_answers(void **state)
         call(&f, "x", "{}", &g);
         if (g.err != cases[i].want || !strstr(g.message, cases[i].in_message))
             fail_msg("mode %s: got %s \"%s\", want %s with \"%s\"", cases[i].mode,
-                     mcp_errname(g.err), g.message, mcp_errname(cases[i].want),
+                     manta_errname(g.err), g.message, manta_errname(cases[i].want),
                      cases[i].in_message);
         mcp_stats st;
         mcp_get_stats(f.mcp, &st);
-        assert_int_equal(st.errors[cases[i].want] + (cases[i].want == MCP_OK ? st.ok : 0), 1);
+        assert_int_equal(
+            st.errors[manta_err_index(cases[i].want)] + (cases[i].want == MANTA_OK ? st.ok : 0), 1);
         close_client(&f);
     }
 }
@@ -432,14 +433,14 @@ static void test_too_large(void **state)
     f.mcp = mcp_new(f.http, &cfg);
     got g;
     call(&f, "x", "{}", &g);
-    assert_int_equal(g.err, MCP_ETOOLARGE);
+    assert_int_equal(g.err, MANTA_EMSGSIZE);
     assert_non_null(strstr(g.message, "65536-byte limit"));
     close_client(&f);
 
     /* The same answer under the default 16 MiB limit arrives whole. */
     open_client(&f, bad.port, "/mcp/big", 0, NULL);
     call(&f, "x", "{}", &g);
-    assert_int_equal(g.err, MCP_OK);
+    assert_int_equal(g.err, MANTA_OK);
     close_client(&f);
 }
 
@@ -483,7 +484,7 @@ static void test_session_lost(void **state)
 
     /* The next call gets 404, shakes hands again and is sent once more. */
     call(&f, "calc", "{\"expression\": \"2+2\"}", &g);
-    assert_int_equal(g.err, MCP_OK);
+    assert_int_equal(g.err, MANTA_OK);
     assert_string_equal(g.text, "4");
     assert_string_not_equal(mcp_session_id(f.mcp), old);
     mcp_stats st;
@@ -495,7 +496,7 @@ static void test_session_lost(void **state)
     /* A server that loses every session: one resend, then ESESSION. */
     open_client(&f, bad.port, "/mcp/expire", 0, NULL);
     call(&f, "x", "{}", &g);
-    assert_int_equal(g.err, MCP_ESESSION);
+    assert_int_equal(g.err, MANTA_ESESSION);
     mcp_get_stats(f.mcp, &st);
     assert_int_equal(st.handshakes, 2);
     assert_int_equal(st.session_resends, 1);
@@ -533,7 +534,7 @@ static void test_free_with_calls_in_flight(void **state)
     assert_true(now_ms() - t0 < 1500);
     for (int i = 0; i < 5; i++) {
         assert_int_equal(g[i].fired, 1);
-        assert_int_equal(g[i].err, MCP_ECLOSED);
+        assert_int_equal(g[i].err, MANTA_ECLOSED);
     }
 
     /* Freed from its own callback, with another call still pending. */

@@ -246,6 +246,13 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 256
     allow_reuse_address = True
 
+    def handle_error(self, request, client_address):
+        # A client that hangs up on purpose (a TLS hello sent to this plain
+        # server, a stream ended early) is not a server error: stay quiet.
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
+
 
 def main():
     ap = argparse.ArgumentParser()

@@ -453,23 +453,23 @@ static void test_getters(void **state)
     assert_int_equal(e.count, 0);
 
     /* Wrong types: -1, the default, and one located error each. */
-    assert_int_equal(manta_spec_get_int(t, "word", 3, &i, &e), -1);
+    assert_int_equal(manta_spec_get_int(t, "word", 3, &i, &e), MANTA_ESPEC);
     assert_int_equal(i, 3);
-    assert_int_equal(manta_spec_get_int(t, "quoted", 3, &i, &e), -1);
-    assert_int_equal(manta_spec_get_int(t, "f", 3, &i, &e), -1);
-    assert_int_equal(manta_spec_get_int(t, "big", 3, &i, &e), -1);
-    assert_int_equal(manta_spec_get_int(t, "tagged", 3, &i, &e), -1);
-    assert_int_equal(manta_spec_get_double(t, "m", 1, &d, &e), -1);
-    assert_int_equal(manta_spec_get_bool(t, "yes", false, &b, &e), -1);
-    assert_int_equal(manta_spec_get_str(t, "s", "d", &str, &e), -1);
+    assert_int_equal(manta_spec_get_int(t, "quoted", 3, &i, &e), MANTA_ESPEC);
+    assert_int_equal(manta_spec_get_int(t, "f", 3, &i, &e), MANTA_ESPEC);
+    assert_int_equal(manta_spec_get_int(t, "big", 3, &i, &e), MANTA_ESPEC);
+    assert_int_equal(manta_spec_get_int(t, "tagged", 3, &i, &e), MANTA_ESPEC);
+    assert_int_equal(manta_spec_get_double(t, "m", 1, &d, &e), MANTA_ESPEC);
+    assert_int_equal(manta_spec_get_bool(t, "yes", false, &b, &e), MANTA_ESPEC);
+    assert_int_equal(manta_spec_get_str(t, "s", "d", &str, &e), MANTA_ESPEC);
     assert_string_equal(str, "d");
-    assert_int_equal(manta_spec_get_size(t, "badmem", 7, &sz, &e), -1);
+    assert_int_equal(manta_spec_get_size(t, "badmem", 7, &sz, &e), MANTA_ESPEC);
     assert_int_equal(sz, 7);
-    assert_int_equal(manta_spec_get_seq(t, "m", &n, &e), -1);
-    assert_int_equal(manta_spec_get_map(t, "s", &n, &e), -1);
-    assert_int_equal(manta_spec_get_int(t, "word.x", 3, &i, &e), -1);
+    assert_int_equal(manta_spec_get_seq(t, "m", &n, &e), MANTA_ESPEC);
+    assert_int_equal(manta_spec_get_map(t, "s", &n, &e), MANTA_ESPEC);
+    assert_int_equal(manta_spec_get_int(t, "word.x", 3, &i, &e), MANTA_ESPEC);
     assert_int_equal(manta_spec_get_int(NULL, "x", 5, &i, NULL), 1);
-    assert_int_equal(manta_spec_get_int(t, "word", 3, &i, NULL), -1); /* err may be NULL */
+    assert_int_equal(manta_spec_get_int(t, "word", 3, &i, NULL), MANTA_ESPEC); /* err may be NULL */
     static const char *const want[] = {
         "inline.yaml:9:9: t.word: expected an integer, got \"two\"",
         "inline.yaml:10:11: t.quoted: expected an integer, got \"12\"",
@@ -543,18 +543,18 @@ static void test_sizes(void **state)
         {"0.001KB", 0, 1},
         {"1TiB", 0, 1ull << 40},
         {"16777215TiB", 0, 16777215ull << 40},
-        {"16777216TiB", -1, 0}, /* 2^64: overflows */
+        {"16777216TiB", MANTA_EINVAL, 0}, /* 2^64: overflows */
         {"18446744073709551615", 0, UINT64_MAX},
-        {"18446744073709551616", -1, 0},
-        {"1.5", -1, 0},    /* fractional bytes */
-        {"0.3KiB", -1, 0}, /* 307.2 bytes */
-        {"2Gb", -1, 0},
-        {"2gib", -1, 0},
-        {"GiB", -1, 0},
-        {"-1KiB", -1, 0},
-        {"1.KiB", -1, 0},
-        {"", -1, 0},
-        {"2GiBs", -1, 0},
+        {"18446744073709551616", MANTA_EINVAL, 0},
+        {"1.5", MANTA_EINVAL, 0},    /* fractional bytes */
+        {"0.3KiB", MANTA_EINVAL, 0}, /* 307.2 bytes */
+        {"2Gb", MANTA_EINVAL, 0},
+        {"2gib", MANTA_EINVAL, 0},
+        {"GiB", MANTA_EINVAL, 0},
+        {"-1KiB", MANTA_EINVAL, 0},
+        {"1.KiB", MANTA_EINVAL, 0},
+        {"", MANTA_EINVAL, 0},
+        {"2GiBs", MANTA_EINVAL, 0},
     };
     for (size_t i = 0; i < N(cases); i++) {
         uint64_t v = 12345;
@@ -973,7 +973,8 @@ static void test_place_first_fit(void **state)
     manta_spec_demand order[] = {{"small", 1, 4, 0, 0}, {"big", 1, 4, 1, 0}};
     size_t k[2];
     assert_int_equal(
-        manta_spec_place(order, 2, two, 2, MANTA_SPEC_FIRST_FIT, false, k, why, sizeof why), -1);
+        manta_spec_place(order, 2, two, 2, MANTA_SPEC_FIRST_FIT, false, k, why, sizeof why),
+        MANTA_ENOFIT);
     assert_string_equal(why, "group \"big\" replica 1 of 1 (cpu 4, gpu 1, memory 0B) does not "
                              "fit: free: a cpu 0 gpu 1 memory 0B; b cpu 4 gpu 0 memory 0B");
     assert_int_equal(
@@ -1019,12 +1020,14 @@ static void test_place_impossible(void **state)
     size_t k[2];
     char why[256];
     assert_int_equal(
-        manta_spec_place(d, 1, nodes, 1, MANTA_SPEC_BEST_FIT, false, k, why, sizeof why), -1);
+        manta_spec_place(d, 1, nodes, 1, MANTA_SPEC_BEST_FIT, false, k, why, sizeof why),
+        MANTA_ENOFIT);
     assert_string_equal(why,
                         "group \"learner\" replica 2 of 2 (cpu 4, gpu 1, memory 8GiB) does not "
                         "fit: free: a cpu 4 gpu 0 memory 8GiB");
     assert_int_equal(
-        manta_spec_place(d, 1, NULL, 0, MANTA_SPEC_FIRST_FIT, false, k, why, sizeof why), -1);
+        manta_spec_place(d, 1, NULL, 0, MANTA_SPEC_FIRST_FIT, false, k, why, sizeof why),
+        MANTA_ENOFIT);
     assert_string_equal(why,
                         "group \"learner\" replica 1 of 2 (cpu 4, gpu 1, memory 8GiB) does not "
                         "fit: there are no nodes");
@@ -1032,7 +1035,7 @@ static void test_place_impossible(void **state)
     char small[16];
     memset(small, 'x', sizeof small);
     assert_int_equal(manta_spec_place(d, 1, nodes, 1, MANTA_SPEC_FIRST_FIT, false, k, small, 10),
-                     -1);
+                     MANTA_ENOFIT);
     assert_int_equal(strlen(small), 9);
     assert_int_equal(small[10], 'x');
     /* Nothing to place always fits. */
@@ -1167,7 +1170,7 @@ static void test_msgpack(void **state)
     assert_int_equal(o->via.map.size, 0);
     msgpack_unpacked_destroy(&u);
     free(buf);
-    assert_int_equal(manta_spec_init_payload(s, 4, 0, &buf, &len), -1);
+    assert_int_equal(manta_spec_init_payload(s, 4, 0, &buf, &len), MANTA_EINVAL);
     assert_null(buf);
     manta_spec_free(s);
     manta_spec_errors_destroy(&e);

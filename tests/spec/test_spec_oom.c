@@ -137,7 +137,7 @@ static void test_oom_outputs(void **state)
     manta_spec_errors_init(&e);
     manta_spec *s = manta_spec_load_file("full.yaml", NULL, &e);
     assert_non_null(s);
-    /* msgpack buffers: -1 and NULL, never a half-built buffer. */
+    /* msgpack buffers: MANTA_ENOMEM and NULL, never a half-built buffer. */
     for (long n = 1;; n++) {
         char *buf = (char *)1;
         size_t len = 99;
@@ -151,7 +151,7 @@ static void test_oom_outputs(void **state)
             free(buf);
             break;
         }
-        assert_int_equal(rc, -1);
+        assert_int_equal(rc, MANTA_ENOMEM);
         assert_null(buf);
         assert_int_equal(len, 0);
     }
@@ -164,7 +164,7 @@ static void test_oom_outputs(void **state)
     fail_at = 1;
     assert_int_equal(manta_spec_place(d, 4, s->nodes, s->n_nodes, MANTA_SPEC_BEST_FIT, true,
                                       node_of, why, sizeof why),
-                     -1);
+                     MANTA_ENOMEM);
     fail_at = -1;
     assert_string_equal(why, "out of memory");
     /* manta_spec_errors_add when the message cannot be stored: counted. */
