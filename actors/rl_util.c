@@ -1,16 +1,82 @@
 /*
- * rl_util.c - msgpack lookups, settings, clock, logging and the glue that
+ * rl_util.c - the RL helpers' error convention, msgpack lookups, the one
+ * reader of init arguments and settings, clock, logging and the glue that
  * lets the runtime's HTTP client run inside an actor's event loop (the
  * pattern of README.md "Tools over MCP": watch callbacks become
  * manta_watch_fd, the client's deadline a one-shot loop timer).
  */
 #include "rl_util.h"
 
+#include "manta_actors.h"
+
+#include <manta_kernels.h>
+
+#include <inttypes.h>
+#include <math.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+
+/* ---- errors ---- */
+
+static _Thread_local char last_error[512];
+
+int rl_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+const char *rl_last_error(void)
+{
+    return last_error;
+}
+
+const char *rl_mp_describe(const msgpack_object *o, char *out, size_t cap)
+{
+    if (!o) {
+        snprintf(out, cap, "nothing");
+        return out;
+    }
+    switch (o->type) {
+    case MSGPACK_OBJECT_NIL:
+        snprintf(out, cap, "nil");
+        break;
+    case MSGPACK_OBJECT_BOOLEAN:
+        snprintf(out, cap, "%s", o->via.boolean ? "true" : "false");
+        break;
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        snprintf(out, cap, "%" PRIu64, o->via.u64);
+        break;
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+        snprintf(out, cap, "%" PRId64, o->via.i64);
+        break;
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        snprintf(out, cap, "%g", o->via.f64);
+        break;
+    case MSGPACK_OBJECT_STR: {
+        int n = o->via.str.size > 40 ? 40 : (int)o->via.str.size;
+        snprintf(out, cap, "\"%.*s%s\"", n, o->via.str.ptr, o->via.str.size > 40 ? "..." : "");
+        break;
+    }
+    case MSGPACK_OBJECT_ARRAY:
+        snprintf(out, cap, "an array");
+        break;
+    case MSGPACK_OBJECT_MAP:
+        snprintf(out, cap, "a map");
+        break;
+    default:
+        snprintf(out, cap, "binary data");
+        break;
+    }
+    return out;
+}
 
 /* Bytes after the type byte b that hold a length (1, 2, 4) or 0. */
 static uint64_t be(const unsigned char *p, int n)
@@ -130,8 +196,11 @@ static int mp_check(const unsigned char *p, size_t len)
 
 int rl_unpack(msgpack_unpacked *u, const void *buf, size_t len)
 {
-    if (!buf || mp_check(buf, len)) return -1;
-    return msgpack_unpack_next(u, buf, len, NULL) == MSGPACK_UNPACK_SUCCESS ? 0 : -1;
+    if (!buf || mp_check(buf, len))
+        return rl_fail(MANTA_EINVAL, "not one well-formed msgpack object (%zu bytes)", len);
+    if (msgpack_unpack_next(u, buf, len, NULL) != MSGPACK_UNPACK_SUCCESS)
+        return rl_fail(MANTA_EINVAL, "msgpack object could not be unpacked (%zu bytes)", len);
+    return 0;
 }
 
 const msgpack_object *rl_mp_get(const msgpack_object *o, const char *key)
@@ -249,6 +318,319 @@ const msgpack_object *rl_setting(const msgpack_object *args, const char *key, co
     return v && v->type != MSGPACK_OBJECT_NIL ? v : NULL;
 }
 
+/* ---- init arguments ---- */
+
+/* The keys of the sections the RL classes own, and of a group's settings.
+ * A key not listed is a typo or a setting no class reads: an error. */
+static const char *const model_keys[] = {"n_layer", "n_head", "n_embd", "block_size", "seed", NULL};
+static const char *const rl_keys[] = {"group_size",
+                                      "batch_episodes",
+                                      "eta",
+                                      "lr",
+                                      "warmup_lr",
+                                      "warmup_steps",
+                                      "warmup_batch",
+                                      "beta1",
+                                      "beta2",
+                                      "weight_decay",
+                                      "grad_clip",
+                                      "bucket_mb",
+                                      "clip_low",
+                                      "clip_high",
+                                      "ratio_cap",
+                                      "entropy_coef",
+                                      "temperature",
+                                      "top_p",
+                                      "max_new_tokens",
+                                      "max_turns",
+                                      "slots",
+                                      "max_versions",
+                                      "max_time_s",
+                                      "eval_every",
+                                      "eval_problems",
+                                      "stop_at",
+                                      "run_dir",
+                                      NULL};
+static const char *const task_keys[] = {"train", "heldout", "demos", NULL};
+static const char *const reward_keys[] = {"rule", "tolerance", "url", NULL};
+static const char *const group_keys[] = {
+    "controller", "env_group", "reward_group", "learner_group", "learners", "threads", NULL};
+
+static const struct {
+    const char *name;
+    const char *const *keys;
+} owned_sections[] = {
+    {"model", model_keys}, {"rl", rl_keys}, {"task", task_keys}, {"reward", reward_keys}};
+#define N_OWNED (sizeof owned_sections / sizeof owned_sections[0])
+
+static int listed(const char *const *keys, const char *k, size_t n)
+{
+    for (; *keys; keys++)
+        if (strlen(*keys) == n && !memcmp(*keys, k, n)) return 1;
+    return 0;
+}
+
+static int owned_index(const char *k, size_t n)
+{
+    for (size_t i = 0; i < N_OWNED; i++)
+        if (strlen(owned_sections[i].name) == n && !memcmp(owned_sections[i].name, k, n))
+            return (int)i;
+    return -1;
+}
+
+static void args_failv(rl_args *a, const char *fmt, va_list ap)
+{
+    if (a->rc) return;
+    a->rc = MANTA_EINVAL;
+    vsnprintf(a->err, sizeof a->err, fmt, ap);
+    rl_fail(a->rc, "%s", a->err);
+}
+
+static void args_fail(rl_args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void args_fail(rl_args *a, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    args_failv(a, fmt, ap);
+    va_end(ap);
+}
+
+/* Every key of map m must be in keys; `where` prefixes the error. */
+static void check_keys(rl_args *a, const msgpack_object *m, const char *const *keys,
+                       const char *where)
+{
+    for (uint32_t i = 0; m && m->type == MSGPACK_OBJECT_MAP && i < m->via.map.size; i++) {
+        const msgpack_object *k = &m->via.map.ptr[i].key;
+        if (k->type != MSGPACK_OBJECT_STR) {
+            args_fail(a, "%s: a key that is not a string", where);
+            return;
+        }
+        if (!listed(keys, k->via.str.ptr, k->via.str.size)) {
+            args_fail(a, "%s.%.*s: unknown key", where, (int)k->via.str.size, k->via.str.ptr);
+            return;
+        }
+    }
+}
+
+/* The group's settings: flat keys from every owned section or group_keys,
+ * or a nested map per owned section. */
+static void check_settings(rl_args *a)
+{
+    const msgpack_object *m = a->settings;
+    char where[160];
+    snprintf(where, sizeof where, "groups.%s.settings", a->group);
+    for (uint32_t i = 0; m && i < m->via.map.size; i++) {
+        const msgpack_object *k = &m->via.map.ptr[i].key, *v = &m->via.map.ptr[i].val;
+        if (k->type != MSGPACK_OBJECT_STR) {
+            args_fail(a, "%s: a key that is not a string", where);
+            return;
+        }
+        const char *ks = k->via.str.ptr;
+        size_t kn = k->via.str.size;
+        int sec = owned_index(ks, kn);
+        if (sec >= 0 && v->type == MSGPACK_OBJECT_MAP) {
+            char sub[200];
+            snprintf(sub, sizeof sub, "%s.%.*s", where, (int)kn, ks);
+            check_keys(a, v, owned_sections[sec].keys, sub);
+            continue;
+        }
+        int known = listed(group_keys, ks, kn);
+        for (size_t j = 0; j < N_OWNED && !known; j++)
+            known = listed(owned_sections[j].keys, ks, kn);
+        if (!known) {
+            args_fail(a, "%s.%.*s: unknown key", where, (int)kn, ks);
+            return;
+        }
+    }
+}
+
+int rl_args_open(rl_args *a, const void *buf, size_t len)
+{
+    memset(a, 0, sizeof *a);
+    msgpack_unpacked_init(&a->u);
+    snprintf(a->group, sizeof a->group, "?");
+    if (rl_unpack(&a->u, buf, len)) {
+        args_fail(a, "init argument: %s", rl_last_error());
+        return a->rc;
+    }
+    a->root = &a->u.data;
+    if (a->root->type != MSGPACK_OBJECT_MAP) {
+        args_fail(a, "init argument: expected a map (manta_spec_init_payload)");
+        return a->rc;
+    }
+    const msgpack_object *g = rl_mp_get(a->root, "group");
+    if (g && g->type == MSGPACK_OBJECT_STR) rl_mp_str(g, a->group, sizeof a->group, "?");
+    a->settings = rl_mp_get(a->root, "settings");
+    a->sections = rl_mp_get(a->root, "sections");
+    if (a->settings && a->settings->type == MSGPACK_OBJECT_NIL) a->settings = NULL;
+    if (a->sections && a->sections->type == MSGPACK_OBJECT_NIL) a->sections = NULL;
+    if (a->settings && a->settings->type != MSGPACK_OBJECT_MAP) {
+        char d[64];
+        args_fail(a, "groups.%s.settings: expected a map, got %s", a->group,
+                  rl_mp_describe(a->settings, d, sizeof d));
+        return a->rc;
+    }
+    if (a->sections && a->sections->type != MSGPACK_OBJECT_MAP) {
+        args_fail(a, "init argument: sections: expected a map");
+        return a->rc;
+    }
+    for (size_t i = 0; i < N_OWNED; i++) {
+        const msgpack_object *sec = rl_mp_get(a->sections, owned_sections[i].name);
+        if (!sec || sec->type == MSGPACK_OBJECT_NIL) continue;
+        if (sec->type != MSGPACK_OBJECT_MAP) {
+            char d[64];
+            args_fail(a, "%s: expected a map, got %s", owned_sections[i].name,
+                      rl_mp_describe(sec, d, sizeof d));
+            return a->rc;
+        }
+        check_keys(a, sec, owned_sections[i].keys, owned_sections[i].name);
+    }
+    check_settings(a);
+    return a->rc;
+}
+
+int rl_args_close(rl_args *a, manta_ctx *m)
+{
+    if (a->rc) {
+        rl_log(m, "%s", a->err);
+        rl_fail(a->rc, "%s", a->err);
+    }
+    msgpack_unpacked_destroy(&a->u);
+    return a->rc;
+}
+
+/* Find a setting and name the spec key it came from. */
+static const msgpack_object *lookup(rl_args *a, const char *section, const char *key, char *path,
+                                    size_t cap)
+{
+    const msgpack_object *v;
+    if (section && !section[0]) { /* a field of the payload itself */
+        snprintf(path, cap, "init argument: %s", key);
+        v = rl_mp_get(a->root, key);
+        return v && v->type != MSGPACK_OBJECT_NIL ? v : NULL;
+    }
+    if (section) {
+        v = rl_mp_get(rl_mp_get(a->settings, section), key);
+        if (v && v->type != MSGPACK_OBJECT_NIL) {
+            snprintf(path, cap, "groups.%s.settings.%s.%s", a->group, section, key);
+            return v;
+        }
+    }
+    v = rl_mp_get(a->settings, key);
+    if (v && v->type != MSGPACK_OBJECT_NIL) {
+        snprintf(path, cap, "groups.%s.settings.%s", a->group, key);
+        return v;
+    }
+    if (!section) return NULL;
+    v = rl_mp_get(rl_mp_get(a->sections, section), key);
+    snprintf(path, cap, "%s.%s", section, key);
+    return v && v->type != MSGPACK_OBJECT_NIL ? v : NULL;
+}
+
+const msgpack_object *rl_arg_get(rl_args *a, const char *section, const char *key)
+{
+    char path[256];
+    return a->root ? lookup(a, section, key, path, sizeof path) : NULL;
+}
+
+int rl_arg_error(rl_args *a, const char *section, const char *key, const char *fmt, ...)
+{
+    char path[256], msg[256];
+    if (a->rc) return a->rc;
+    if (!a->root || !lookup(a, section, key, path, sizeof path))
+        snprintf(path, sizeof path, "%s%s%s", section ? section : "", section ? "." : "", key);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    args_fail(a, "%s: %s", path, msg);
+    return a->rc;
+}
+
+int64_t rl_arg_int(rl_args *a, const char *section, const char *key, int64_t def, int64_t lo,
+                   int64_t hi)
+{
+    char path[256], d[64];
+    if (a->rc || !a->root) return def;
+    const msgpack_object *v = lookup(a, section, key, path, sizeof path);
+    if (!v) return def;
+    int64_t x;
+    if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 <= INT64_MAX)
+        x = (int64_t)v->via.u64;
+    else if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+        x = v->via.i64;
+    else {
+        args_fail(a, "%s: expected an integer, got %s", path, rl_mp_describe(v, d, sizeof d));
+        return def;
+    }
+    if (x < lo || x > hi) {
+        args_fail(a, "%s: %" PRId64 " is out of range [%" PRId64 ", %" PRId64 "]", path, x, lo, hi);
+        return def;
+    }
+    return x;
+}
+
+double rl_arg_num(rl_args *a, const char *section, const char *key, double def, double lo,
+                  double hi)
+{
+    char path[256], d[64];
+    if (a->rc || !a->root) return def;
+    const msgpack_object *v = lookup(a, section, key, path, sizeof path);
+    if (!v) return def;
+    double x;
+    if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+        x = (double)v->via.u64;
+    else if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+        x = (double)v->via.i64;
+    else if (v->type == MSGPACK_OBJECT_FLOAT32 || v->type == MSGPACK_OBJECT_FLOAT64)
+        x = v->via.f64;
+    else {
+        args_fail(a, "%s: expected a number, got %s", path, rl_mp_describe(v, d, sizeof d));
+        return def;
+    }
+    if (!isfinite(x) || x < lo || x > hi) {
+        args_fail(a, "%s: %g is out of range [%g, %g]", path, x, lo, hi);
+        return def;
+    }
+    return x;
+}
+
+const char *rl_arg_str(rl_args *a, const char *section, const char *key, char *out, size_t cap,
+                       const char *def)
+{
+    char path[256], d[64];
+    snprintf(out, cap, "%s", def ? def : "");
+    if (a->rc || !a->root) return out;
+    const msgpack_object *v = lookup(a, section, key, path, sizeof path);
+    if (!v) return out;
+    if (v->type != MSGPACK_OBJECT_STR) {
+        args_fail(a, "%s: expected a string, got %s", path, rl_mp_describe(v, d, sizeof d));
+        return out;
+    }
+    if (v->via.str.size >= cap) {
+        args_fail(a, "%s: longer than %zu bytes", path, cap - 1);
+        return out;
+    }
+    memcpy(out, v->via.str.ptr, v->via.str.size);
+    out[v->via.str.size] = 0;
+    return out;
+}
+
+void rl_model_config(rl_args *a, struct mk_config *cfg, uint64_t *seed)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->n_layer = (int)rl_arg_int(a, "model", "n_layer", 2, 1, 1024);
+    cfg->n_head = (int)rl_arg_int(a, "model", "n_head", 4, 1, 1024);
+    cfg->n_embd = (int)rl_arg_int(a, "model", "n_embd", 64, 1, 1 << 16);
+    cfg->block_size = (int)rl_arg_int(a, "model", "block_size", 64, 4, 1 << 20);
+    cfg->vocab_size = RL_VOCAB;
+    int64_t sd = rl_arg_int(a, "model", "seed", 1, 0, INT64_MAX);
+    if (seed) *seed = (uint64_t)sd;
+    if (!a->rc && cfg->n_embd % cfg->n_head)
+        rl_arg_error(a, "model", "n_embd", "%d is not a multiple of n_head (%d)", cfg->n_embd,
+                     cfg->n_head);
+}
+
 int64_t rl_now_ms(void)
 {
     struct timespec ts;
@@ -311,7 +693,8 @@ int rl_http_glue_start(rl_http_glue *g, manta_ctx *m, const manta_http_config *c
     g->ctx = m;
     g->timer = 0;
     g->http = manta_http_new(cfg);
-    if (!g->http) return -1;
+    if (!g->http)
+        return rl_fail(MANTA_ENOMEM, "HTTP client: manta_http_new failed (out of memory or curl)");
     manta_http_set_watch(g->http, glue_watch, g);
     manta_http_set_timer(g->http, glue_timer, g);
     return 0;
