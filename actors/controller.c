@@ -167,33 +167,52 @@ static char *xstrdup(const char *s)
     return d;
 }
 
+static int blank(const char *line)
+{
+    while (*line == ' ' || *line == '\t' || *line == '\r' || *line == '\n') line++;
+    return *line == 0;
+}
+
+/* JSON lines {"prompt": str, "answer": str}; blank lines are skipped, any
+ * other line that is not such an object is an error naming file and line. */
 static int load_problems(const char *path, problem **out, int *n)
 {
     FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char line[4096];
-    int cap = 0;
+    if (!f) return rl_fail(MANTA_ESYS, "%s: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t lcap = 0;
+    int cap = 0, lineno = 0, rc = 0;
     *out = NULL, *n = 0;
-    while (fgets(line, sizeof line, f)) {
+    while (!rc && getline(&line, &lcap, f) >= 0) {
+        lineno++;
+        if (blank(line)) continue;
         cJSON *j = cJSON_Parse(line);
-        if (!j) continue;
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "answer");
-        if (cJSON_IsString(p) && cJSON_IsString(a)) {
-            if (*n == cap) {
-                cap = cap ? cap * 2 : 256;
-                problem *np = realloc(*out, (size_t)cap * sizeof *np);
-                if (!np) break;
+        if (!cJSON_IsString(p) || !cJSON_IsString(a))
+            rc = rl_fail(MANTA_EINVAL, "%s:%d: not {\"prompt\": str, \"answer\": str}", path,
+                         lineno);
+        if (!rc && *n == cap) {
+            cap = cap ? cap * 2 : 256;
+            problem *np = realloc(*out, (size_t)cap * sizeof *np);
+            if (np)
                 *out = np;
-            }
+            else
+                rc = rl_fail(MANTA_ENOMEM, "%s: out of memory at line %d", path, lineno);
+        }
+        if (!rc) {
             (*out)[*n].text = xstrdup(p->valuestring);
             (*out)[*n].answer = xstrdup(a->valuestring);
-            (*n)++;
+            if ((*out)[*n].text && (*out)[*n].answer)
+                (*n)++;
+            else
+                rc = rl_fail(MANTA_ENOMEM, "%s: out of memory at line %d", path, lineno);
         }
         cJSON_Delete(j);
     }
+    free(line);
     fclose(f);
-    return 0;
+    return rc;
 }
 
 static void demo_push(demo *d, int32_t tok, uint8_t mask)
@@ -201,56 +220,81 @@ static void demo_push(demo *d, int32_t tok, uint8_t mask)
     d->tok[d->n] = tok, d->mask[d->n] = mask, d->n++;
 }
 
+/* Tokens a demonstration needs at most: <bos>, the prompt, every segment's
+ * bytes and '\n', <eos>. */
+static size_t demo_bound(const cJSON *p, const cJSON *segs)
+{
+    size_t n = 2 + strlen(p->valuestring);
+    const cJSON *seg;
+    cJSON_ArrayForEach(seg, segs)
+    {
+        const cJSON *text = cJSON_GetArrayItem(seg, 1);
+        if (cJSON_IsString(text)) n += strlen(text->valuestring) + 1;
+    }
+    return n;
+}
+
+/* One demonstration into d: the prompt as given tokens, then its segments. */
+static int build_demo(demo *d, const cJSON *p, const cJSON *segs)
+{
+    size_t cap = demo_bound(p, segs);
+    d->tok = calloc(cap, sizeof *d->tok), d->mask = calloc(cap, 1);
+    if (!d->tok || !d->mask) return MANTA_ENOMEM;
+    demo_push(d, RL_TOK_BOS, 0);
+    for (const char *c = p->valuestring; *c; c++) demo_push(d, (unsigned char)*c, 0);
+    const cJSON *seg;
+    cJSON_ArrayForEach(seg, segs)
+    {
+        const cJSON *kind = cJSON_GetArrayItem(seg, 0), *text = cJSON_GetArrayItem(seg, 1);
+        if (!cJSON_IsString(kind) || !cJSON_IsString(text)) return MANTA_EINVAL;
+        int pol = !strcmp(kind->valuestring, "policy");
+        if (!pol && strcmp(kind->valuestring, "tool")) return MANTA_EINVAL;
+        for (const char *c = text->valuestring; *c;) {
+            if (pol && !strncmp(c, "<call>", 6)) {
+                demo_push(d, RL_TOK_CALL, 1), c += 6;
+            } else if (pol && !strncmp(c, "</call>", 7)) {
+                demo_push(d, RL_TOK_END, 1), c += 7;
+            } else {
+                demo_push(d, (unsigned char)*c, (uint8_t)pol), c++;
+            }
+        }
+        if (!pol) demo_push(d, '\n', 0);
+    }
+    demo_push(d, RL_TOK_EOS, 1);
+    return 0;
+}
+
 /* A demonstration: {"prompt": str, "segments": [["policy"|"tool", text]]}.
  * In policy text "<call>" and "</call>" are the tool-call tokens; EOS ends the
- * last policy segment; tool text is followed by '\n' as the rollout does. */
+ * last policy segment; tool text is followed by '\n' as the rollout does.
+ * The first `max` (rl.warmup_batch) are read. */
 static int load_demos(ctl_state *s, const char *path, int max)
 {
     FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char line[8192];
+    if (!f) return rl_fail(MANTA_ESYS, "%s: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t lcap = 0;
+    int lineno = 0, rc = 0;
     s->demos = calloc((size_t)max, sizeof *s->demos);
-    while (s->demos && s->n_demos < max && fgets(line, sizeof line, f)) {
+    if (!s->demos) rc = rl_fail(MANTA_ENOMEM, "%s: out of memory for %d demonstrations", path, max);
+    while (!rc && s->n_demos < max && getline(&line, &lcap, f) >= 0) {
+        lineno++;
+        if (blank(line)) continue;
         cJSON *j = cJSON_Parse(line);
-        if (!j) continue;
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
         const cJSON *segs = cJSON_GetObjectItemCaseSensitive(j, "segments");
-        if (!cJSON_IsString(p) || !cJSON_IsArray(segs)) {
-            cJSON_Delete(j);
-            continue;
-        }
-        demo *d = &s->demos[s->n_demos];
-        d->tok = calloc(1024, sizeof *d->tok), d->mask = calloc(1024, 1);
-        if (!d->tok || !d->mask) {
-            cJSON_Delete(j);
-            break;
-        }
-        demo_push(d, RL_TOK_BOS, 0);
-        for (const char *c = p->valuestring; *c && d->n < 1000; c++)
-            demo_push(d, (unsigned char)*c, 0);
-        const cJSON *seg;
-        cJSON_ArrayForEach(seg, segs)
-        {
-            const cJSON *kind = cJSON_GetArrayItem(seg, 0), *text = cJSON_GetArrayItem(seg, 1);
-            if (!cJSON_IsString(kind) || !cJSON_IsString(text)) continue;
-            int pol = !strcmp(kind->valuestring, "policy");
-            for (const char *c = text->valuestring; *c && d->n < 1000;) {
-                if (pol && !strncmp(c, "<call>", 6)) {
-                    demo_push(d, RL_TOK_CALL, 1), c += 6;
-                } else if (pol && !strncmp(c, "</call>", 7)) {
-                    demo_push(d, RL_TOK_END, 1), c += 7;
-                } else {
-                    demo_push(d, (unsigned char)*c, (uint8_t)pol), c++;
-                }
-            }
-            if (!pol) demo_push(d, '\n', 0);
-        }
-        demo_push(d, RL_TOK_EOS, 1);
-        s->n_demos++;
+        demo *d = &s->demos[s->n_demos++]; /* counted: ctl_fini frees it either way */
+        rc = cJSON_IsString(p) && cJSON_IsArray(segs) ? build_demo(d, p, segs) : MANTA_EINVAL;
+        if (rc == MANTA_EINVAL)
+            rl_fail(rc, "%s:%d: not {\"prompt\": str, \"segments\": [[\"policy\"|\"tool\", str]]}",
+                    path, lineno);
+        else if (rc)
+            rl_fail(rc, "%s:%d: out of memory", path, lineno);
         cJSON_Delete(j);
     }
+    free(line);
     fclose(f);
-    return 0;
+    return rc;
 }
 
 /* ---- init ---- */
@@ -295,15 +339,21 @@ static int ctl_init(manta_ctx *m, void *state, const void *args, size_t len)
     s->g_adv = calloc((size_t)s->G, sizeof *s->g_adv);
     s->g_idx = calloc((size_t)s->G, sizeof *s->g_idx);
     if (!s->g_r || !s->g_adv || !s->g_idx) return MANTA_ENOMEM;
-    if (load_problems(s->train_path, &s->train, &s->n_train) || s->n_train == 0) {
-        rl_log(m, "controller: no problems in task.train '%s'", s->train_path);
+    if (!s->train_path[0]) {
+        rl_log(m, "controller: task.train: no training data named");
         return MANTA_EINVAL;
     }
-    if (s->heldout_path[0] && load_problems(s->heldout_path, &s->heldout, &s->n_heldout))
-        rl_log(m, "controller: cannot read task.heldout '%s'", s->heldout_path);
+    if ((rc = load_problems(s->train_path, &s->train, &s->n_train)) ||
+        (s->heldout_path[0] && (rc = load_problems(s->heldout_path, &s->heldout, &s->n_heldout))) ||
+        (s->demos_path[0] && (rc = load_demos(s, s->demos_path, s->warmup_max)))) {
+        rl_log(m, "controller: task: %s", rl_last_error());
+        return rc;
+    }
+    if (s->n_train == 0) {
+        rl_log(m, "controller: task.train: no problems in '%s'", s->train_path);
+        return MANTA_EINVAL;
+    }
     if (s->eval_n > s->n_heldout) s->eval_n = s->n_heldout;
-    if (s->demos_path[0] && load_demos(s, s->demos_path, s->warmup_max))
-        rl_log(m, "controller: cannot read task.demos '%s'", s->demos_path);
     s->version = -1;
     s->success_initial = s->success_final = -1;
     s->t_start = rl_now_s();
@@ -336,7 +386,7 @@ static void ctl_fini(manta_ctx *m, void *state)
 
 /* ---- bookkeeping ---- */
 
-static int64_t new_episode(ctl_state *s, int64_t group, int32_t prompt, int eval)
+static int64_t new_episode(ctl_state *s, int64_t gid, int32_t prompt, int eval)
 {
     if (s->n_eps == s->cap_eps) {
         int64_t cap = s->cap_eps ? s->cap_eps * 2 : 4096;
@@ -344,7 +394,7 @@ static int64_t new_episode(ctl_state *s, int64_t group, int32_t prompt, int eval
         if (!e) return -1;
         s->eps = e, s->cap_eps = cap;
     }
-    s->eps[s->n_eps] = (episode){eval ? EP_EVAL : EP_INFLIGHT, -1, group, prompt};
+    s->eps[s->n_eps] = (episode){eval ? EP_EVAL : EP_INFLIGHT, -1, gid, prompt};
     return s->n_eps++;
 }
 

@@ -444,6 +444,15 @@ static void check_settings(rl_args *a)
     }
 }
 
+int rl_args_fail(rl_args *a, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    args_failv(a, fmt, ap);
+    va_end(ap);
+    return a->rc;
+}
+
 int rl_args_open(rl_args *a, const void *buf, size_t len)
 {
     memset(a, 0, sizeof *a);

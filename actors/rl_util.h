@@ -97,6 +97,10 @@ const msgpack_object *rl_arg_get(rl_args *a, const char *section, const char *ke
 int rl_arg_error(rl_args *a, const char *section, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Record an error worded by the caller (who names the key) unless one is
+ * recorded already; returns a->rc. */
+int rl_args_fail(rl_args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* The model: (section "model") n_layer, n_head, n_embd, block_size, seed;
  * the vocabulary is RL_VOCAB. Errors go to a like any setting's. */
 struct mk_config;

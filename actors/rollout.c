@@ -40,8 +40,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_ACTORS 64 /* env-0 .. env-63 and reward-0 .. are looked up */
-
 enum { SLOT_FREE, SLOT_GEN, SLOT_TOOL, SLOT_SCORE, SLOT_SUBMIT };
 
 typedef struct slot {
@@ -51,7 +49,7 @@ typedef struct slot {
     int greedy;
     int turns, new_tokens, in_call, call_start;
     int tool_tries;
-    char call_text[256];
+    char *call_text; /* block_size + 1 bytes: the call being made */
     manta_future *fut;
 } slot;
 
@@ -66,8 +64,8 @@ typedef struct rollout_state {
     int max_new_tokens, max_turns;
     char controller[64], env_group[32], reward_group[32];
     manta_actor *ctl;
-    manta_actor *envs[MAX_ACTORS], *rewards[MAX_ACTORS];
-    int n_envs, n_rewards, rr_env, rr_reward;
+    manta_actor **envs, **rewards; /* the live ones, growing */
+    int n_envs, n_rewards, cap_envs, cap_rewards, rr_env, rr_reward;
     int64_t last_discover;
     int64_t version; /* -1 until the first weights arrive */
     manta_future *admit;
@@ -140,7 +138,11 @@ static int rollout_init(manta_ctx *m, void *state, const void *args, size_t len)
         rl_log(m, "rollout: out of memory for %d slots", s->n_slots);
         return MANTA_ENOMEM;
     }
-    for (int i = 0; i < s->n_slots; i++) rl_traj_init(&s->slots[i].traj);
+    for (int i = 0; i < s->n_slots; i++) {
+        rl_traj_init(&s->slots[i].traj);
+        s->slots[i].call_text = calloc((size_t)s->cfg.block_size + 1, 1);
+        if (!s->slots[i].call_text) return MANTA_ENOMEM;
+    }
     s->version = -1;
     s->timer = manta_timer_add(m, 1, tick, s);
     rl_log(m, "rollout: %d slots, %zu params", s->n_slots, s->n_params);
@@ -157,8 +159,9 @@ static void rollout_fini(manta_ctx *m, void *state)
         manta_future_free(s->slots[i].fut);
         rl_traj_destroy(&s->slots[i].traj);
         free(s->slots[i].reference);
+        free(s->slots[i].call_text);
     }
-    free(s->ptok);
+    free(s->ptok), free(s->envs), free(s->rewards);
     mk_decoder_free(s->dec);
     mk_model_free(s->model);
     free(s->slots), free(s->wbuf), free(s->stok), free(s->sidx), free(s->stemp), free(s->stopp);
@@ -167,17 +170,27 @@ static void rollout_fini(manta_ctx *m, void *state)
 
 /* ---- discovery of env and reward actors ---- */
 
-static int discover_group(rollout_state *s, const char *group, manta_actor **out)
+/* The live actors `group`-0, -1, ... (until a name is missing) into *out. */
+static int discover_group(rollout_state *s, const char *group, manta_actor ***out, int *cap)
 {
     int n = 0;
-    for (int i = 0; i < MAX_ACTORS; i++) {
+    for (int i = 0;; i++) {
         char name[96];
         snprintf(name, sizeof name, "%s-%d", group, i);
         manta_actor *a;
         if (manta_actor_lookup(s->m, name, &a)) break;
         manta_actor_info info;
         if (manta_actor_info_get(s->m, a, &info) == 0 && strcmp(info.state, "alive")) continue;
-        out[n++] = a;
+        if (n == *cap) {
+            int c = *cap ? 2 * *cap : 8;
+            manta_actor **v = realloc(*out, (size_t)c * sizeof *v);
+            if (!v) {
+                rl_log(s->m, "rollout: out of memory listing %s actors; using %d", group, n);
+                break;
+            }
+            *out = v, *cap = c;
+        }
+        (*out)[n++] = a;
     }
     return n;
 }
@@ -187,8 +200,8 @@ static void discover(rollout_state *s)
     int64_t now = rl_now_ms();
     if (s->n_envs && s->n_rewards && now - s->last_discover < 1000) return;
     s->last_discover = now;
-    s->n_envs = discover_group(s, s->env_group, s->envs);
-    s->n_rewards = discover_group(s, s->reward_group, s->rewards);
+    s->n_envs = discover_group(s, s->env_group, &s->envs, &s->cap_envs);
+    s->n_rewards = discover_group(s, s->reward_group, &s->rewards, &s->cap_rewards);
     if (!s->ctl) manta_actor_lookup(s->m, s->controller, &s->ctl);
 }
 
@@ -323,22 +336,24 @@ static void send_tool(rollout_state *s, int k)
     msgpack_sbuffer_destroy(&sb);
 }
 
-static void append_observation(rollout_state *s, int k, const char *text, int ok)
+/* The env's answer text[n] as given tokens and '\n'; an observation that
+ * does not fit the context ends the episode as truncated. */
+static void append_observation(rollout_state *s, int k, const char *text, size_t n, int ok)
 {
     slot *sl = &s->slots[k];
     s->tool_calls++;
     sl->traj.tool_calls++;
     if (!ok) s->tool_errors++, sl->traj.tool_errors++;
-    int32_t toks[160];
-    int n = rl_tokenize(text, toks, 150);
-    toks[n++] = '\n';
-    if (mk_decoder_len(s->dec, k) + n >= s->cfg.block_size) {
+    if ((size_t)mk_decoder_len(s->dec, k) + n + 1 >= (size_t)s->cfg.block_size) {
         sl->traj.truncated = 1;
         finish(s, k);
         return;
     }
-    for (int i = 0; i < n; i++) rl_traj_push(&sl->traj, toks[i], 0, -1, 0, RL_SEG_TOOL);
-    if (mk_decoder_append(s->dec, k, toks, n)) {
+    int m = 0;
+    for (size_t i = 0; i < n; i++) s->ptok[m++] = (unsigned char)text[i];
+    s->ptok[m++] = '\n';
+    for (int i = 0; i < m; i++) rl_traj_push(&sl->traj, s->ptok[i], 0, -1, 0, RL_SEG_TOOL);
+    if (mk_decoder_append(s->dec, k, s->ptok, m)) {
         sl->traj.truncated = 1;
         finish(s, k);
         return;
@@ -362,75 +377,107 @@ static void submit(rollout_state *s, int k)
     sl->state = SLOT_SUBMIT;
 }
 
+static void observe_error(rollout_state *s, int k, const char *text)
+{
+    append_observation(s, k, text, strlen(text), 0);
+}
+
+/* A parked tool call: retry on another env when this one failed at the
+ * actor level (draining or gone), else append the observation. */
+static void poll_tool(rollout_state *s, int k)
+{
+    slot *sl = &s->slots[k];
+    if (!sl->fut) {
+        observe_error(s, k, "error: no env");
+        return;
+    }
+    if (!manta_future_done(sl->fut)) return;
+    const void *d;
+    size_t n;
+    int rc = manta_get(sl->fut, 0, &d, &n);
+    if (rc && sl->tool_tries++ < 4) {
+        manta_future_free(sl->fut);
+        s->last_discover = 0;
+        send_tool(s, k);
+        return;
+    }
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    if (rc) {
+        observe_error(s, k, "error: env unavailable");
+    } else if (rl_unpack(&u, d, n) == 0) {
+        const msgpack_object *t = rl_mp_get(&u.data, "text"), *ok = rl_mp_get(&u.data, "ok");
+        if (t && t->type == MSGPACK_OBJECT_STR && ok && ok->type == MSGPACK_OBJECT_BOOLEAN)
+            append_observation(s, k, t->via.str.ptr, t->via.str.size, ok->via.boolean);
+        else
+            observe_error(s, k, "error: bad answer");
+    } else {
+        observe_error(s, k, "error: bad answer");
+    }
+    msgpack_unpacked_destroy(&u);
+    manta_future_free(sl->fut);
+    sl->fut = NULL;
+}
+
+/* A slot being scored: the reward (or the failure) goes into the
+ * trajectory, which is submitted. */
+static void poll_score(rollout_state *s, int k)
+{
+    slot *sl = &s->slots[k];
+    if (sl->fut && !manta_future_done(sl->fut)) return;
+    if (sl->fut) {
+        const void *d;
+        size_t n;
+        int rc = manta_get(sl->fut, 0, &d, &n);
+        int ok = 0;
+        if (rc == 0) {
+            msgpack_unpacked u;
+            msgpack_unpacked_init(&u);
+            if (rl_unpack(&u, d, n) == 0) {
+                sl->traj.reward = (float)rl_mp_num(rl_mp_get(&u.data, "reward"), 0);
+                ok = (int)rl_mp_int(rl_mp_get(&u.data, "ok"), 0);
+            }
+            msgpack_unpacked_destroy(&u);
+        }
+        if (!ok) {
+            sl->traj.status = RL_EP_ERROR;
+            snprintf(sl->traj.error, sizeof sl->traj.error, "reward failed: %s",
+                     rc ? manta_strerror(rc) : "rule or service error");
+        }
+        manta_future_free(sl->fut);
+        sl->fut = NULL;
+    }
+    submit(s, k);
+}
+
+static void poll_submit(rollout_state *s, int k)
+{
+    slot *sl = &s->slots[k];
+    if (!manta_future_done(sl->fut)) return;
+    if (manta_future_status(sl->fut) != 0) {
+        s->submit_errors++;
+        rl_log(s->m, "rollout: submit of episode %lld: %s", (long long)sl->traj.episode,
+               manta_future_error(sl->fut));
+    }
+    manta_future_free(sl->fut);
+    sl->fut = NULL;
+    sl->state = SLOT_FREE;
+}
+
 /* Check the futures of parked slots. */
 static void poll_slots(rollout_state *s)
 {
     for (int k = 0; k < s->n_slots; k++) {
-        slot *sl = &s->slots[k];
-        if (sl->state == SLOT_TOOL) {
-            if (!sl->fut) {
-                append_observation(s, k, "error: no env", 0);
-                continue;
-            }
-            if (!manta_future_done(sl->fut)) continue;
-            const void *d;
-            size_t n;
-            int rc = manta_get(sl->fut, 0, &d, &n);
-            if (rc && sl->tool_tries++ < 4) { /* env draining or gone: another one */
-                manta_future_free(sl->fut);
-                s->last_discover = 0;
-                send_tool(s, k);
-                continue;
-            }
-            char text[256] = "error: env unavailable";
-            int ok = 0;
-            if (rc == 0) {
-                msgpack_unpacked u;
-                msgpack_unpacked_init(&u);
-                if (rl_unpack(&u, d, n) == 0) {
-                    rl_mp_str(rl_mp_get(&u.data, "text"), text, sizeof text, "error: bad answer");
-                    ok = (int)rl_mp_int(rl_mp_get(&u.data, "ok"), 0);
-                }
-                msgpack_unpacked_destroy(&u);
-            }
-            manta_future_free(sl->fut);
-            sl->fut = NULL;
-            append_observation(s, k, text, ok);
-        } else if (sl->state == SLOT_SCORE) {
-            if (sl->fut && !manta_future_done(sl->fut)) continue;
-            if (sl->fut) {
-                const void *d;
-                size_t n;
-                int rc = manta_get(sl->fut, 0, &d, &n);
-                int ok = 0;
-                if (rc == 0) {
-                    msgpack_unpacked u;
-                    msgpack_unpacked_init(&u);
-                    if (rl_unpack(&u, d, n) == 0) {
-                        sl->traj.reward = (float)rl_mp_num(rl_mp_get(&u.data, "reward"), 0);
-                        ok = (int)rl_mp_int(rl_mp_get(&u.data, "ok"), 0);
-                    }
-                    msgpack_unpacked_destroy(&u);
-                }
-                if (!ok) {
-                    sl->traj.status = RL_EP_ERROR;
-                    snprintf(sl->traj.error, sizeof sl->traj.error, "reward failed: %s",
-                             rc ? manta_strerror(rc) : "rule or service error");
-                }
-                manta_future_free(sl->fut);
-                sl->fut = NULL;
-            }
-            submit(s, k);
-        } else if (sl->state == SLOT_SUBMIT) {
-            if (!manta_future_done(sl->fut)) continue;
-            if (manta_future_status(sl->fut) != 0) {
-                s->submit_errors++;
-                rl_log(s->m, "rollout: submit of episode %lld: %s", (long long)sl->traj.episode,
-                       manta_future_error(sl->fut));
-            }
-            manta_future_free(sl->fut);
-            sl->fut = NULL;
-            sl->state = SLOT_FREE;
+        switch (s->slots[k].state) {
+        case SLOT_TOOL:
+            poll_tool(s, k);
+            break;
+        case SLOT_SCORE:
+            poll_score(s, k);
+            break;
+        case SLOT_SUBMIT:
+            poll_submit(s, k);
+            break;
         }
     }
 }
@@ -483,8 +530,7 @@ static int decode_step(rollout_state *s)
         } else if (tok == RL_TOK_END && sl->in_call) {
             sl->in_call = 0;
             int len = 0;
-            for (int j = sl->call_start; j < sl->traj.n - 1 && len < (int)sizeof sl->call_text - 1;
-                 j++)
+            for (int j = sl->call_start; j < sl->traj.n - 1 && len < s->cfg.block_size; j++)
                 if (sl->traj.tok[j] < 256) sl->call_text[len++] = (char)sl->traj.tok[j];
             sl->call_text[len] = 0;
             sl->turns++;
