@@ -66,10 +66,9 @@ static int read_tool(env_state *s, rl_args *a, uint32_t i, const msgpack_object 
             known |= strlen(keys[j]) == key->via.str.size &&
                      !memcmp(keys[j], key->via.str.ptr, key->via.str.size);
         if (!known)
-            return rl_args_fail(a,
-                                "%s.%s: unknown key (name, url, tool, arg, "
-                                "timeout_ms)",
-                                where, rl_mp_describe(key, d, sizeof d));
+            return rl_args_fail(a, "%s.%.*s: unknown key (name, url, tool, arg, timeout_ms)", where,
+                                key->type == MSGPACK_OBJECT_STR ? (int)key->via.str.size : 1,
+                                key->type == MSGPACK_OBJECT_STR ? key->via.str.ptr : "?");
     }
     env_tool *et = &s->tools[s->n_tools];
     char url[512];
