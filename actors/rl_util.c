@@ -216,21 +216,6 @@ const msgpack_object *rl_mp_get(const msgpack_object *o, const char *key)
     return NULL;
 }
 
-const msgpack_object *rl_mp_path(const msgpack_object *o, const char *path)
-{
-    char key[128];
-    while (o && *path) {
-        const char *dot = strchr(path, '.');
-        size_t n = dot ? (size_t)(dot - path) : strlen(path);
-        if (n >= sizeof key) return NULL;
-        memcpy(key, path, n);
-        key[n] = 0;
-        o = rl_mp_get(o, key);
-        path += n + (dot ? 1 : 0);
-    }
-    return o;
-}
-
 int64_t rl_mp_int(const msgpack_object *o, int64_t def)
 {
     if (!o) return def;
@@ -307,15 +292,6 @@ void rl_pack_kv_bin(msgpack_packer *pk, const char *k, const void *p, size_t n)
     rl_pack_str(pk, k);
     msgpack_pack_bin(pk, n);
     msgpack_pack_bin_body(pk, n ? p : "", n);
-}
-
-const msgpack_object *rl_setting(const msgpack_object *args, const char *key, const char *section)
-{
-    const msgpack_object *v = rl_mp_get(rl_mp_get(args, "settings"), key);
-    if (v && v->type != MSGPACK_OBJECT_NIL) return v;
-    if (!section) return NULL;
-    v = rl_mp_get(rl_mp_get(rl_mp_get(args, "sections"), section), key);
-    return v && v->type != MSGPACK_OBJECT_NIL ? v : NULL;
 }
 
 /* ---- init arguments ---- */

@@ -38,8 +38,6 @@ int rl_unpack(msgpack_unpacked *u, const void *buf, size_t len);
 
 /* Value of key in a msgpack map, or NULL (also when o is not a map). */
 const msgpack_object *rl_mp_get(const msgpack_object *o, const char *key);
-/* Dotted path through nested maps ("sections.model.n_layer"). */
-const msgpack_object *rl_mp_path(const msgpack_object *o, const char *path);
 int64_t rl_mp_int(const msgpack_object *o, int64_t def);
 double rl_mp_num(const msgpack_object *o, double def);
 /* A string value copied into out[cap] (def when absent or not a string). */
@@ -50,11 +48,6 @@ void rl_pack_kv_int(msgpack_packer *pk, const char *k, int64_t v);
 void rl_pack_kv_num(msgpack_packer *pk, const char *k, double v);
 void rl_pack_kv_str(msgpack_packer *pk, const char *k, const char *v);
 void rl_pack_kv_bin(msgpack_packer *pk, const char *k, const void *p, size_t n);
-
-/* Look a setting up first in the actor's group settings, then in a spec
- * section: rl_setting(args, "max_turns", "rl") reads settings.max_turns,
- * else sections.rl.max_turns. */
-const msgpack_object *rl_setting(const msgpack_object *args, const char *key, const char *section);
 
 /* ---- init arguments: one reader for the five classes ---------------------- *
  * The init argument is manta_spec_init_payload()'s map {job, group, class,
