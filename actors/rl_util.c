@@ -86,6 +86,74 @@ static uint64_t be(const unsigned char *p, int n)
     return v;
 }
 
+/* The layout of a msgpack object after its type byte b: `nb` bytes of a
+ * big-endian length that adds to the bytes to skip, `skip` fixed bytes,
+ * `count` bytes of an array (1) or map (2) item count, `items` items that
+ * follow inline (fixarray, fixmap). -1 for the unused byte 0xc1. */
+typedef struct layout {
+    int nb, count, per;
+    uint64_t skip, items;
+} layout;
+
+static int layout_of(unsigned b, layout *l)
+{
+    *l = (layout){0};
+    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) return 0;
+    if (b >= 0x80 && b <= 0x8f) return l->items = 2 * (uint64_t)(b & 0x0f), 0;
+    if (b >= 0x90 && b <= 0x9f) return l->items = b & 0x0f, 0;
+    if (b >= 0xa0 && b <= 0xbf) return l->skip = b & 0x1f, 0;
+    switch (b) {
+    case 0xc4: /* bin8, str8 */
+    case 0xd9:
+        return l->nb = 1, 0;
+    case 0xc5:
+    case 0xda:
+        return l->nb = 2, 0;
+    case 0xc6:
+    case 0xdb:
+        return l->nb = 4, 0;
+    case 0xc7: /* ext: length, then a type byte */
+        return l->nb = 1, l->skip = 1, 0;
+    case 0xc8:
+        return l->nb = 2, l->skip = 1, 0;
+    case 0xc9:
+        return l->nb = 4, l->skip = 1, 0;
+    case 0xcc: /* uint8, int8 */
+    case 0xd0:
+        return l->skip = 1, 0;
+    case 0xcd:
+    case 0xd1:
+    case 0xd4: /* fixext1: type and one byte */
+        return l->skip = 2, 0;
+    case 0xd5:
+        return l->skip = 3, 0;
+    case 0xca:
+    case 0xce:
+    case 0xd2:
+        return l->skip = 4, 0;
+    case 0xd6:
+        return l->skip = 5, 0;
+    case 0xcb:
+    case 0xcf:
+    case 0xd3:
+        return l->skip = 8, 0;
+    case 0xd7:
+        return l->skip = 9, 0;
+    case 0xd8:
+        return l->skip = 17, 0;
+    case 0xdc: /* array16, array32, map16, map32 */
+        return l->count = 2, l->per = 1, 0;
+    case 0xdd:
+        return l->count = 4, l->per = 1, 0;
+    case 0xde:
+        return l->count = 2, l->per = 2, 0;
+    case 0xdf:
+        return l->count = 4, l->per = 2, 0;
+    default:
+        return -1;
+    }
+}
+
 /* Walk one msgpack object: every header inside buf, every announced item
  * backed by at least one byte. 0 when valid. */
 static int mp_check(const unsigned char *p, size_t len)
@@ -93,102 +161,22 @@ static int mp_check(const unsigned char *p, size_t len)
     size_t at = 0;
     uint64_t items = 1; /* still to read */
     while (items > 0) {
-        if (at >= len) return -1;
-        unsigned b = p[at++];
+        layout l;
+        if (at >= len || layout_of(p[at++], &l)) return -1;
         items--;
-        uint64_t skip = 0, more = 0;
-        int nb = 0;
-        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
-            skip = 0;
-        } else if (b >= 0x80 && b <= 0x8f) {
-            more = 2 * (uint64_t)(b & 0x0f);
-        } else if (b >= 0x90 && b <= 0x9f) {
-            more = b & 0x0f;
-        } else if (b >= 0xa0 && b <= 0xbf) {
-            skip = b & 0x1f;
-        } else {
-            switch (b) {
-            case 0xc4:
-            case 0xd9:
-                nb = 1;
-                break; /* bin8, str8 */
-            case 0xc5:
-            case 0xda:
-                nb = 2;
-                break;
-            case 0xc6:
-            case 0xdb:
-                nb = 4;
-                break;
-            case 0xc7:
-                nb = 1, skip = 1;
-                break; /* ext8: len, type */
-            case 0xc8:
-                nb = 2, skip = 1;
-                break;
-            case 0xc9:
-                nb = 4, skip = 1;
-                break;
-            case 0xca:
-                skip = 4;
-                break;
-            case 0xcb:
-                skip = 8;
-                break;
-            case 0xcc:
-            case 0xd0:
-                skip = 1;
-                break;
-            case 0xcd:
-            case 0xd1:
-                skip = 2;
-                break;
-            case 0xce:
-            case 0xd2:
-                skip = 4;
-                break;
-            case 0xcf:
-            case 0xd3:
-                skip = 8;
-                break;
-            case 0xd4:
-                skip = 2;
-                break;
-            case 0xd5:
-                skip = 3;
-                break;
-            case 0xd6:
-                skip = 5;
-                break;
-            case 0xd7:
-                skip = 9;
-                break;
-            case 0xd8:
-                skip = 17;
-                break;
-            case 0xdc:
-            case 0xdd:
-            case 0xde:
-            case 0xdf: {
-                int w = (b == 0xdc || b == 0xde) ? 2 : 4;
-                if (len - at < (size_t)w) return -1;
-                uint64_t c = be(p + at, w);
-                at += (size_t)w;
-                more = b >= 0xde ? 2 * c : c;
-                break;
-            }
-            default:
-                return -1; /* 0xc1: never used */
-            }
+        if (l.count) {
+            if (len - at < (size_t)l.count) return -1;
+            l.items = (uint64_t)l.per * be(p + at, l.count);
+            at += (size_t)l.count;
         }
-        if (nb) { /* a length field */
-            if (len - at < (size_t)nb) return -1;
-            skip += be(p + at, nb);
-            at += (size_t)nb;
+        if (l.nb) {
+            if (len - at < (size_t)l.nb) return -1;
+            l.skip += be(p + at, l.nb);
+            at += (size_t)l.nb;
         }
-        if (skip > len - at) return -1;
-        at += (size_t)skip;
-        items += more;
+        if (l.skip > len - at) return -1;
+        at += (size_t)l.skip;
+        items += l.items;
         if (items > len - at) return -1; /* each item needs a byte at least */
     }
     return 0;
