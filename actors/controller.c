@@ -416,12 +416,20 @@ static int64_t new_group(ctl_state *s, int32_t prompt)
     return s->n_groups++;
 }
 
+/* Append v to a growing array. Out of memory is a broken run (an episode
+ * or group would silently leave the ledger): stop loudly. */
 static void push64(int64_t **arr, int64_t *len, int64_t *cap, int64_t v)
 {
     if (*len == *cap) {
         int64_t c = *cap ? *cap * 2 : 256;
         int64_t *n = realloc(*arr, (size_t)c * sizeof *n);
-        if (!n) return;
+        if (!n) {
+            fprintf(stderr,
+                    "%s:%d: controller: out of memory growing a queue to %lld entries; "
+                    "the ledger cannot stay exact. HINT: give the controller more memory\n",
+                    __FILE__, __LINE__, (long long)c);
+            abort();
+        }
         *arr = n, *cap = c;
     }
     (*arr)[(*len)++] = v;
@@ -566,7 +574,11 @@ static int choose_episodes(ctl_state *s, int64_t want, int64_t *out)
            rl_admit_ok(s->led.admitted - s->credits, s->G, s->version, s->eta, s->B)) {
         int32_t prompt = (int32_t)(s->next_train++ % s->n_train);
         int64_t gid = new_group(s, prompt);
-        if (gid < 0) break;
+        if (gid < 0) {
+            rl_log(s->m, "controller: out of memory for group %lld; admitting none",
+                   (long long)s->n_groups);
+            break;
+        }
         for (int i = 0; i < s->G; i++) {
             int64_t id = new_episode(s, gid, prompt, 0);
             if (id < 0) break;
