@@ -386,14 +386,21 @@ static void ctl_fini(manta_ctx *m, void *state)
 
 /* ---- bookkeeping ---- */
 
+/* Room for n more episodes; 0 or MANTA_ENOMEM. */
+static int reserve_episodes(ctl_state *s, int64_t n)
+{
+    if (s->n_eps + n <= s->cap_eps) return 0;
+    int64_t cap = s->cap_eps ? s->cap_eps : 4096;
+    while (cap < s->n_eps + n) cap *= 2;
+    episode *e = realloc(s->eps, (size_t)cap * sizeof *e);
+    if (!e) return rl_fail(MANTA_ENOMEM, "out of memory for %lld episodes", (long long)cap);
+    s->eps = e, s->cap_eps = cap;
+    return 0;
+}
+
 static int64_t new_episode(ctl_state *s, int64_t gid, int32_t prompt, int eval)
 {
-    if (s->n_eps == s->cap_eps) {
-        int64_t cap = s->cap_eps ? s->cap_eps * 2 : 4096;
-        episode *e = realloc(s->eps, (size_t)cap * sizeof *e);
-        if (!e) return -1;
-        s->eps = e, s->cap_eps = cap;
-    }
+    if (reserve_episodes(s, 1)) return -1;
     s->eps[s->n_eps] = (episode){eval ? EP_EVAL : EP_INFLIGHT, -1, gid, prompt};
     return s->n_eps++;
 }
@@ -412,8 +419,12 @@ static int64_t new_group(ctl_state *s, int32_t prompt)
     g->n = s->G;
     g->trajs = calloc((size_t)s->G, sizeof *g->trajs);
     g->usable = calloc((size_t)s->G, 1);
-    if (!g->trajs || !g->usable) return -1;
-    return s->n_groups++;
+    if (!g->trajs || !g->usable || reserve_episodes(s, s->G)) {
+        free(g->trajs), free(g->usable);
+        g->trajs = NULL, g->usable = NULL;
+        return -1;
+    }
+    return s->n_groups++; /* its G episodes cannot fail now */
 }
 
 /* Append v to a growing array. Out of memory is a broken run (an episode
@@ -581,7 +592,6 @@ static int choose_episodes(ctl_state *s, int64_t want, int64_t *out)
         }
         for (int i = 0; i < s->G; i++) {
             int64_t id = new_episode(s, gid, prompt, 0);
-            if (id < 0) break;
             if (i == 0) s->groups[gid].first_ep = id;
             out[n++] = id;
             s->led.admitted++;
