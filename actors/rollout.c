@@ -247,12 +247,12 @@ static void finish(rollout_state *s, int k);
 /* Start an admitted episode in a free slot: <bos> and the prompt's bytes.
  * A prompt that does not fit the context ends at once as an error episode
  * (the controller drops it with that reason) instead of being cut. */
-static void start_episode(rollout_state *s, rl_admit_ep *e)
+static int start_episode(rollout_state *s, rl_admit_ep *e)
 {
     int k = -1;
     for (int i = 0; i < s->n_slots && k < 0; i++)
         if (s->slots[i].state == SLOT_FREE) k = i;
-    if (k < 0) return;
+    if (k < 0) return -1; /* no room: the caller hands it back */
     slot *sl = &s->slots[k];
     rl_traj_clear(&sl->traj);
     sl->traj.episode = e->episode;
@@ -275,7 +275,7 @@ static void start_episode(rollout_state *s, rl_admit_ep *e)
                  "prompt of %zu bytes does not fit the context (model.block_size %d)", len,
                  s->cfg.block_size);
         sl->state = SLOT_SCORE, sl->fut = NULL; /* submitted as it is by poll_slots */
-        return;
+        return 0;
     }
     int n = 0;
     s->ptok[n++] = RL_TOK_BOS;
@@ -284,6 +284,7 @@ static void start_episode(rollout_state *s, rl_admit_ep *e)
     mk_decoder_reset(s->dec, k, s->seed++);
     mk_decoder_append(s->dec, k, s->ptok, n);
     sl->state = SLOT_GEN;
+    return 0;
 }
 
 static void pack_kv_bool(msgpack_packer *pk, const char *k, int v)
@@ -619,18 +620,21 @@ static int use_admit_reply(rollout_state *s, const void *d, size_t n)
     if (r.version > s->version && r.has_buckets)
         load_weights(s, r.version, r.buckets.v, r.buckets.n);
     if (r.stop) s->stopped = 1;
-    int got = 0;
-    if (r.n_eps && (s->version < 0 || s->draining)) {
-        int64_t *ids = malloc((size_t)r.n_eps * sizeof *ids);
-        for (int i = 0; ids && i < r.n_eps; i++) ids[i] = r.eps[i].episode;
-        if (ids)
-            hand_back(s, ids, r.n_eps);
+    /* episodes that cannot run here (no weights yet, draining, no free
+     * slot) go straight back to the controller */
+    int got = 0, back = 0;
+    int64_t *ids = r.n_eps ? malloc((size_t)r.n_eps * sizeof *ids) : NULL;
+    for (int i = 0; i < r.n_eps; i++) {
+        if (s->version >= 0 && !s->draining && start_episode(s, &r.eps[i]) == 0)
+            got++;
+        else if (ids)
+            ids[back++] = r.eps[i].episode;
         else
-            rl_log(s->m, "rollout: out of memory handing back %d episodes", r.n_eps);
-        free(ids);
-    } else {
-        for (int i = 0; i < r.n_eps; i++) start_episode(s, &r.eps[i]), got++;
+            rl_log(s->m, "rollout: out of memory: episode %lld neither started nor handed back",
+                   (long long)r.eps[i].episode);
     }
+    hand_back(s, ids, back);
+    free(ids);
     rl_admit_reply_destroy(&r);
     return got;
 }
