@@ -607,7 +607,8 @@ static int ctl_admit(manta_req *req, void *state, const void *arg, size_t len)
     int rc = rl_admit_req_decode(&q, arg, len);
     if (rc) return manta_reply_error(req, rc, "%s", rl_last_error());
     /* at most what was asked for, and never more than the episodes there are */
-    int64_t want = q.groups * s->G, bound = s->n_eps + s->eq_len + s->q_len + 16 * (int64_t)s->B;
+    int64_t groups = q.groups < (1 << 20) ? q.groups : (1 << 20);
+    int64_t want = groups * s->G, bound = s->n_eps + s->eq_len + s->q_len + 16 * (int64_t)s->B;
     if (want > bound) want = bound;
     int h = want > 0 ? holder_of(s, q.rollout) : -1;
     int64_t *ids = want > 0 ? malloc((size_t)want * sizeof *ids) : NULL;
