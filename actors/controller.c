@@ -17,7 +17,9 @@
  *              group is complete.
  *   "handback" {rollout, episodes: [ids]}: episodes re-queued.
  *   "status"   a JSON text: version, ledger, rates.
- * and "run", called once by the launcher: supervised warm-up on the
+ * and "run", called once by the launcher (its reply is deferred: the loop
+ * below is driven by submissions and a 1 s timer, not by polling):
+ * supervised warm-up on the
  * demonstrations (if any), publication of version 0, a held-out evaluation
  * (the baseline), then the RL loop: wait for B episodes in complete groups,
  * drop stale ones, GRPO advantages, one step on every learner shard at once,
@@ -44,20 +46,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define MAX_LEARNERS 64
-#define MAX_REASONS  8
+#define MAX_LEARNERS 1024 /* learner-0 .. are looked up */
 #define STALE_BINS   10
+#define HEARTBEAT_MS 1000 /* reclaim, time limits: checked at least this often */
 
 enum { EP_INFLIGHT = 0, EP_QUEUED, EP_DONE, EP_TRAINED, EP_STALE, EP_ERROR, EP_EVAL, EP_EVAL_DONE };
 
-#define MAX_WBUCKETS 1024
-
-/* A weight bucket: an object holding params [offset, offset + count). */
-typedef struct wbucket {
-    char id[48];
-    int64_t offset, count;
-    uint32_t crc;
-} wbucket;
+/* The phases of "run" after warm-up; each is advanced by events. */
+enum { PH_NONE, PH_EVAL_INITIAL, PH_TRAIN, PH_EVAL_FINAL, PH_DONE };
 
 typedef struct problem {
     char *text;
@@ -81,12 +77,10 @@ typedef struct group {
 
 typedef struct episode {
     uint8_t state;
-    int16_t holder; /* index into holders: the rollout generating it, -1 none */
+    int32_t holder; /* index into holders: the rollout generating it, -1 none */
     int64_t group;  /* -1 for evaluation episodes */
     int32_t prompt;
 } episode;
-
-#define MAX_HOLDERS 256
 
 /* A rollout that took work, and the incarnation that took it: when it dies
  * (or restarts as a new incarnation) its episodes are re-queued. */
@@ -131,19 +125,28 @@ typedef struct ctl_state {
     int64_t eq_len, eq_head;
     /* policy */
     int64_t version;
-    wbucket buckets[MAX_WBUCKETS]; /* the current version's weights */
-    int n_buckets;
+    rl_buckets buckets; /* the current version's weights */
     int have_weights;
     int admit_train, stop;
-    holder holders[MAX_HOLDERS];
-    int n_holders;
+    holder *holders;
+    int n_holders, cap_holders;
+    /* the run: learner shards, the deferred reply, the phase and its timer */
+    manta_actor **L;
+    manta_req *run_req;
+    int phase, advancing;
+    uint64_t timer;
+    int64_t timer_due_ms;
+    double eval_until, retry_at, t_warm, t_rl;
+    float *g_r, *g_adv; /* G scratch entries for a group's advantages */
+    int *g_idx;
     int64_t reclaimed;
     double last_reclaim;
     /* ledger and counters */
     rl_ledger led;
-    int64_t credits; /* admissions given back by drops */
-    char reason[MAX_REASONS][96];
-    int64_t reason_n[MAX_REASONS];
+    int64_t credits;    /* admissions given back by drops */
+    char (*reason)[96]; /* drop reasons, growing */
+    int64_t *reason_n;
+    int n_reasons, cap_reasons;
     int64_t stale_hist[STALE_BINS];
     int64_t tool_calls, tool_errors, gen_tokens, trained_tokens, zero_var_groups, duplicates;
     int64_t v_tool_calls, v_tool_errors, v_gen_tokens;
@@ -164,33 +167,52 @@ static char *xstrdup(const char *s)
     return d;
 }
 
+static int blank(const char *line)
+{
+    while (*line == ' ' || *line == '\t' || *line == '\r' || *line == '\n') line++;
+    return *line == 0;
+}
+
+/* JSON lines {"prompt": str, "answer": str}; blank lines are skipped, any
+ * other line that is not such an object is an error naming file and line. */
 static int load_problems(const char *path, problem **out, int *n)
 {
     FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char line[4096];
-    int cap = 0;
+    if (!f) return rl_fail(MANTA_ESYS, "%s: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t lcap = 0;
+    int cap = 0, lineno = 0, rc = 0;
     *out = NULL, *n = 0;
-    while (fgets(line, sizeof line, f)) {
+    while (!rc && getline(&line, &lcap, f) >= 0) {
+        lineno++;
+        if (blank(line)) continue;
         cJSON *j = cJSON_Parse(line);
-        if (!j) continue;
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "answer");
-        if (cJSON_IsString(p) && cJSON_IsString(a)) {
-            if (*n == cap) {
-                cap = cap ? cap * 2 : 256;
-                problem *np = realloc(*out, (size_t)cap * sizeof *np);
-                if (!np) break;
+        if (!cJSON_IsString(p) || !cJSON_IsString(a))
+            rc = rl_fail(MANTA_EINVAL, "%s:%d: not {\"prompt\": str, \"answer\": str}", path,
+                         lineno);
+        if (!rc && *n == cap) {
+            cap = cap ? cap * 2 : 256;
+            problem *np = realloc(*out, (size_t)cap * sizeof *np);
+            if (np)
                 *out = np;
-            }
+            else
+                rc = rl_fail(MANTA_ENOMEM, "%s: out of memory at line %d", path, lineno);
+        }
+        if (!rc) {
             (*out)[*n].text = xstrdup(p->valuestring);
             (*out)[*n].answer = xstrdup(a->valuestring);
-            (*n)++;
+            if ((*out)[*n].text && (*out)[*n].answer)
+                (*n)++;
+            else
+                rc = rl_fail(MANTA_ENOMEM, "%s: out of memory at line %d", path, lineno);
         }
         cJSON_Delete(j);
     }
+    free(line);
     fclose(f);
-    return 0;
+    return rc;
 }
 
 static void demo_push(demo *d, int32_t tok, uint8_t mask)
@@ -198,107 +220,140 @@ static void demo_push(demo *d, int32_t tok, uint8_t mask)
     d->tok[d->n] = tok, d->mask[d->n] = mask, d->n++;
 }
 
-/* A demonstration: {"prompt": str, "segments": [["policy"|"tool", text]]}.
- * In policy text "<call>" and "</call>" are the tool-call tokens; EOS ends the
- * last policy segment; tool text is followed by '\n' as the rollout does. */
-static int load_demos(ctl_state *s, const char *path, int max)
+/* Tokens a demonstration needs at most: <bos>, the prompt, every segment's
+ * bytes and '\n', <eos>. */
+static size_t demo_bound(const cJSON *p, const cJSON *segs)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char line[8192];
-    s->demos = calloc((size_t)max, sizeof *s->demos);
-    while (s->demos && s->n_demos < max && fgets(line, sizeof line, f)) {
-        cJSON *j = cJSON_Parse(line);
-        if (!j) continue;
-        const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
-        const cJSON *segs = cJSON_GetObjectItemCaseSensitive(j, "segments");
-        if (!cJSON_IsString(p) || !cJSON_IsArray(segs)) {
-            cJSON_Delete(j);
-            continue;
-        }
-        demo *d = &s->demos[s->n_demos];
-        d->tok = calloc(1024, sizeof *d->tok), d->mask = calloc(1024, 1);
-        if (!d->tok || !d->mask) {
-            cJSON_Delete(j);
-            break;
-        }
-        demo_push(d, RL_TOK_BOS, 0);
-        for (const char *c = p->valuestring; *c && d->n < 1000; c++)
-            demo_push(d, (unsigned char)*c, 0);
-        const cJSON *seg;
-        cJSON_ArrayForEach(seg, segs)
-        {
-            const cJSON *kind = cJSON_GetArrayItem(seg, 0), *text = cJSON_GetArrayItem(seg, 1);
-            if (!cJSON_IsString(kind) || !cJSON_IsString(text)) continue;
-            int pol = !strcmp(kind->valuestring, "policy");
-            for (const char *c = text->valuestring; *c && d->n < 1000;) {
-                if (pol && !strncmp(c, "<call>", 6)) {
-                    demo_push(d, RL_TOK_CALL, 1), c += 6;
-                } else if (pol && !strncmp(c, "</call>", 7)) {
-                    demo_push(d, RL_TOK_END, 1), c += 7;
-                } else {
-                    demo_push(d, (unsigned char)*c, (uint8_t)pol), c++;
-                }
-            }
-            if (!pol) demo_push(d, '\n', 0);
-        }
-        demo_push(d, RL_TOK_EOS, 1);
-        s->n_demos++;
-        cJSON_Delete(j);
+    size_t n = 2 + strlen(p->valuestring);
+    const cJSON *seg;
+    cJSON_ArrayForEach(seg, segs)
+    {
+        const cJSON *text = cJSON_GetArrayItem(seg, 1);
+        if (cJSON_IsString(text)) n += strlen(text->valuestring) + 1;
     }
-    fclose(f);
+    return n;
+}
+
+/* One demonstration into d: the prompt as given tokens, then its segments. */
+static int build_demo(demo *d, const cJSON *p, const cJSON *segs)
+{
+    size_t cap = demo_bound(p, segs);
+    d->tok = calloc(cap, sizeof *d->tok), d->mask = calloc(cap, 1);
+    if (!d->tok || !d->mask) return MANTA_ENOMEM;
+    demo_push(d, RL_TOK_BOS, 0);
+    for (const char *c = p->valuestring; *c; c++) demo_push(d, (unsigned char)*c, 0);
+    const cJSON *seg;
+    cJSON_ArrayForEach(seg, segs)
+    {
+        const cJSON *kind = cJSON_GetArrayItem(seg, 0), *text = cJSON_GetArrayItem(seg, 1);
+        if (!cJSON_IsString(kind) || !cJSON_IsString(text)) return MANTA_EINVAL;
+        int pol = !strcmp(kind->valuestring, "policy");
+        if (!pol && strcmp(kind->valuestring, "tool")) return MANTA_EINVAL;
+        for (const char *c = text->valuestring; *c;) {
+            if (pol && !strncmp(c, "<call>", 6)) {
+                demo_push(d, RL_TOK_CALL, 1), c += 6;
+            } else if (pol && !strncmp(c, "</call>", 7)) {
+                demo_push(d, RL_TOK_END, 1), c += 7;
+            } else {
+                demo_push(d, (unsigned char)*c, (uint8_t)pol), c++;
+            }
+        }
+        if (!pol) demo_push(d, '\n', 0);
+    }
+    demo_push(d, RL_TOK_EOS, 1);
     return 0;
 }
 
+/* A demonstration: {"prompt": str, "segments": [["policy"|"tool", text]]}.
+ * In policy text "<call>" and "</call>" are the tool-call tokens; EOS ends the
+ * last policy segment; tool text is followed by '\n' as the rollout does.
+ * The first `max` (rl.warmup_batch) are read. */
+static int load_demos(ctl_state *s, const char *path, int max)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return rl_fail(MANTA_ESYS, "%s: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t lcap = 0;
+    int lineno = 0, rc = 0;
+    s->demos = calloc((size_t)max, sizeof *s->demos);
+    if (!s->demos) rc = rl_fail(MANTA_ENOMEM, "%s: out of memory for %d demonstrations", path, max);
+    while (!rc && s->n_demos < max && getline(&line, &lcap, f) >= 0) {
+        lineno++;
+        if (blank(line)) continue;
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
+        const cJSON *segs = cJSON_GetObjectItemCaseSensitive(j, "segments");
+        demo *d = &s->demos[s->n_demos++]; /* counted: ctl_fini frees it either way */
+        rc = cJSON_IsString(p) && cJSON_IsArray(segs) ? build_demo(d, p, segs) : MANTA_EINVAL;
+        if (rc == MANTA_EINVAL)
+            rl_fail(rc, "%s:%d: not {\"prompt\": str, \"segments\": [[\"policy\"|\"tool\", str]]}",
+                    path, lineno);
+        else if (rc)
+            rl_fail(rc, "%s:%d: out of memory", path, lineno);
+        cJSON_Delete(j);
+    }
+    free(line);
+    fclose(f);
+    return rc;
+}
+
 /* ---- init ---- */
+
+static int read_settings(ctl_state *s, manta_ctx *m, const void *args, size_t len)
+{
+    rl_args a;
+    rl_args_open(&a, args, len);
+    rl_arg_str(&a, "", "job", s->job, sizeof s->job, "job");
+    s->G = (int)rl_arg_int(&a, "rl", "group_size", 8, 1, 1 << 16);
+    s->B = (int)rl_arg_int(&a, "rl", "batch_episodes", 64, 1, 1 << 24);
+    s->eta = (int)rl_arg_int(&a, "rl", "eta", 2, 0, 1 << 20);
+    s->lr = rl_arg_num(&a, "rl", "lr", 1e-3, 0, 1e3);
+    s->warmup_lr = rl_arg_num(&a, "rl", "warmup_lr", s->lr, 0, 1e3);
+    s->warmup_steps = (int)rl_arg_int(&a, "rl", "warmup_steps", 0, 0, 1 << 30);
+    s->warmup_max = (int)rl_arg_int(&a, "rl", "warmup_batch", 64, 1, 1 << 24);
+    s->max_versions = (int)rl_arg_int(&a, "rl", "max_versions", 100, 0, 1 << 30);
+    s->max_time_s = rl_arg_num(&a, "rl", "max_time_s", 600, 0, 1e9);
+    s->eval_every = (int)rl_arg_int(&a, "rl", "eval_every", 10, 0, 1 << 30);
+    s->eval_n = (int)rl_arg_int(&a, "rl", "eval_problems", 200, 0, 1 << 30);
+    s->stop_at = rl_arg_num(&a, "rl", "stop_at", 2.0, 0, 1e9);
+    rl_arg_str(&a, NULL, "learner_group", s->learner_group, sizeof s->learner_group, "learner");
+    s->S = (int)rl_arg_int(&a, NULL, "learners", 0, 0, MAX_LEARNERS);
+    char dflt[128];
+    snprintf(dflt, sizeof dflt, "runs/%s", s->job);
+    rl_arg_str(&a, "rl", "run_dir", s->run_dir, sizeof s->run_dir, dflt);
+    rl_arg_str(&a, "task", "train", s->train_path, sizeof s->train_path, "");
+    rl_arg_str(&a, "task", "heldout", s->heldout_path, sizeof s->heldout_path, "");
+    rl_arg_str(&a, "task", "demos", s->demos_path, sizeof s->demos_path, "");
+    if (!a.rc && s->B < s->G)
+        rl_arg_error(&a, "rl", "batch_episodes", "%d is smaller than group_size (%d)", s->B, s->G);
+    return rl_args_close(&a, m);
+}
 
 static int ctl_init(manta_ctx *m, void *state, const void *args, size_t len)
 {
     ctl_state *s = state;
     s->m = m;
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    if (rl_unpack(&u, args, len) != 0) {
-        msgpack_unpacked_destroy(&u);
+    int rc = read_settings(s, m, args, len);
+    if (rc) return rc;
+    s->g_r = calloc((size_t)s->G, sizeof *s->g_r);
+    s->g_adv = calloc((size_t)s->G, sizeof *s->g_adv);
+    s->g_idx = calloc((size_t)s->G, sizeof *s->g_idx);
+    if (!s->g_r || !s->g_adv || !s->g_idx) return MANTA_ENOMEM;
+    if (!s->train_path[0]) {
+        rl_log(m, "controller: task.train: no training data named");
         return MANTA_EINVAL;
     }
-    const msgpack_object *a = &u.data;
-    rl_mp_str(rl_mp_get(a, "job"), s->job, sizeof s->job, "job");
-    s->G = (int)rl_mp_int(rl_setting(a, "group_size", "rl"), 8);
-    s->B = (int)rl_mp_int(rl_setting(a, "batch_episodes", "rl"), 64);
-    s->eta = (int)rl_mp_int(rl_setting(a, "eta", "rl"), 2);
-    s->lr = rl_mp_num(rl_setting(a, "lr", "rl"), 1e-3);
-    s->warmup_lr = rl_mp_num(rl_setting(a, "warmup_lr", "rl"), s->lr);
-    s->warmup_steps = (int)rl_mp_int(rl_setting(a, "warmup_steps", "rl"), 0);
-    s->warmup_max = (int)rl_mp_int(rl_setting(a, "warmup_batch", "rl"), 64);
-    s->max_versions = (int)rl_mp_int(rl_setting(a, "max_versions", "rl"), 100);
-    s->max_time_s = rl_mp_num(rl_setting(a, "max_time_s", "rl"), 600);
-    s->eval_every = (int)rl_mp_int(rl_setting(a, "eval_every", "rl"), 10);
-    s->eval_n = (int)rl_mp_int(rl_setting(a, "eval_problems", "rl"), 200);
-    s->stop_at = rl_mp_num(rl_setting(a, "stop_at", "rl"), 2.0);
-    rl_mp_str(rl_setting(a, "learner_group", NULL), s->learner_group, sizeof s->learner_group,
-              "learner");
-    s->S = (int)rl_mp_int(rl_setting(a, "learners", NULL), 0);
-    char dflt[128];
-    snprintf(dflt, sizeof dflt, "runs/%s", s->job);
-    rl_mp_str(rl_setting(a, "run_dir", "rl"), s->run_dir, sizeof s->run_dir, dflt);
-    rl_mp_str(rl_setting(a, "train", "task"), s->train_path, sizeof s->train_path, "");
-    rl_mp_str(rl_setting(a, "heldout", "task"), s->heldout_path, sizeof s->heldout_path, "");
-    rl_mp_str(rl_setting(a, "demos", "task"), s->demos_path, sizeof s->demos_path, "");
-    msgpack_unpacked_destroy(&u);
-    if (s->G < 1 || s->B < s->G || s->eta < 0) {
-        rl_log(m, "controller: need group_size >= 1, batch_episodes >= group_size, eta >= 0");
+    if ((rc = load_problems(s->train_path, &s->train, &s->n_train)) ||
+        (s->heldout_path[0] && (rc = load_problems(s->heldout_path, &s->heldout, &s->n_heldout))) ||
+        (s->demos_path[0] && (rc = load_demos(s, s->demos_path, s->warmup_max)))) {
+        rl_log(m, "controller: task: %s", rl_last_error());
+        return rc;
+    }
+    if (s->n_train == 0) {
+        rl_log(m, "controller: task.train: no problems in '%s'", s->train_path);
         return MANTA_EINVAL;
     }
-    if (load_problems(s->train_path, &s->train, &s->n_train) || s->n_train == 0) {
-        rl_log(m, "controller: no problems in task.train '%s'", s->train_path);
-        return MANTA_EINVAL;
-    }
-    if (s->heldout_path[0] && load_problems(s->heldout_path, &s->heldout, &s->n_heldout))
-        rl_log(m, "controller: cannot read task.heldout '%s'", s->heldout_path);
     if (s->eval_n > s->n_heldout) s->eval_n = s->n_heldout;
-    if (s->demos_path[0] && load_demos(s, s->demos_path, s->warmup_max))
-        rl_log(m, "controller: cannot read task.demos '%s'", s->demos_path);
     s->version = -1;
     s->success_initial = s->success_final = -1;
     s->t_start = rl_now_s();
@@ -321,21 +376,32 @@ static void ctl_fini(manta_ctx *m, void *state)
         free(s->groups[g].trajs), free(s->groups[g].usable);
     }
     free(s->groups), free(s->eps), free(s->queue), free(s->ready), free(s->eval_queue);
+    free(s->holders), free(s->reason), free(s->reason_n), free(s->L);
+    free(s->g_r), free(s->g_adv), free(s->g_idx);
+    rl_buckets_destroy(&s->buckets);
+    if (s->timer) manta_timer_cancel(m, s->timer);
     if (s->metrics) fclose(s->metrics);
     if (s->traj_dump) fclose(s->traj_dump);
 }
 
 /* ---- bookkeeping ---- */
 
-static int64_t new_episode(ctl_state *s, int64_t group, int32_t prompt, int eval)
+/* Room for n more episodes; 0 or MANTA_ENOMEM. */
+static int reserve_episodes(ctl_state *s, int64_t n)
 {
-    if (s->n_eps == s->cap_eps) {
-        int64_t cap = s->cap_eps ? s->cap_eps * 2 : 4096;
-        episode *e = realloc(s->eps, (size_t)cap * sizeof *e);
-        if (!e) return -1;
-        s->eps = e, s->cap_eps = cap;
-    }
-    s->eps[s->n_eps] = (episode){eval ? EP_EVAL : EP_INFLIGHT, -1, group, prompt};
+    if (s->n_eps + n <= s->cap_eps) return 0;
+    int64_t cap = s->cap_eps ? s->cap_eps : 4096;
+    while (cap < s->n_eps + n) cap *= 2;
+    episode *e = realloc(s->eps, (size_t)cap * sizeof *e);
+    if (!e) return rl_fail(MANTA_ENOMEM, "out of memory for %lld episodes", (long long)cap);
+    s->eps = e, s->cap_eps = cap;
+    return 0;
+}
+
+static int64_t new_episode(ctl_state *s, int64_t gid, int32_t prompt, int eval)
+{
+    if (reserve_episodes(s, 1)) return -1;
+    s->eps[s->n_eps] = (episode){eval ? EP_EVAL : EP_INFLIGHT, -1, gid, prompt};
     return s->n_eps++;
 }
 
@@ -353,16 +419,28 @@ static int64_t new_group(ctl_state *s, int32_t prompt)
     g->n = s->G;
     g->trajs = calloc((size_t)s->G, sizeof *g->trajs);
     g->usable = calloc((size_t)s->G, 1);
-    if (!g->trajs || !g->usable) return -1;
-    return s->n_groups++;
+    if (!g->trajs || !g->usable || reserve_episodes(s, s->G)) {
+        free(g->trajs), free(g->usable);
+        g->trajs = NULL, g->usable = NULL;
+        return -1;
+    }
+    return s->n_groups++; /* its G episodes cannot fail now */
 }
 
+/* Append v to a growing array. Out of memory is a broken run (an episode
+ * or group would silently leave the ledger): stop loudly. */
 static void push64(int64_t **arr, int64_t *len, int64_t *cap, int64_t v)
 {
     if (*len == *cap) {
         int64_t c = *cap ? *cap * 2 : 256;
         int64_t *n = realloc(*arr, (size_t)c * sizeof *n);
-        if (!n) return;
+        if (!n) {
+            fprintf(stderr,
+                    "%s:%d: controller: out of memory growing a queue to %lld entries; "
+                    "the ledger cannot stay exact. HINT: give the controller more memory\n",
+                    __FILE__, __LINE__, (long long)c);
+            abort();
+        }
         *arr = n, *cap = c;
     }
     (*arr)[(*len)++] = v;
@@ -370,14 +448,25 @@ static void push64(int64_t **arr, int64_t *len, int64_t *cap, int64_t v)
 
 static void count_reason(ctl_state *s, const char *why)
 {
-    for (int i = 0; i < MAX_REASONS; i++) {
-        if (!s->reason[i][0]) snprintf(s->reason[i], sizeof s->reason[i], "%s", why);
-        if (!strcmp(s->reason[i], why)) {
+    for (int i = 0; i < s->n_reasons; i++)
+        if (!strncmp(s->reason[i], why, sizeof s->reason[i] - 1)) {
             s->reason_n[i]++;
             return;
         }
+    if (s->n_reasons == s->cap_reasons) {
+        int cap = s->cap_reasons ? 2 * s->cap_reasons : 8;
+        char(*r)[96] = realloc(s->reason, (size_t)cap * sizeof *r);
+        if (r) s->reason = r;
+        int64_t *n = realloc(s->reason_n, (size_t)cap * sizeof *n);
+        if (n) s->reason_n = n;
+        if (!r || !n) {
+            rl_log(s->m, "controller: out of memory counting drop reason '%s'", why);
+            return;
+        }
+        s->cap_reasons = cap;
     }
-    s->reason_n[MAX_REASONS - 1]++;
+    snprintf(s->reason[s->n_reasons], sizeof s->reason[0], "%s", why);
+    s->reason_n[s->n_reasons++] = 1;
 }
 
 static void member_resolved(ctl_state *s, int64_t gid)
@@ -410,47 +499,8 @@ static void drop(ctl_state *s, int64_t ep, int stale, const char *why)
 
 /* ---- methods ---- */
 
-static void pack_buckets(ctl_state *s, msgpack_packer *pk)
-{
-    rl_pack_str(pk, "buckets");
-    msgpack_pack_array(pk, (size_t)s->n_buckets);
-    for (int i = 0; i < s->n_buckets; i++) {
-        msgpack_pack_map(pk, 4);
-        rl_pack_kv_str(pk, "id", s->buckets[i].id);
-        rl_pack_kv_int(pk, "offset", s->buckets[i].offset);
-        rl_pack_kv_int(pk, "count", s->buckets[i].count);
-        rl_pack_kv_int(pk, "crc", s->buckets[i].crc);
-    }
-}
-
-/* Append the "buckets" of a shard's reply to out[*n]. */
-static void read_buckets(const msgpack_object *r, wbucket *out, int *n)
-{
-    const msgpack_object *bs = rl_mp_get(r, "buckets");
-    for (uint32_t i = 0; bs && bs->type == MSGPACK_OBJECT_ARRAY && i < bs->via.array.size; i++) {
-        if (*n == MAX_WBUCKETS) return;
-        const msgpack_object *b = &bs->via.array.ptr[i];
-        wbucket *w = &out[(*n)++];
-        rl_mp_str(rl_mp_get(b, "id"), w->id, sizeof w->id, "");
-        w->offset = rl_mp_int(rl_mp_get(b, "offset"), 0);
-        w->count = rl_mp_int(rl_mp_get(b, "count"), 0);
-        w->crc = (uint32_t)rl_mp_int(rl_mp_get(b, "crc"), 0);
-    }
-}
-
-static void pack_episode(ctl_state *s, msgpack_packer *pk, int64_t id)
-{
-    episode *e = &s->eps[id];
-    int eval = e->group < 0;
-    problem *p = eval ? &s->heldout[e->prompt] : &s->train[e->prompt];
-    msgpack_pack_map(pk, 6);
-    rl_pack_kv_int(pk, "episode", id);
-    rl_pack_kv_int(pk, "group", e->group);
-    rl_pack_kv_int(pk, "prompt", e->prompt);
-    rl_pack_kv_str(pk, "text", p->text);
-    rl_pack_kv_str(pk, "reference", p->answer);
-    rl_pack_kv_int(pk, "eval", eval);
-}
+static void schedule(ctl_state *s, int64_t after_ms);
+static int batch_ready(ctl_state *s);
 
 /* The holder entry of rollout `name` (its incarnation read on first sight). */
 static int holder_of(ctl_state *s, const char *name)
@@ -468,7 +518,15 @@ static int holder_of(ctl_state *s, const char *name)
             }
             return i;
         }
-    if (s->n_holders == MAX_HOLDERS) return -1;
+    if (s->n_holders == s->cap_holders) {
+        int cap = s->cap_holders ? 2 * s->cap_holders : 16;
+        holder *hs = realloc(s->holders, (size_t)cap * sizeof *hs);
+        if (!hs) {
+            rl_log(s->m, "controller: out of memory tracking rollout %s", name);
+            return -1;
+        }
+        s->holders = hs, s->cap_holders = cap;
+    }
     holder *h = &s->holders[s->n_holders];
     snprintf(h->name, sizeof h->name, "%s", name);
     h->incarnation = -1;
@@ -511,60 +569,74 @@ static void reclaim(ctl_state *s)
     }
 }
 
+/* Choose up to `want` episodes for a rollout: evaluation episodes first,
+ * then handed-back ones, then new GRPO groups within the staleness bound. */
+static int choose_episodes(ctl_state *s, int64_t want, int64_t *out)
+{
+    int n = 0;
+    if (!s->have_weights || s->stop) return 0;
+    while (n < want && s->eq_head < s->eq_len) out[n++] = s->eval_queue[s->eq_head++];
+    while (n < want && s->q_head < s->q_len) {
+        int64_t id = s->queue[s->q_head++];
+        s->eps[id].state = s->eps[id].group < 0 ? EP_EVAL : EP_INFLIGHT;
+        out[n++] = id;
+    }
+    while (s->admit_train && n + s->G <= want &&
+           rl_admit_ok(s->led.admitted - s->credits, s->G, s->version, s->eta, s->B)) {
+        int32_t prompt = (int32_t)(s->next_train++ % s->n_train);
+        int64_t gid = new_group(s, prompt);
+        if (gid < 0) {
+            rl_log(s->m, "controller: out of memory for group %lld; admitting none",
+                   (long long)s->n_groups);
+            break;
+        }
+        for (int i = 0; i < s->G; i++) {
+            int64_t id = new_episode(s, gid, prompt, 0);
+            if (i == 0) s->groups[gid].first_ep = id;
+            out[n++] = id;
+            s->led.admitted++;
+        }
+    }
+    return n;
+}
+
 static int ctl_admit(manta_req *req, void *state, const void *arg, size_t len)
 {
     ctl_state *s = state;
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    int64_t want = 0, their = -1;
-    char who[64] = "";
-    if (rl_unpack(&u, arg, len) == 0) {
-        want = rl_mp_int(rl_mp_get(&u.data, "groups"), 0) * s->G;
-        their = rl_mp_int(rl_mp_get(&u.data, "version"), -1);
-        rl_mp_str(rl_mp_get(&u.data, "rollout"), who, sizeof who, "");
+    rl_admit_req q;
+    int rc = rl_admit_req_decode(&q, arg, len);
+    if (rc) return manta_reply_error(req, rc, "%s", rl_last_error());
+    /* at most what was asked for, and never more than the episodes there are */
+    int64_t groups = q.groups < (1 << 20) ? q.groups : (1 << 20);
+    int64_t want = groups * s->G, bound = s->n_eps + s->eq_len + s->q_len + 16 * (int64_t)s->B;
+    if (want > bound) want = bound;
+    int h = want > 0 ? holder_of(s, q.rollout) : -1;
+    int64_t *ids = want > 0 ? malloc((size_t)want * sizeof *ids) : NULL;
+    rl_admit_reply r = {.version = s->version, .stop = s->stop};
+    r.n_eps = ids || want == 0 ? choose_episodes(s, want, ids) : 0;
+    r.eps = r.n_eps ? calloc((size_t)r.n_eps, sizeof *r.eps) : NULL;
+    if ((want > 0 && !ids) || (r.n_eps && !r.eps)) {
+        free(ids), free(r.eps);
+        return manta_reply_error(req, MANTA_ENOMEM, "admit: out of memory for %lld episodes",
+                                 (long long)want);
     }
-    msgpack_unpacked_destroy(&u);
-    int h = want > 0 ? holder_of(s, who) : -1;
-    int64_t out[4096];
-    int n = 0;
-    if (want > 4096) want = 4096;
-    if (s->have_weights && !s->stop) {
-        while (n < want && s->eq_head < s->eq_len) out[n++] = s->eval_queue[s->eq_head++];
-        while (n < want && s->q_head < s->q_len) {
-            int64_t id = s->queue[s->q_head++];
-            s->eps[id].state = s->eps[id].group < 0 ? EP_EVAL : EP_INFLIGHT;
-            out[n++] = id;
-        }
-        while (s->admit_train && n + s->G <= want &&
-               rl_admit_ok(s->led.admitted - s->credits, s->G, s->version, s->eta, s->B)) {
-            int32_t prompt = (int32_t)(s->next_train++ % s->n_train);
-            int64_t gid = new_group(s, prompt);
-            if (gid < 0) break;
-            for (int i = 0; i < s->G; i++) {
-                int64_t id = new_episode(s, gid, prompt, 0);
-                if (id < 0) break;
-                if (i == 0) s->groups[gid].first_ep = id;
-                out[n++] = id;
-                s->led.admitted++;
-            }
-        }
+    for (int i = 0; i < r.n_eps; i++) {
+        episode *e = &s->eps[ids[i]];
+        e->holder = h;
+        int eval = e->group < 0;
+        problem *p = eval ? &s->heldout[e->prompt] : &s->train[e->prompt];
+        r.eps[i] = (rl_admit_ep){ids[i], e->group, e->prompt, eval, p->text, p->answer};
     }
-    for (int i = 0; i < n; i++) s->eps[out[i]].holder = (int16_t)h;
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    int behind = s->have_weights && their < s->version;
-    msgpack_pack_map(&pk, 3 + behind);
-    rl_pack_kv_int(&pk, "version", s->version);
-    rl_pack_kv_int(&pk, "stop", s->stop);
-    if (behind) pack_buckets(s, &pk);
-    rl_pack_str(&pk, "episodes");
-    msgpack_pack_array(&pk, (size_t)n);
-    for (int i = 0; i < n; i++) pack_episode(s, &pk, out[i]);
-    manta_reply(req, sb.data, sb.size);
-    msgpack_sbuffer_destroy(&sb);
-    return 0;
+    r.has_buckets = s->have_weights && q.version < s->version;
+    r.buckets = s->buckets; /* borrowed */
+    char *buf;
+    size_t n;
+    rc = rl_admit_reply_encode(&r, &buf, &n);
+    free(ids), free(r.eps);
+    if (rc) return manta_reply_error(req, rc, "%s", rl_last_error());
+    rc = manta_reply(req, buf, n);
+    free(buf);
+    return rc;
 }
 
 static int ctl_submit(manta_req *req, void *state, const void *arg, size_t len)
@@ -595,7 +667,7 @@ static int ctl_submit(manta_req *req, void *state, const void *arg, size_t len)
         }
         if (e->state == EP_EVAL) {
             e->state = EP_EVAL_DONE;
-            s->eval_done++;
+            if (++s->eval_done >= s->eval_total) schedule(s, 0);
             if (t.status == RL_EP_OK && t.reward >= 0.5f) s->eval_success++;
             int32_t v0 = rl_traj_min_version(&t), v1 = rl_traj_max_version(&t);
             if (v0 >= 0 && (s->eval_vmin < 0 || v0 < s->eval_vmin)) s->eval_vmin = v0;
@@ -635,6 +707,7 @@ static int ctl_submit(manta_req *req, void *state, const void *arg, size_t len)
         g->usable[idx] = 1;
     }
     member_resolved(s, e->group);
+    if (batch_ready(s)) schedule(s, 0);
     return manta_reply(req, "ok", 2);
 }
 
@@ -680,7 +753,7 @@ static cJSON *ledger_json(ctl_state *s)
     cJSON_AddNumberToObject(j, "reclaimed", (double)s->reclaimed);
     cJSON_AddBoolToObject(j, "balanced", rl_ledger_ok(&l));
     cJSON *r = cJSON_AddObjectToObject(j, "error_reasons");
-    for (int i = 0; i < MAX_REASONS && s->reason[i][0]; i++)
+    for (int i = 0; i < s->n_reasons; i++)
         cJSON_AddNumberToObject(r, s->reason[i], (double)s->reason_n[i]);
     return j;
 }
@@ -702,137 +775,131 @@ static int ctl_status(manta_req *req, void *state, const void *arg, size_t len)
 
 /* ---- the training loop ---- */
 
-typedef struct step_out {
-    double loss, kl, clip_frac, entropy, grad_norm, busy_s, tokens;
-    int ok;
-} step_out;
-
-/* Find the S learner shards (learners setting, else count learner-0..). */
-static int find_learners(ctl_state *s, manta_actor **L)
+/* Find the S learner shards (the learners setting, else learner-0.. until
+ * one is missing). */
+static int find_learners(ctl_state *s)
 {
-    int n = 0;
+    int n = 0, cap = 0;
     for (int i = 0; i < MAX_LEARNERS; i++) {
         char name[96];
         snprintf(name, sizeof name, "%s-%d", s->learner_group, i);
-        if (manta_actor_lookup(s->m, name, &L[n])) break;
-        n++;
+        manta_actor *a;
+        if (manta_actor_lookup(s->m, name, &a)) break;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 8;
+            manta_actor **L = realloc(s->L, (size_t)cap * sizeof *L);
+            if (!L) return rl_fail(MANTA_ENOMEM, "out of memory for %d learners", cap);
+            s->L = L;
+        }
+        s->L[n++] = a;
         if (s->S > 0 && n == s->S) break;
     }
     return n;
 }
 
-typedef struct seq {
-    const int32_t *tok;
-    const float *logp;
-    const uint8_t *mask;
-    int n;
-    float adv;
-} seq;
-
-/* One step on every shard: shard i gets sequences i, i+S, ... */
-static int learn_step(ctl_state *s, manta_actor **L, const char *mode, double lr, const seq *q,
-                      int nq, int64_t new_version, step_out *o)
+/* Call `method` with args[i] on every shard, wait for all; replies decoded
+ * into out[i] (whose buckets are appended to *buckets in shard order). */
+static int call_learners(ctl_state *s, const char *method, char **args, size_t *lens,
+                         rl_step_reply *out, rl_buckets *buckets)
 {
-    manta_future *f[MAX_LEARNERS];
-    memset(o, 0, sizeof *o);
-    for (int i = 0; i < s->S; i++) {
-        msgpack_sbuffer sb;
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer pk;
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        msgpack_pack_map(&pk, 4);
-        rl_pack_kv_str(&pk, "mode", mode);
-        rl_pack_kv_int(&pk, "version", new_version);
-        rl_pack_kv_num(&pk, "lr", lr);
-        rl_pack_str(&pk, "items");
-        int mine = 0;
-        for (int k = i; k < nq; k += s->S) mine++;
-        msgpack_pack_array(&pk, (size_t)mine);
-        for (int k = i; k < nq; k += s->S) {
-            msgpack_pack_map(&pk, 4);
-            rl_pack_kv_bin(&pk, "tok", q[k].tok, (size_t)q[k].n * 4);
-            if (q[k].logp)
-                rl_pack_kv_bin(&pk, "logp", q[k].logp, (size_t)q[k].n * 4);
-            else
-                rl_pack_kv_bin(&pk, "logp", NULL, 0);
-            rl_pack_kv_bin(&pk, "mask", q[k].mask, (size_t)q[k].n);
-            rl_pack_kv_num(&pk, "adv", q[k].adv);
-        }
-        f[i] = manta_call_timeout(s->m, L[i], "step", sb.data, sb.size, 120000);
-        msgpack_sbuffer_destroy(&sb);
-    }
+    manta_future **f = calloc((size_t)s->S, sizeof *f);
+    if (!f) return rl_fail(MANTA_ENOMEM, "%s: out of memory", method);
+    for (int i = 0; i < s->S; i++)
+        f[i] = manta_call_timeout(s->m, s->L[i], method, args ? args[i] : "", args ? lens[i] : 0,
+                                  120000);
     manta_wait(f, (size_t)s->S, (size_t)s->S, 120000);
-    int bad = 0, nb = 0;
-    wbucket *nb_list = malloc(MAX_WBUCKETS * sizeof *nb_list);
-    if (!nb_list) bad = 1;
+    int rc = 0;
     for (int i = 0; i < s->S; i++) {
         const void *d;
         size_t n;
-        int rc = nb_list ? manta_get(f[i], 0, &d, &n) : MANTA_ENOMEM;
-        if (rc) {
-            rl_log(s->m, "controller: learner %d step: %s", i, manta_future_error(f[i]));
-            bad = 1;
-            continue;
-        }
-        msgpack_unpacked u;
-        msgpack_unpacked_init(&u);
-        if (rl_unpack(&u, d, n) == 0) {
-            const msgpack_object *r = &u.data;
-            read_buckets(r, nb_list, &nb);
-            o->loss = rl_mp_num(rl_mp_get(r, "loss"), 0);
-            o->kl = rl_mp_num(rl_mp_get(r, "kl"), 0);
-            o->clip_frac = rl_mp_num(rl_mp_get(r, "clip_frac"), 0);
-            o->entropy = rl_mp_num(rl_mp_get(r, "entropy"), 0);
-            o->grad_norm = rl_mp_num(rl_mp_get(r, "grad_norm"), 0);
-            o->tokens = rl_mp_num(rl_mp_get(r, "tokens"), 0);
-            double b = rl_mp_num(rl_mp_get(r, "busy_s"), 0);
-            if (b > o->busy_s) o->busy_s = b;
-        }
-        msgpack_unpacked_destroy(&u);
-    }
-    for (int i = 0; i < s->S; i++) manta_future_free(f[i]);
-    if (!bad) { /* the new version's weights, only once every shard has stepped */
-        memcpy(s->buckets, nb_list, (size_t)nb * sizeof *nb_list);
-        s->n_buckets = nb;
-    }
-    free(nb_list);
-    o->ok = !bad;
-    return bad ? -1 : 0;
-}
-
-static int publish_initial(ctl_state *s, manta_actor **L)
-{
-    manta_future *f[MAX_LEARNERS];
-    for (int i = 0; i < s->S; i++) f[i] = manta_call(s->m, L[i], "publish", "", 0);
-    manta_wait(f, (size_t)s->S, (size_t)s->S, 60000);
-    int bad = 0;
-    s->n_buckets = 0;
-    for (int i = 0; i < s->S; i++) {
-        const void *d;
-        size_t n;
-        if (manta_get(f[i], 0, &d, &n) == 0) {
-            msgpack_unpacked u;
-            msgpack_unpacked_init(&u);
-            if (rl_unpack(&u, d, n) == 0) read_buckets(&u.data, s->buckets, &s->n_buckets);
-            msgpack_unpacked_destroy(&u);
-        } else {
-            bad = 1;
-        }
+        int r = manta_get(f[i], 0, &d, &n);
+        if (r)
+            rl_log(s->m, "controller: learner %d %s: %s", i, method, manta_future_error(f[i]));
+        else if ((r = rl_step_reply_decode(&out[i], d, n)) == 0)
+            r = rl_buckets_append(buckets, &out[i].buckets);
+        else
+            rl_log(s->m, "controller: learner %d: %s", i, rl_last_error());
+        if (r && !rc) rc = rl_fail(r, "learner %d %s failed", i, method);
         manta_future_free(f[i]);
     }
-    return bad ? -1 : 0;
+    free(f);
+    return rc;
 }
 
-static void warmup(ctl_state *s, manta_actor **L)
+/* Make the buckets just collected the current version's weights. */
+static void take_buckets(ctl_state *s, rl_buckets *b)
+{
+    rl_buckets_destroy(&s->buckets);
+    s->buckets = *b;
+    memset(b, 0, sizeof *b);
+}
+
+/* The statistics of one step over the whole batch (shard 0's view of the
+ * all-reduced values; busy time the slowest shard's). */
+static void step_stats(const rl_step_reply *r, int S, rl_step_reply *o)
+{
+    *o = r[0];
+    memset(&o->buckets, 0, sizeof o->buckets);
+    for (int i = 1; i < S; i++)
+        if (r[i].busy_s > o->busy_s) o->busy_s = r[i].busy_s;
+}
+
+/* One step on every shard: shard i gets sequences i, i+S, ... On success
+ * the shards' buckets become the current weights. */
+static int learn_step(ctl_state *s, int mode, double lr, const rl_step_item *q, int nq,
+                      int64_t new_version, rl_step_reply *o)
+{
+    int S = s->S, rc = 0;
+    char **args = calloc((size_t)S, sizeof *args);
+    size_t *lens = calloc((size_t)S, sizeof *lens);
+    rl_step_item *mine = calloc((size_t)(nq / S + 1), sizeof *mine);
+    rl_step_reply *out = calloc((size_t)S, sizeof *out);
+    rl_buckets nb = {0};
+    if (!args || !lens || !mine || !out) rc = rl_fail(MANTA_ENOMEM, "step: out of memory");
+    for (int i = 0; !rc && i < S; i++) {
+        rl_step_req r = {.mode = mode, .version = new_version, .lr = lr, .items = mine};
+        for (int k = i; k < nq; k += S) mine[r.n_items++] = q[k];
+        rc = rl_step_req_encode(&r, &args[i], &lens[i]);
+    }
+    if (!rc) rc = call_learners(s, "step", args, lens, out, &nb);
+    if (!rc) step_stats(out, S, o), take_buckets(s, &nb);
+    for (int i = 0; i < S; i++) {
+        if (args) free(args[i]);
+        if (out) rl_step_reply_destroy(&out[i]);
+    }
+    rl_buckets_destroy(&nb);
+    free(args), free(lens), free(mine), free(out);
+    return rc;
+}
+
+/* Version 0: every shard publishes its slice of the initial parameters. */
+static int publish_initial(ctl_state *s)
+{
+    rl_step_reply *out = calloc((size_t)s->S, sizeof *out);
+    rl_buckets nb = {0};
+    int rc = out ? call_learners(s, "publish", NULL, NULL, out, &nb)
+                 : rl_fail(MANTA_ENOMEM, "publish: out of memory");
+    if (!rc) take_buckets(s, &nb);
+    for (int i = 0; out && i < s->S; i++) rl_step_reply_destroy(&out[i]);
+    rl_buckets_destroy(&nb);
+    free(out);
+    return rc;
+}
+
+/* The supervised warm-up on the demonstrations (policy tokens only). */
+static void warmup(ctl_state *s)
 {
     if (s->n_demos == 0 || s->warmup_steps <= 0) return;
-    seq *q = calloc((size_t)s->n_demos, sizeof *q);
+    rl_step_item *q = calloc((size_t)s->n_demos, sizeof *q);
     if (!q) return;
     for (int i = 0; i < s->n_demos; i++)
-        q[i] = (seq){s->demos[i].tok, NULL, s->demos[i].mask, s->demos[i].n, 0};
-    step_out o;
+        q[i] = (rl_step_item){s->demos[i].n, s->demos[i].tok, NULL, s->demos[i].mask, 0};
+    rl_step_reply o;
     for (int t = 0; t < s->warmup_steps; t++) {
-        if (learn_step(s, L, "sft", s->warmup_lr, q, s->n_demos, -1, &o)) break;
+        if (learn_step(s, RL_STEP_SFT, s->warmup_lr, q, s->n_demos, -1, &o)) {
+            rl_log(s->m, "warm-up step %d: %s", t + 1, rl_last_error());
+            break;
+        }
         if (t % 10 == 0 || t == s->warmup_steps - 1)
             rl_log(s->m, "warm-up step %d/%d: loss %.4f", t + 1, s->warmup_steps, o.loss);
     }
@@ -845,7 +912,7 @@ static void start_eval(ctl_state *s, int n)
     free(s->eval_queue);
     s->eval_queue = calloc((size_t)(n ? n : 1), sizeof *s->eval_queue);
     s->eq_len = s->eq_head = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; s->eval_queue && i < n; i++) {
         int64_t id = new_episode(s, -1, i, 1);
         if (id >= 0) s->eval_queue[s->eq_len++] = id;
     }
@@ -854,14 +921,8 @@ static void start_eval(ctl_state *s, int n)
     s->eval_logged = 0;
 }
 
-static double wait_eval(ctl_state *s, double timeout_s)
+static double eval_success(const ctl_state *s)
 {
-    double until = rl_now_s() + timeout_s;
-    while (s->eval_done < s->eval_total && rl_now_s() < until) {
-        manta_poll(s->m, 20);
-        reclaim(s);
-    }
-    s->eval_active = 0;
     return s->eval_total ? (double)s->eval_success / s->eval_total : 0;
 }
 
@@ -893,6 +954,7 @@ static int mkdir_p(const char *path)
  * and nothing in flight). */
 static int batch_ready(ctl_state *s)
 {
+    if (s->phase != PH_TRAIN) return 0;
     if (s->ready_eps >= s->B) return 1;
     if (s->ready_eps == 0) return 0;
     rl_ledger l;
@@ -902,190 +964,184 @@ static int batch_ready(ctl_state *s)
            !rl_admit_ok(s->led.admitted - s->credits, s->G, s->version, s->eta, s->B);
 }
 
-static int rl_step(ctl_state *s, manta_actor **L)
+/* A batch being formed: sequences with their advantages, the groups they
+ * came from, and what the metrics line reports. */
+typedef struct batch {
+    rl_step_item *q;
+    int nq, cap;
+    int64_t *taken; /* group ids consumed */
+    int ntaken, zero_var;
+    double rsum, succ;
+    int64_t hist[STALE_BINS];
+} batch;
+
+/* Drop the members of group g that became too stale for this version;
+ * returns how many usable members are left. */
+static int drop_stale(ctl_state *s, group *g)
 {
-    /* take complete groups, B episodes at most */
-    int cap = s->S * ((s->B + s->S - 1) / s->S);
-    seq *q = calloc((size_t)cap, sizeof *q);
-    int64_t *taken = calloc((size_t)s->r_len + 1, sizeof *taken);
-    if (!q || !taken) {
-        free(q), free(taken);
-        return -1;
+    int usable = 0;
+    for (int i = 0; i < g->n; i++) {
+        if (g->usable[i] && rl_is_stale(rl_traj_min_version(&g->trajs[i]), s->version, s->eta)) {
+            g->usable[i] = 0;
+            s->ready_eps--;
+            drop(s, g->first_ep + i, 1, "stale");
+            rl_traj_destroy(&g->trajs[i]);
+        }
+        usable += g->usable[i];
     }
-    int nq = 0, ntaken = 0, zero_var = 0;
-    double rsum = 0, succ = 0;
-    int64_t hist[STALE_BINS] = {0};
+    return usable;
+}
+
+/* Add the usable members of group g with their GRPO advantages. */
+static void add_group(ctl_state *s, batch *b, group *g)
+{
+    int k = 0;
+    for (int i = 0; i < g->n; i++)
+        if (g->usable[i]) s->g_idx[k] = i, s->g_r[k] = g->trajs[i].reward, k++;
+    if (!rl_group_advantages(s->g_r, k, 1e-6f, s->g_adv)) b->zero_var++;
+    for (int j = 0; j < k; j++) {
+        rl_traj *t = &g->trajs[s->g_idx[j]];
+        b->q[b->nq++] = (rl_step_item){t->n, t->tok, t->logp, t->mask, s->g_adv[j]};
+        b->rsum += t->reward, b->succ += t->reward >= 0.5f;
+        int32_t st = (int32_t)(s->version - rl_traj_min_version(t));
+        b->hist[st < 0 ? 0 : st >= STALE_BINS ? STALE_BINS - 1 : st]++;
+    }
+}
+
+/* Take complete groups from the ready queue, B episodes at most (rounded up
+ * to a multiple of S), re-checking staleness against the training version. */
+static int form_batch(ctl_state *s, batch *b)
+{
+    memset(b, 0, sizeof *b);
+    b->cap = s->S * ((s->B + s->S - 1) / s->S);
+    if (b->cap < s->G) b->cap = s->G;
+    b->q = calloc((size_t)b->cap, sizeof *b->q);
+    b->taken = calloc((size_t)(s->r_len - s->r_head) + 1, sizeof *b->taken);
+    if (!b->q || !b->taken) return rl_fail(MANTA_ENOMEM, "batch: out of memory");
     while (s->r_head < s->r_len) {
         group *g = &s->groups[s->ready[s->r_head]];
-        int usable = 0;
-        for (int i = 0; i < g->n; i++) {
-            /* staleness again, now, against the version that trains */
-            if (g->usable[i] &&
-                rl_is_stale(rl_traj_min_version(&g->trajs[i]), s->version, s->eta)) {
-                g->usable[i] = 0;
-                s->ready_eps--;
-                drop(s, g->first_ep + i, 1, "stale");
-                rl_traj_destroy(&g->trajs[i]);
-            }
-            usable += g->usable[i];
-        }
-        if (usable > 0 && nq + usable > cap) break;
+        int usable = drop_stale(s, g);
+        if (usable > 0 && b->nq + usable > b->cap) break;
         s->r_head++;
         if (usable == 0) continue;
-        float r[256], adv[256];
-        int idx[256], k = 0;
-        for (int i = 0; i < g->n && k < 256; i++)
-            if (g->usable[i]) idx[k] = i, r[k] = g->trajs[i].reward, k++;
-        if (!rl_group_advantages(r, k, 1e-6f, adv)) zero_var++;
-        for (int j = 0; j < k; j++) {
-            rl_traj *t = &g->trajs[idx[j]];
-            q[nq++] = (seq){t->tok, t->logp, t->mask, t->n, adv[j]};
-            rsum += t->reward, succ += t->reward >= 0.5f;
-            int32_t st = (int32_t)(s->version - rl_traj_min_version(t));
-            hist[st < 0 ? 0 : st >= STALE_BINS ? STALE_BINS - 1 : st]++;
-        }
-        taken[ntaken++] = s->ready[s->r_head - 1];
+        add_group(s, b, g);
+        b->taken[b->ntaken++] = s->ready[s->r_head - 1];
     }
-    s->ready_eps -= nq;
-    int rc = 0;
-    if (nq > 0) {
-        step_out o;
-        rc = learn_step(s, L, "ppo", s->lr, q, nq, s->version + 1, &o);
-        if (rc == 0) {
-            s->version++;
-            s->learner_busy_s += o.busy_s;
-            s->led.trained += nq;
-            s->trained_tokens += (int64_t)o.tokens;
-            s->zero_var_groups += zero_var;
-            for (int i = 0; i < STALE_BINS; i++) s->stale_hist[i] += hist[i];
-            double now = rl_now_s(), dt = now - s->t_last_version;
-            s->t_last_version = now;
-            rl_ledger l;
-            ledger_now(s, &l);
-            /* The version registry: the learner's version and the ledger, in
-             * Redis for `manta status` and any other reader. */
-            char pub[256];
-            int pn = snprintf(pub, sizeof pub,
-                              "{\"version\": %lld, \"time_s\": %.2f, \"admitted\": %lld, "
-                              "\"trained\": %lld, \"dropped_stale\": %lld, "
-                              "\"dropped_error\": %lld, \"in_flight\": %lld}",
-                              (long long)s->version, now - s->t_start, (long long)l.admitted,
-                              (long long)l.trained, (long long)l.dropped_stale,
-                              (long long)l.dropped_error, (long long)l.in_flight);
-            manta_kv_set(s->m, "policy", pub, (size_t)pn);
-            if (s->metrics) {
-                fprintf(s->metrics,
-                        "{\"version\":%lld,\"time_s\":%.2f,\"episodes\":%d,\"reward\":%.4f,"
-                        "\"success\":%.4f,\"trained_tokens\":%.0f,\"trained_tokens_per_s\":%.1f,"
-                        "\"gen_tokens_per_s\":%.1f,\"loss\":%.5f,\"kl\":%.5f,\"clip_frac\":%.4f,"
-                        "\"entropy\":%.4f,\"grad_norm\":%.4f,\"learner_busy_s\":%.3f,"
-                        "\"zero_var_groups\":%d,\"staleness\":[",
-                        (long long)s->version, now - s->t_start, nq, rsum / nq, succ / nq, o.tokens,
-                        o.tokens / (dt > 1e-9 ? dt : 1e-9),
-                        s->v_gen_tokens / (dt > 1e-9 ? dt : 1e-9), o.loss, o.kl, o.clip_frac,
-                        o.entropy, o.grad_norm, o.busy_s, zero_var);
-                for (int i = 0; i <= s->eta + 1 && i < STALE_BINS; i++)
-                    fprintf(s->metrics, "%s%lld", i ? "," : "", (long long)hist[i]);
-                fprintf(s->metrics,
-                        "],\"dropped_stale\":%lld,\"dropped_error\":%lld,\"tool_calls\":%lld,"
-                        "\"tool_errors\":%lld,\"admitted\":%lld,\"in_flight\":%lld}\n",
-                        (long long)l.dropped_stale, (long long)l.dropped_error,
-                        (long long)s->v_tool_calls, (long long)s->v_tool_errors,
-                        (long long)l.admitted, (long long)l.in_flight);
-                fflush(s->metrics);
-            }
-            s->v_tool_calls = s->v_tool_errors = s->v_gen_tokens = 0;
-            if (s->version % 5 == 0)
-                rl_log(s->m, "version %lld: reward %.3f, %d episodes, kl %.4f, %.1f tok/s",
-                       (long long)s->version, rsum / nq, nq, o.kl, o.tokens / dt);
+    s->ready_eps -= b->nq;
+    return 0;
+}
+
+/* The trajectories of consumed groups are done with: trained, or dropped
+ * when the step failed. */
+static void release_groups(ctl_state *s, const batch *b, int trained)
+{
+    for (int i = 0; i < b->ntaken; i++) {
+        group *g = &s->groups[b->taken[i]];
+        for (int j = 0; j < g->n; j++) {
+            if (g->usable[j] && trained)
+                s->eps[g->first_ep + j].state = EP_TRAINED;
+            else if (g->usable[j])
+                drop(s, g->first_ep + j, 0, "learner step failed");
+            rl_traj_destroy(&g->trajs[j]);
         }
-    }
-    /* the trajectories are done with either way */
-    for (int i = 0; i < ntaken; i++) {
-        group *g = &s->groups[taken[i]];
-        for (int j = 0; j < g->n; j++)
-            if (g->usable[j]) {
-                if (rc == 0) {
-                    s->eps[g->first_ep + j].state = EP_TRAINED;
-                } else {
-                    drop(s, g->first_ep + j, 0, "learner step failed");
-                    s->led.trained -= 0;
-                }
-                rl_traj_destroy(&g->trajs[j]);
-                g->usable[j] = 0;
-            }
-        for (int j = 0; j < g->n; j++) rl_traj_destroy(&g->trajs[j]);
         free(g->trajs), free(g->usable); /* nothing refers to a consumed group's trajectories */
         g->trajs = NULL, g->usable = NULL;
     }
-    free(q), free(taken);
+}
+
+/* The version registry in Redis (for `manta status` and any other reader)
+ * and the metrics line of a new version. */
+static void record_version(ctl_state *s, const batch *b, const rl_step_reply *o, double dt)
+{
+    rl_ledger l;
+    ledger_now(s, &l);
+    double now = rl_now_s(), rate = dt > 1e-9 ? dt : 1e-9;
+    char pub[256];
+    int pn = snprintf(pub, sizeof pub,
+                      "{\"version\": %lld, \"time_s\": %.2f, \"admitted\": %lld, "
+                      "\"trained\": %lld, \"dropped_stale\": %lld, "
+                      "\"dropped_error\": %lld, \"in_flight\": %lld}",
+                      (long long)s->version, now - s->t_start, (long long)l.admitted,
+                      (long long)l.trained, (long long)l.dropped_stale, (long long)l.dropped_error,
+                      (long long)l.in_flight);
+    int rc = manta_kv_set(s->m, "policy", pub, (size_t)pn);
+    if (rc) rl_log(s->m, "controller: policy record: %s", manta_last_error());
+    if (!s->metrics) return;
+    fprintf(s->metrics,
+            "{\"version\":%lld,\"time_s\":%.2f,\"episodes\":%d,\"reward\":%.4f,"
+            "\"success\":%.4f,\"trained_tokens\":%.0f,\"trained_tokens_per_s\":%.1f,"
+            "\"gen_tokens_per_s\":%.1f,\"loss\":%.5f,\"kl\":%.5f,\"clip_frac\":%.4f,"
+            "\"entropy\":%.4f,\"grad_norm\":%.4f,\"learner_busy_s\":%.3f,"
+            "\"zero_var_groups\":%d,\"staleness\":[",
+            (long long)s->version, now - s->t_start, b->nq, b->rsum / b->nq, b->succ / b->nq,
+            o->tokens, o->tokens / rate, s->v_gen_tokens / rate, o->loss, o->kl, o->clip_frac,
+            o->entropy, o->grad_norm, o->busy_s, b->zero_var);
+    for (int i = 0; i <= s->eta + 1 && i < STALE_BINS; i++)
+        fprintf(s->metrics, "%s%lld", i ? "," : "", (long long)b->hist[i]);
+    fprintf(s->metrics,
+            "],\"dropped_stale\":%lld,\"dropped_error\":%lld,\"tool_calls\":%lld,"
+            "\"tool_errors\":%lld,\"admitted\":%lld,\"in_flight\":%lld}\n",
+            (long long)l.dropped_stale, (long long)l.dropped_error, (long long)s->v_tool_calls,
+            (long long)s->v_tool_errors, (long long)l.admitted, (long long)l.in_flight);
+    fflush(s->metrics);
+}
+
+/* A step succeeded: the version moves on, counters and metrics follow. */
+static void new_version(ctl_state *s, const batch *b, const rl_step_reply *o)
+{
+    s->version++;
+    s->learner_busy_s += o->busy_s;
+    s->led.trained += b->nq;
+    s->trained_tokens += (int64_t)o->tokens;
+    s->zero_var_groups += b->zero_var;
+    for (int i = 0; i < STALE_BINS; i++) s->stale_hist[i] += b->hist[i];
+    double now = rl_now_s(), dt = now - s->t_last_version;
+    s->t_last_version = now;
+    record_version(s, b, o, dt);
+    s->v_tool_calls = s->v_tool_errors = s->v_gen_tokens = 0;
+    if (s->version % 5 == 0)
+        rl_log(s->m, "version %lld: reward %.3f, %d episodes, kl %.4f, %.1f tok/s",
+               (long long)s->version, b->rsum / b->nq, b->nq, o->kl, o->tokens / dt);
+}
+
+/* One RL step: form a batch, train on it, publish version V+1. */
+static int rl_step(ctl_state *s)
+{
+    batch b;
+    int rc = form_batch(s, &b);
+    if (!rc && b.nq > 0) {
+        rl_step_reply o;
+        rc = learn_step(s, RL_STEP_PPO, s->lr, b.q, b.nq, s->version + 1, &o);
+        if (!rc) new_version(s, &b, &o);
+    }
+    release_groups(s, &b, rc == 0);
+    free(b.q), free(b.taken);
     return rc;
 }
 
-static int ctl_run(manta_req *req, void *state, const void *arg, size_t len)
+/* ---- "run": phases driven by events ---- *
+ * ctl_run does the warm-up and publishes version 0, then defers its reply.
+ * From then on `advance` moves the run along; it runs from a loop timer that
+ * submissions arm at once (a group completed, an evaluation finished) and
+ * that re-arms itself every HEARTBEAT_MS for what has no event of its own
+ * (rollouts that died, the time limit, an evaluation's deadline). */
+
+static void on_timer(void *arg);
+
+/* Run `advance` after_ms from now (sooner if already due sooner). */
+static void schedule(ctl_state *s, int64_t after_ms)
 {
-    ctl_state *s = state;
-    manta_actor *L[MAX_LEARNERS];
-    s->S = find_learners(s, L);
-    if (s->S == 0) return manta_reply_error(req, MANTA_ENOTFOUND, "run: no learner actors");
-    if (mkdir_p(s->run_dir))
-        return manta_reply_error(req, MANTA_ESYS, "run: cannot create %s", s->run_dir);
-    char path[700];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", s->run_dir);
-    s->metrics = fopen(path, "w");
-    snprintf(path, sizeof path, "%s/trajectories.msgpack", s->run_dir);
-    s->traj_dump = fopen(path, "wb");
-    s->t_start = rl_now_s();
+    if (s->phase == PH_NONE || s->phase == PH_DONE) return;
+    int64_t due = rl_now_ms() + after_ms;
+    if (s->timer && s->timer_due_ms <= due) return;
+    if (s->timer) manta_timer_cancel(s->m, s->timer);
+    s->timer = manta_timer_add(s->m, after_ms, on_timer, s);
+    s->timer_due_ms = due;
+}
 
-    warmup(s, L);
-    if (publish_initial(s, L))
-        return manta_reply_error(req, MANTA_EREMOTE, "run: learners could not publish");
-    s->version = 0;
-    s->have_weights = 1;
-    double t_warm = rl_now_s() - s->t_start;
-    /* baseline evaluation with version 0 */
-    if (s->eval_n > 0) {
-        start_eval(s, s->eval_n);
-        s->success_initial = wait_eval(s, 300);
-        write_eval_metric(s, "initial", s->success_initial);
-        rl_log(s->m, "held-out success after warm-up: %.3f", s->success_initial);
-    }
-    s->admit_train = 1;
-    s->t_rl_start = s->t_last_version = rl_now_s();
-    s->best_eval = s->success_initial;
-    while (s->version < s->max_versions && rl_now_s() - s->t_start < s->max_time_s) {
-        reclaim(s);
-        if (!batch_ready(s)) {
-            manta_poll(s->m, 1); /* manta_poll waits its whole timeout: keep it short */
-        } else if (rl_step(s, L)) {
-            rl_log(s->m, "controller: learner step failed; retrying");
-            manta_poll(s->m, 100);
-        }
-        if (s->eval_active && s->eval_done >= s->eval_total) {
-            double sc = (double)s->eval_success / (s->eval_total ? s->eval_total : 1);
-            s->eval_active = 0;
-            write_eval_metric(s, "periodic", sc);
-            rl_log(s->m, "version %lld: held-out success %.3f", (long long)s->version, sc);
-            if (sc > s->best_eval) s->best_eval = sc;
-            if (sc >= s->stop_at) break;
-        }
-        if (!s->eval_active && s->eval_every > 0 && s->eval_n > 0 && s->version > 0 &&
-            s->version % s->eval_every == 0 && s->eval_vmax < s->version) {
-            start_eval(s, s->eval_n);
-            s->eval_vmax = (int32_t)s->version; /* one evaluation per version */
-        }
-    }
-    double t_rl = rl_now_s() - s->t_rl_start;
-    /* final evaluation with the last version: no more training admissions */
-    s->admit_train = 0;
-    if (s->eval_n > 0) {
-        start_eval(s, s->eval_n);
-        s->success_final = wait_eval(s, 300);
-        write_eval_metric(s, "final", s->success_final);
-    }
-    s->stop = 1;
-    double wall = rl_now_s() - s->t_start;
-
+static cJSON *summary_json(ctl_state *s)
+{
+    double wall = rl_now_s() - s->t_start, t_rl = s->t_rl > 0 ? s->t_rl : 1;
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "run_dir", s->run_dir);
     cJSON_AddNumberToObject(j, "heldout_problems", s->eval_n);
@@ -1097,15 +1153,15 @@ static int ctl_run(manta_req *req, void *state, const void *arg, size_t len)
     cJSON_AddNumberToObject(j, "group_size", s->G);
     cJSON_AddNumberToObject(j, "learners", s->S);
     cJSON_AddNumberToObject(j, "wall_s", wall);
-    cJSON_AddNumberToObject(j, "warmup_s", t_warm);
-    cJSON_AddNumberToObject(j, "rl_s", t_rl);
+    cJSON_AddNumberToObject(j, "warmup_s", s->t_warm);
+    cJSON_AddNumberToObject(j, "rl_s", s->t_rl);
     cJSON_AddItemToObject(j, "ledger", ledger_json(s));
     cJSON *r = cJSON_AddObjectToObject(j, "rates");
     cJSON_AddNumberToObject(r, "trained_tokens", (double)s->trained_tokens);
-    cJSON_AddNumberToObject(r, "trained_tokens_per_s", s->trained_tokens / (t_rl > 0 ? t_rl : 1));
+    cJSON_AddNumberToObject(r, "trained_tokens_per_s", s->trained_tokens / t_rl);
     cJSON_AddNumberToObject(r, "gen_tokens", (double)s->gen_tokens);
-    cJSON_AddNumberToObject(r, "gen_tokens_per_s", s->gen_tokens / (t_rl > 0 ? t_rl : 1));
-    cJSON_AddNumberToObject(r, "learner_busy_fraction", s->learner_busy_s / (t_rl > 0 ? t_rl : 1));
+    cJSON_AddNumberToObject(r, "gen_tokens_per_s", s->gen_tokens / t_rl);
+    cJSON_AddNumberToObject(r, "learner_busy_fraction", s->learner_busy_s / t_rl);
     cJSON_AddNumberToObject(r, "tool_calls", (double)s->tool_calls);
     cJSON_AddNumberToObject(r, "tool_errors", (double)s->tool_errors);
     cJSON_AddNumberToObject(r, "zero_variance_groups", (double)s->zero_var_groups);
@@ -1113,20 +1169,178 @@ static int ctl_run(manta_req *req, void *state, const void *arg, size_t len)
     cJSON *h = cJSON_AddArrayToObject(j, "staleness_histogram");
     for (int i = 0; i < STALE_BINS; i++)
         cJSON_AddItemToArray(h, cJSON_CreateNumber((double)s->stale_hist[i]));
+    return j;
+}
+
+/* The end: summary.json, the model saved by shard 0, the deferred reply. */
+static void finish_run(ctl_state *s)
+{
+    s->stop = 1;
+    s->phase = PH_DONE;
+    cJSON *j = summary_json(s);
     char *txt = cJSON_Print(j);
     cJSON_Delete(j);
+    char path[700];
     snprintf(path, sizeof path, "%s/summary.json", s->run_dir);
     FILE *f = fopen(path, "w");
-    if (f) fputs(txt, f), fputc('\n', f), fclose(f);
+    if (f) fputs(txt ? txt : "", f), fputc('\n', f), fclose(f);
     if (s->metrics) fclose(s->metrics), s->metrics = NULL;
     if (s->traj_dump) fclose(s->traj_dump), s->traj_dump = NULL;
     snprintf(path, sizeof path, "%s/model.safetensors", s->run_dir);
-    manta_future *sf = manta_call(s->m, L[0], "save", path, strlen(path));
-    manta_get(sf, 30000, NULL, NULL);
+    manta_future *sf = manta_call(s->m, s->L[0], "save", path, strlen(path));
+    if (manta_get(sf, 30000, NULL, NULL))
+        rl_log(s->m, "controller: save %s: %s", path, manta_future_error(sf));
     manta_future_free(sf);
-    int rc = manta_reply(req, txt, strlen(txt));
+    if (txt)
+        manta_reply(s->run_req, txt, strlen(txt));
+    else
+        manta_reply_error(s->run_req, MANTA_ENOMEM, "run: out of memory for the summary");
+    s->run_req = NULL;
     free(txt);
-    return rc;
+}
+
+/* The final evaluation with the last version (no more training
+ * admissions), or the end when there is none. */
+static void end_training(ctl_state *s)
+{
+    s->t_rl = rl_now_s() - s->t_rl_start;
+    s->admit_train = 0;
+    if (s->eval_n == 0) {
+        finish_run(s);
+        return;
+    }
+    start_eval(s, s->eval_n);
+    s->eval_until = rl_now_s() + 300;
+    s->phase = PH_EVAL_FINAL;
+}
+
+static void start_training(ctl_state *s)
+{
+    s->admit_train = 1;
+    s->t_rl_start = s->t_last_version = rl_now_s();
+    s->best_eval = s->success_initial;
+    s->phase = PH_TRAIN;
+}
+
+/* A periodic evaluation that completed: logged; 1 when it reached stop_at. */
+static int periodic_eval_done(ctl_state *s)
+{
+    if (!s->eval_active || s->eval_done < s->eval_total) return 0;
+    double sc = eval_success(s);
+    s->eval_active = 0;
+    write_eval_metric(s, "periodic", sc);
+    rl_log(s->m, "version %lld: held-out success %.3f", (long long)s->version, sc);
+    if (sc > s->best_eval) s->best_eval = sc;
+    return sc >= s->stop_at;
+}
+
+/* One turn of training: stop conditions, evaluations, at most one step. */
+static void train_turn(ctl_state *s)
+{
+    if (s->version >= s->max_versions || rl_now_s() - s->t_start >= s->max_time_s ||
+        periodic_eval_done(s)) {
+        end_training(s);
+        return;
+    }
+    if (!s->eval_active && s->eval_every > 0 && s->eval_n > 0 && s->version > 0 &&
+        s->version % s->eval_every == 0 && s->eval_vmax < s->version) {
+        start_eval(s, s->eval_n);
+        s->eval_vmax = (int32_t)s->version; /* one evaluation per version */
+    }
+    if (rl_now_s() < s->retry_at || !batch_ready(s)) return;
+    if (rl_step(s)) {
+        rl_log(s->m, "controller: learner step failed (%s); retrying", rl_last_error());
+        s->retry_at = rl_now_s() + 0.1;
+    }
+}
+
+/* An evaluation phase is over when every episode is in or its time is up. */
+static int eval_over(const ctl_state *s)
+{
+    return s->eval_done >= s->eval_total || rl_now_s() >= s->eval_until;
+}
+
+static void advance(ctl_state *s)
+{
+    if (s->advancing) return; /* a step waits on the learners: the loop runs nested */
+    s->advancing = 1;
+    reclaim(s);
+    switch (s->phase) {
+    case PH_EVAL_INITIAL:
+        if (!eval_over(s)) break;
+        s->eval_active = 0;
+        s->success_initial = eval_success(s);
+        write_eval_metric(s, "initial", s->success_initial);
+        rl_log(s->m, "held-out success after warm-up: %.3f", s->success_initial);
+        start_training(s);
+        break;
+    case PH_TRAIN:
+        train_turn(s);
+        break;
+    case PH_EVAL_FINAL:
+        if (!eval_over(s)) break;
+        s->eval_active = 0;
+        s->success_final = eval_success(s);
+        write_eval_metric(s, "final", s->success_final);
+        finish_run(s);
+        break;
+    }
+    s->advancing = 0;
+    int again = s->phase == PH_EVAL_INITIAL || s->phase == PH_EVAL_FINAL
+                    ? s->eval_done >= s->eval_total
+                    : batch_ready(s) && rl_now_s() >= s->retry_at;
+    schedule(s, again ? 0 : s->retry_at > rl_now_s() ? 100 : HEARTBEAT_MS);
+}
+
+static void on_timer(void *arg)
+{
+    ctl_state *s = arg;
+    s->timer = 0;
+    advance(s);
+}
+
+/* The run folder and its files. */
+static int open_run_dir(ctl_state *s)
+{
+    if (mkdir_p(s->run_dir)) return rl_fail(MANTA_ESYS, "cannot create %s", s->run_dir);
+    char path[700];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", s->run_dir);
+    s->metrics = fopen(path, "w");
+    snprintf(path, sizeof path, "%s/trajectories.msgpack", s->run_dir);
+    s->traj_dump = fopen(path, "wb");
+    if (!s->metrics || !s->traj_dump) return rl_fail(MANTA_ESYS, "cannot write in %s", s->run_dir);
+    return 0;
+}
+
+static int ctl_run(manta_req *req, void *state, const void *arg, size_t len)
+{
+    ctl_state *s = state;
+    (void)arg, (void)len;
+    if (s->phase != PH_NONE) return manta_reply_error(req, MANTA_EBUSY, "run: already run");
+    int S = find_learners(s);
+    if (S < 0) return manta_reply_error(req, S, "run: %s", rl_last_error());
+    s->S = S;
+    if (s->S == 0) return manta_reply_error(req, MANTA_ENOTFOUND, "run: no learner actors");
+    int rc = open_run_dir(s);
+    if (rc) return manta_reply_error(req, rc, "run: %s", rl_last_error());
+    s->t_start = rl_now_s();
+    warmup(s);
+    if (publish_initial(s))
+        return manta_reply_error(req, MANTA_EREMOTE, "run: learners could not publish: %s",
+                                 rl_last_error());
+    s->version = 0;
+    s->have_weights = 1;
+    s->t_warm = rl_now_s() - s->t_start;
+    s->run_req = manta_req_defer(req);
+    if (s->eval_n > 0) { /* the baseline: version 0 on the held-out set */
+        start_eval(s, s->eval_n);
+        s->eval_until = rl_now_s() + 300;
+        s->phase = PH_EVAL_INITIAL;
+    } else {
+        start_training(s);
+    }
+    schedule(s, 0);
+    return 0;
 }
 
 static const manta_method ctl_methods[] = {{"admit", ctl_admit},       {"submit", ctl_submit},

@@ -41,6 +41,8 @@ typedef struct env_state {
     int n_tools;
     int draining;
     int in_flight;
+    manta_req *drain_req; /* a deferred drain */
+    uint64_t drain_timer;
     uint64_t calls, ok, errors, unknown_tool, by_kind[MANTA_ERR_COUNT];
 } env_state;
 
@@ -49,47 +51,84 @@ typedef struct pending_call {
     manta_req *req;
 } pending_call;
 
+/* One entry of sections.tools: {name, url, tool, arg, timeout_ms}. */
+static int read_tool(env_state *s, rl_args *a, uint32_t i, const msgpack_object *t)
+{
+    static const char *const keys[] = {"name", "url", "tool", "arg", "timeout_ms", NULL};
+    char where[32], d[64];
+    snprintf(where, sizeof where, "tools[%u]", i);
+    if (t->type != MSGPACK_OBJECT_MAP)
+        return rl_args_fail(a, "%s: expected a map, got %s", where, rl_mp_describe(t, d, sizeof d));
+    for (uint32_t k = 0; k < t->via.map.size; k++) {
+        const msgpack_object *key = &t->via.map.ptr[k].key;
+        int known = 0;
+        for (int j = 0; keys[j] && key->type == MSGPACK_OBJECT_STR; j++)
+            known |= strlen(keys[j]) == key->via.str.size &&
+                     !memcmp(keys[j], key->via.str.ptr, key->via.str.size);
+        if (!known)
+            return rl_args_fail(a, "%s.%.*s: unknown key (name, url, tool, arg, timeout_ms)", where,
+                                key->type == MSGPACK_OBJECT_STR ? (int)key->via.str.size : 1,
+                                key->type == MSGPACK_OBJECT_STR ? key->via.str.ptr : "?");
+    }
+    env_tool *et = &s->tools[s->n_tools];
+    char url[512];
+    const struct {
+        const char *key;
+        char *out;
+        size_t cap;
+        const char *def;
+    } strs[] = {{"name", et->name, sizeof et->name, "calc"},
+                {"tool", et->tool, sizeof et->tool, NULL},
+                {"arg", et->arg, sizeof et->arg, "expression"},
+                {"url", url, sizeof url, ""}};
+    for (size_t j = 0; j < sizeof strs / sizeof strs[0]; j++) {
+        const msgpack_object *v = rl_mp_get(t, strs[j].key);
+        if (v && (v->type != MSGPACK_OBJECT_STR || v->via.str.size >= strs[j].cap))
+            return rl_args_fail(a,
+                                "%s.%s: expected a string of at most %zu bytes, "
+                                "got %s",
+                                where, strs[j].key, strs[j].cap - 1,
+                                rl_mp_describe(v, d, sizeof d));
+        rl_mp_str(v, strs[j].out, strs[j].cap, strs[j].def ? strs[j].def : et->name);
+    }
+    const msgpack_object *to = rl_mp_get(t, "timeout_ms");
+    if (to && (to->type != MSGPACK_OBJECT_POSITIVE_INTEGER || to->via.u64 > 3600000))
+        return rl_args_fail(a,
+                            "%s.timeout_ms: expected milliseconds (0 to 3600000), "
+                            "got %s",
+                            where, rl_mp_describe(to, d, sizeof d));
+    if (!url[0]) return rl_args_fail(a, "%s: no url", where);
+    mcp_config cfg;
+    mcp_config_init(&cfg);
+    cfg.url = url;
+    cfg.timeout_ms = to ? (long)to->via.u64 : 10000;
+    cfg.connect_timeout_ms = 2000;
+    et->mcp = mcp_new(s->glue.http, &cfg);
+    if (!et->mcp) return rl_args_fail(a, "%s: MCP client for %s failed", where, url);
+    s->n_tools++;
+    return 0;
+}
+
 static int env_init(manta_ctx *m, void *state, const void *args, size_t len)
 {
     env_state *s = state;
     s->m = m;
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    if (rl_unpack(&u, args, len) != 0) {
-        msgpack_unpacked_destroy(&u);
-        rl_log(m, "env: init arguments are not msgpack");
-        return MANTA_EINVAL;
-    }
+    rl_args a;
+    rl_args_open(&a, args, len);
     manta_http_config hc;
     manta_http_config_init(&hc);
-    if (rl_http_glue_start(&s->glue, m, &hc)) {
-        msgpack_unpacked_destroy(&u);
-        return MANTA_ENOMEM;
-    }
-    const msgpack_object *tools = rl_mp_path(&u.data, "sections.tools");
-    if (tools && tools->type == MSGPACK_OBJECT_ARRAY) {
-        for (uint32_t i = 0; i < tools->via.array.size && s->n_tools < MAX_TOOLS; i++) {
-            const msgpack_object *t = &tools->via.array.ptr[i];
-            env_tool *et = &s->tools[s->n_tools];
-            char url[512];
-            rl_mp_str(rl_mp_get(t, "name"), et->name, sizeof et->name, "calc");
-            rl_mp_str(rl_mp_get(t, "tool"), et->tool, sizeof et->tool, et->name);
-            rl_mp_str(rl_mp_get(t, "arg"), et->arg, sizeof et->arg, "expression");
-            rl_mp_str(rl_mp_get(t, "url"), url, sizeof url, "");
-            if (!url[0]) {
-                rl_log(m, "env: tools.%u has no url", i);
-                continue;
-            }
-            mcp_config cfg;
-            mcp_config_init(&cfg);
-            cfg.url = url;
-            cfg.timeout_ms = (long)rl_mp_int(rl_mp_get(t, "timeout_ms"), 10000);
-            cfg.connect_timeout_ms = 2000;
-            et->mcp = mcp_new(s->glue.http, &cfg);
-            if (et->mcp) s->n_tools++;
-        }
-    }
-    msgpack_unpacked_destroy(&u);
+    if (!a.rc && rl_http_glue_start(&s->glue, m, &hc) != 0)
+        rl_args_fail(&a, "env: %s", rl_last_error());
+    const msgpack_object *tools = a.rc ? NULL : rl_mp_get(a.sections, "tools");
+    if (tools && tools->type != MSGPACK_OBJECT_ARRAY && tools->type != MSGPACK_OBJECT_NIL)
+        rl_args_fail(&a, "tools: expected a sequence of tools");
+    else if (tools && tools->type == MSGPACK_OBJECT_ARRAY && tools->via.array.size > MAX_TOOLS)
+        rl_args_fail(&a, "tools: %u tools, at most %d", tools->via.array.size, MAX_TOOLS);
+    for (uint32_t i = 0;
+         !a.rc && tools && tools->type == MSGPACK_OBJECT_ARRAY && i < tools->via.array.size; i++)
+        read_tool(s, &a, i, &tools->via.array.ptr[i]);
+    int rc = rl_args_close(&a, m);
+    if (rc) return rc;
     if (s->n_tools == 0) rl_log(m, "env: no tools configured (sections.tools)");
     return 0;
 }
@@ -97,6 +136,7 @@ static int env_init(manta_ctx *m, void *state, const void *args, size_t len)
 static void env_fini(manta_ctx *m, void *state)
 {
     env_state *s = state;
+    if (s->drain_timer) manta_timer_cancel(m, s->drain_timer);
     for (int i = 0; i < s->n_tools; i++) mcp_free(s->tools[i].mcp);
     rl_http_glue_stop(&s->glue);
 }
@@ -116,6 +156,8 @@ static void reply_obs(manta_req *req, int ok, const char *text, const char *kind
     msgpack_sbuffer_destroy(&sb);
 }
 
+static void drain_done(env_state *s);
+
 static void on_tool(const mcp_result *r, void *arg)
 {
     pending_call *p = arg;
@@ -133,6 +175,7 @@ static void on_tool(const mcp_result *r, void *arg)
         reply_obs(p->req, 0, obs, manta_errname(r->err));
     }
     free(p);
+    if (s->in_flight == 0) drain_done(s);
 }
 
 static int env_call(manta_req *req, void *state, const void *arg, size_t len)
@@ -146,8 +189,17 @@ static int env_call(manta_req *req, void *state, const void *arg, size_t len)
         return manta_reply_error(req, MANTA_EINVAL, "env call: not msgpack");
     }
     char tool[32], input[1024];
-    rl_mp_str(rl_mp_get(&u.data, "tool"), tool, sizeof tool, "");
-    rl_mp_str(rl_mp_get(&u.data, "input"), input, sizeof input, "");
+    const msgpack_object *to = rl_mp_get(&u.data, "tool"), *in = rl_mp_get(&u.data, "input");
+    if (!to || !in || to->type != MSGPACK_OBJECT_STR || in->type != MSGPACK_OBJECT_STR ||
+        to->via.str.size >= sizeof tool || in->via.str.size >= sizeof input) {
+        msgpack_unpacked_destroy(&u);
+        return manta_reply_error(req, MANTA_EINVAL,
+                                 "env call: tool (< %zu bytes) and input (< %zu bytes) must be "
+                                 "strings",
+                                 sizeof tool, sizeof input);
+    }
+    rl_mp_str(to, tool, sizeof tool, "");
+    rl_mp_str(in, input, sizeof input, "");
     msgpack_unpacked_destroy(&u);
     s->calls++;
     env_tool *et = NULL;
@@ -191,14 +243,34 @@ static int env_call(manta_req *req, void *state, const void *arg, size_t len)
     return 0;
 }
 
+/* Answer a deferred drain: the calls in flight are done, or time is up. */
+static void drain_done(env_state *s)
+{
+    if (!s->drain_req) return;
+    if (s->drain_timer) manta_timer_cancel(s->m, s->drain_timer);
+    s->drain_timer = 0;
+    rl_log(s->m, "env drained (%d calls still in flight)", s->in_flight);
+    manta_reply(s->drain_req, "ok", 2);
+    s->drain_req = NULL;
+}
+
+static void drain_expired(void *arg)
+{
+    env_state *s = arg;
+    s->drain_timer = 0;
+    drain_done(s);
+}
+
+/* Stop taking calls; answer once those in flight are done (at most 30 s). */
 static int env_drain(manta_req *req, void *state, const void *arg, size_t len)
 {
     env_state *s = state;
+    if (s->drain_req) return manta_reply_error(req, MANTA_EBUSY, "drain: already draining");
     s->draining = 1;
-    int64_t until = rl_now_ms() + 30000;
-    while (s->in_flight > 0 && rl_now_ms() < until) manta_poll(s->m, 10);
-    rl_log(s->m, "env drained (%d calls still in flight)", s->in_flight);
-    return manta_reply(req, "ok", 2);
+    if (s->in_flight == 0) return manta_reply(req, "ok", 2);
+    s->drain_req = manta_req_defer(req);
+    s->drain_timer = manta_timer_add(s->m, 30000, drain_expired, s);
+    return 0;
 }
 
 static int env_stats(manta_req *req, void *state, const void *arg, size_t len)

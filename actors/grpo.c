@@ -1,6 +1,6 @@
 /*
  * grpo.c - the pure rules of the RL system: GRPO advantages, bounded
- * staleness (admission and dropping), the ledger invariant, checksums.
+ * staleness (admission and dropping), the ledger invariant.
  * No I/O, no state: the controller and the tests call the same code.
  */
 #include "manta_actors.h"
@@ -36,12 +36,4 @@ int rl_is_stale(int32_t min_ver, int64_t v, int64_t eta)
 int rl_ledger_ok(const rl_ledger *l)
 {
     return l->admitted == l->trained + l->dropped_stale + l->dropped_error + l->in_flight;
-}
-
-uint64_t rl_checksum(const void *data, size_t len)
-{
-    const unsigned char *p = data;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
 }

@@ -25,9 +25,9 @@
  * call. The buckets of the last 8 versions stay alive; older ones are
  * released.
  *
- * Step argument (msgpack): {mode: "ppo"|"sft", version: int, lr: float,
- * items: [{tok: bin int32, logp: bin float32, mask: bin uint8, adv: float}]}.
- * Reply: {version, buckets: [{offset, count, id, crc}], loss, pg_loss, kl,
+ * The step argument and reply are rl_step_req and rl_step_reply (msgs.c):
+ * {mode: "ppo"|"sft", version, lr, items: [{tok, logp, mask, adv}]} and
+ * {version, buckets: [{id, offset, count, crc}], loss, pg_loss, kl,
  * clip_frac, entropy, ratio, tokens, grad_norm, busy_s}.
  */
 #include "manta_actors.h"
@@ -41,9 +41,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KEEP_VERSIONS     8
-#define MAX_SLICE_BUCKETS 256
-#define COLL_TIMEOUT      60000
+#define KEEP_VERSIONS 8
+#define COLL_TIMEOUT  60000 /* ms: a shard that is this late has failed */
 
 typedef struct learner_state {
     manta_ctx *m;
@@ -61,59 +60,67 @@ typedef struct learner_state {
     int t;
     manta_coll_group *coll;
     size_t bucket_elems; /* floats per bucket */
-    struct published {   /* the buckets of one version */
-        manta_obj_id ids[MAX_SLICE_BUCKETS];
-        size_t off[MAX_SLICE_BUCKETS], n[MAX_SLICE_BUCKETS];
-        uint32_t crc[MAX_SLICE_BUCKETS];
-        int count;
-    } * pubs; /* KEEP_VERSIONS of them, a ring */
+    rl_buckets *pubs;    /* the buckets of the last KEEP_VERSIONS versions, a ring */
     int pub_next;
     int32_t *x, *y;
     float *blp, *adv, *mask;
 } learner_state;
 
+/* The settings (README.md "Spec sections read"); 0 or MANTA_EINVAL. */
+static int read_settings(learner_state *s, manta_ctx *m, const void *args, size_t len,
+                         uint64_t *seed, int *threads, double *bucket_mb)
+{
+    rl_args a;
+    rl_args_open(&a, args, len);
+    s->rank = (int)rl_arg_int(&a, "", "replica", 0, 0, 1 << 20);
+    s->world = (int)rl_arg_int(&a, "", "replicas", 1, 1, 1 << 20);
+    rl_model_config(&a, &s->cfg, seed);
+    int64_t batch = rl_arg_int(&a, "rl", "batch_episodes", 64, 1, 1 << 24);
+    int64_t demos = rl_arg_int(&a, "rl", "warmup_batch", 64, 1, 1 << 24);
+    if (demos > batch) batch = demos;
+    s->max_batch = (int)((batch + s->world - 1) / s->world);
+    s->opt.lr = (float)rl_arg_num(&a, "rl", "lr", 1e-3, 0, 1e3);
+    s->opt.beta1 = (float)rl_arg_num(&a, "rl", "beta1", 0.9, 0, 1);
+    s->opt.beta2 = (float)rl_arg_num(&a, "rl", "beta2", 0.99, 0, 1);
+    s->opt.eps = 1e-8f;
+    s->opt.weight_decay = (float)rl_arg_num(&a, "rl", "weight_decay", 0.0, 0, 1e3);
+    s->opt.grad_clip = (float)rl_arg_num(&a, "rl", "grad_clip", 1.0, 0, 1e9);
+    s->ppo.clip_low = (float)rl_arg_num(&a, "rl", "clip_low", 0.2, 0, 1);
+    s->ppo.clip_high = (float)rl_arg_num(&a, "rl", "clip_high", 0.28, 0, 1e3);
+    s->ppo.ratio_cap = (float)rl_arg_num(&a, "rl", "ratio_cap", 3.0, 0, 1e9);
+    s->ppo.entropy_coef = (float)rl_arg_num(&a, "rl", "entropy_coef", 0.0, -1e3, 1e3);
+    *threads = (int)rl_arg_int(&a, NULL, "threads", 1, 0, 4096);
+    *bucket_mb = rl_arg_num(&a, "rl", "bucket_mb", 4.0, 1e-3, 1 << 20);
+    if (!a.rc && s->rank >= s->world)
+        rl_arg_error(&a, "", "replica", "%d is not below replicas (%d)", s->rank, s->world);
+    return rl_args_close(&a, m);
+}
+
+/* Weight decay applies to the matrices (2-D tensors) of the owned slice. */
+static void mark_decay(learner_state *s)
+{
+    for (int i = 0; i < mk_model_num_tensors(s->model); i++) {
+        mk_tensor_info ti;
+        mk_model_tensor(s->model, i, &ti);
+        if (ti.ndim != 2) continue;
+        size_t lo = ti.offset > s->off ? ti.offset : s->off;
+        size_t hi = ti.offset + ti.numel < s->off + s->len ? ti.offset + ti.numel : s->off + s->len;
+        for (size_t k = lo; k < hi; k++) s->decay[k - s->off] = 1;
+    }
+}
+
 static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
 {
     learner_state *s = state;
     s->m = m;
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    if (rl_unpack(&u, args, len) != 0) {
-        msgpack_unpacked_destroy(&u);
-        return MANTA_EINVAL;
-    }
-    const msgpack_object *a = &u.data;
-    s->rank = (int)rl_mp_int(rl_mp_get(a, "replica"), 0);
-    s->world = (int)rl_mp_int(rl_mp_get(a, "replicas"), 1);
-    s->cfg.n_layer = (int)rl_mp_int(rl_setting(a, "n_layer", "model"), 2);
-    s->cfg.n_head = (int)rl_mp_int(rl_setting(a, "n_head", "model"), 4);
-    s->cfg.n_embd = (int)rl_mp_int(rl_setting(a, "n_embd", "model"), 64);
-    s->cfg.block_size = (int)rl_mp_int(rl_setting(a, "block_size", "model"), 64);
-    s->cfg.vocab_size = RL_VOCAB;
-    uint64_t seed = (uint64_t)rl_mp_int(rl_setting(a, "seed", "model"), 1);
-    int64_t batch = rl_mp_int(rl_setting(a, "batch_episodes", "rl"), 64);
-    int64_t demos = rl_mp_int(rl_setting(a, "warmup_batch", "rl"), 64);
-    if (demos > batch) batch = demos;
-    int64_t ev = rl_mp_int(rl_setting(a, "eval_problems", "rl"), 0);
-    (void)ev;
-    s->max_batch = (int)((batch + s->world - 1) / s->world);
-    s->opt.lr = (float)rl_mp_num(rl_setting(a, "lr", "rl"), 1e-3);
-    s->opt.beta1 = (float)rl_mp_num(rl_setting(a, "beta1", "rl"), 0.9);
-    s->opt.beta2 = (float)rl_mp_num(rl_setting(a, "beta2", "rl"), 0.99);
-    s->opt.eps = 1e-8f;
-    s->opt.weight_decay = (float)rl_mp_num(rl_setting(a, "weight_decay", "rl"), 0.0);
-    s->opt.grad_clip = (float)rl_mp_num(rl_setting(a, "grad_clip", "rl"), 1.0);
-    s->ppo.clip_low = (float)rl_mp_num(rl_setting(a, "clip_low", "rl"), 0.2);
-    s->ppo.clip_high = (float)rl_mp_num(rl_setting(a, "clip_high", "rl"), 0.28);
-    s->ppo.ratio_cap = (float)rl_mp_num(rl_setting(a, "ratio_cap", "rl"), 3.0);
-    s->ppo.entropy_coef = (float)rl_mp_num(rl_setting(a, "entropy_coef", "rl"), 0.0);
-    int threads = (int)rl_mp_int(rl_setting(a, "threads", NULL), 1);
-    double bucket_mb = rl_mp_num(rl_setting(a, "bucket_mb", "rl"), 4.0);
-    msgpack_unpacked_destroy(&u);
-
+    uint64_t seed;
+    int threads;
+    double bucket_mb;
+    int rc = read_settings(s, m, args, len, &seed, &threads, &bucket_mb);
+    if (rc) return rc;
     mk_set_threads(threads);
     s->bucket_elems = (size_t)(bucket_mb * (1 << 20) / sizeof(float));
-    if (s->bucket_elems < 1024) s->bucket_elems = 1024;
+    if (s->bucket_elems < 1024) s->bucket_elems = 1024; /* tiny buckets only cost round trips */
     s->block = s->cfg.block_size;
     if (mk_model_new(&s->model, &s->cfg, s->max_batch, s->block, NULL)) {
         rl_log(m, "learner: model: %s", mk_last_error());
@@ -132,30 +139,31 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
     s->blp = calloc(bt, sizeof(float)), s->adv = calloc(bt, sizeof(float));
     s->mask = calloc(bt, sizeof(float));
     s->pubs = calloc(KEEP_VERSIONS, sizeof *s->pubs);
-    if (s->len / s->bucket_elems + 1 > MAX_SLICE_BUCKETS)
-        s->bucket_elems = s->len / (MAX_SLICE_BUCKETS - 1) + 1;
     if (!s->pubs || !s->params || !s->grads || !s->am || !s->av || !s->decay || !s->x || !s->y ||
-        !s->blp || !s->adv || !s->mask)
+        !s->blp || !s->adv || !s->mask) {
+        rl_log(m, "learner: out of memory for %zu parameters", s->n_params);
         return MANTA_ENOMEM;
-    mk_model_read_params(s->model, s->params, 0, s->n_params);
-    for (int i = 0; i < mk_model_num_tensors(s->model); i++) {
-        mk_tensor_info ti;
-        mk_model_tensor(s->model, i, &ti);
-        if (ti.ndim != 2) continue;
-        size_t lo = ti.offset > s->off ? ti.offset : s->off;
-        size_t hi = ti.offset + ti.numel < s->off + s->len ? ti.offset + ti.numel : s->off + s->len;
-        for (size_t k = lo; k < hi; k++) s->decay[k - s->off] = 1;
     }
+    mk_model_read_params(s->model, s->params, 0, s->n_params);
+    mark_decay(s);
     rl_log(m, "learner %d/%d: %zu params, slice [%zu, %zu), batch %d x %d", s->rank, s->world,
            s->n_params, s->off, s->off + s->len, s->max_batch, s->block);
     return 0;
 }
 
+static void release_version(manta_ctx *m, rl_buckets *b)
+{
+    for (int i = 0; i < b->n; i++) manta_obj_release(m, &b->v[i].id);
+    b->n = 0;
+}
+
 static void learner_fini(manta_ctx *m, void *state)
 {
     learner_state *s = state;
-    for (int v = 0; s->pubs && v < KEEP_VERSIONS; v++)
-        for (int i = 0; i < s->pubs[v].count; i++) manta_obj_release(m, &s->pubs[v].ids[i]);
+    for (int v = 0; s->pubs && v < KEEP_VERSIONS; v++) {
+        release_version(m, &s->pubs[v]);
+        rl_buckets_destroy(&s->pubs[v]);
+    }
     free(s->pubs);
     manta_coll_free(s->coll);
     mk_model_free(s->model);
@@ -163,35 +171,28 @@ static void learner_fini(manta_ctx *m, void *state)
     free(s->x), free(s->y), free(s->blp), free(s->adv), free(s->mask);
 }
 
-/* Publish the owned slice as buckets of bucket_elems floats and pack them
- * as "buckets": [...]; the ring keeps the last KEEP_VERSIONS versions. */
-static int publish(learner_state *s, msgpack_packer *pk)
+/* Publish the owned slice as buckets of bucket_elems floats into *out
+ * (borrowed from the ring, which keeps the last KEEP_VERSIONS versions). */
+static int publish(learner_state *s, const rl_buckets **out)
 {
-    struct published *pub = &s->pubs[s->pub_next];
-    for (int i = 0; i < pub->count; i++) manta_obj_release(s->m, &pub->ids[i]);
-    pub->count = 0;
+    rl_buckets *pub = &s->pubs[s->pub_next];
+    release_version(s->m, pub);
     s->pub_next = (s->pub_next + 1) % KEEP_VERSIONS;
-    for (size_t o = 0; o < s->len || (s->len == 0 && pub->count == 0);) {
+    size_t o = 0;
+    do { /* an empty slice still publishes one empty bucket */
         size_t n = s->len - o < s->bucket_elems ? s->len - o : s->bucket_elems;
         const float *p = s->params + s->off + o;
-        int rc =
-            manta_put(s->m, n ? (const void *)p : "", n * sizeof(float), &pub->ids[pub->count]);
+        rl_bucket b = {.offset = (int64_t)(s->off + o), .count = (int64_t)n};
+        int rc = manta_put(s->m, n ? (const void *)p : "", n * sizeof(float), &b.id);
         if (rc) return rc;
-        pub->off[pub->count] = s->off + o, pub->n[pub->count] = n;
-        pub->crc[pub->count] = manta_crc32c(0, p, n * sizeof(float));
-        pub->count++;
+        b.crc = manta_crc32c(0, p, n * sizeof(float));
+        if ((rc = rl_buckets_push(pub, &b))) {
+            manta_obj_release(s->m, &b.id);
+            return rc;
+        }
         o += n;
-        if (n == 0) break;
-    }
-    rl_pack_str(pk, "buckets");
-    msgpack_pack_array(pk, (size_t)pub->count);
-    for (int i = 0; i < pub->count; i++) {
-        msgpack_pack_map(pk, 4);
-        rl_pack_kv_int(pk, "offset", (int64_t)pub->off[i]);
-        rl_pack_kv_int(pk, "count", (int64_t)pub->n[i]);
-        rl_pack_kv_str(pk, "id", pub->ids[i].s);
-        rl_pack_kv_int(pk, "crc", pub->crc[i]);
-    }
+    } while (o < s->len);
+    *out = pub;
     return 0;
 }
 
@@ -204,114 +205,87 @@ static int join_group(learner_state *s)
     return rc;
 }
 
-/* Fill the batch arrays from items; returns B (sequences) and sets *T. */
-static int load_batch(learner_state *s, const msgpack_object *items, int *T, char *why, size_t wl)
+/* Fill the batch arrays (inputs tok[0..n-2], targets tok[1..n-1], each
+ * sequence cut to the context) from the items; returns the padded length T.
+ * Refuses more sequences than the batch the model was built for. */
+static int load_batch(learner_state *s, const rl_step_req *r, int *T)
 {
-    int B = 0, Tm = 2;
-    if (!items || items->type != MSGPACK_OBJECT_ARRAY) return 0;
-    if ((int)items->via.array.size > s->max_batch) {
-        snprintf(why, wl, "%u sequences > max batch %d", items->via.array.size, s->max_batch);
-        return -1;
-    }
-    for (uint32_t i = 0; i < items->via.array.size; i++) {
-        const msgpack_object *tok = rl_mp_get(&items->via.array.ptr[i], "tok");
-        if (!tok || tok->type != MSGPACK_OBJECT_BIN) continue;
-        int n = (int)(tok->via.bin.size / 4);
-        if (n > s->block + 1) n = s->block + 1;
+    if (r->n_items > s->max_batch)
+        return rl_fail(MANTA_EINVAL, "%d sequences > max batch %d of this shard", r->n_items,
+                       s->max_batch);
+    int Tm = 2;
+    for (int i = 0; i < r->n_items; i++) {
+        int n = r->items[i].n < s->block + 1 ? r->items[i].n : s->block + 1;
         if (n > Tm) Tm = n;
     }
-    int T1 = Tm - 1; /* inputs are tok[0..n-2], targets tok[1..n-1] */
-    for (uint32_t i = 0; i < items->via.array.size; i++) {
-        const msgpack_object *it = &items->via.array.ptr[i];
-        const msgpack_object *tok = rl_mp_get(it, "tok"), *lp = rl_mp_get(it, "logp"),
-                             *mk = rl_mp_get(it, "mask");
-        if (!tok || tok->type != MSGPACK_OBJECT_BIN) continue;
-        int n = (int)(tok->via.bin.size / 4);
-        if (n > s->block + 1) n = s->block + 1;
-        int have_lp = lp && lp->type == MSGPACK_OBJECT_BIN && lp->via.bin.size / 4 >= (uint32_t)n;
-        int have_mk = mk && mk->type == MSGPACK_OBJECT_BIN && mk->via.bin.size >= (uint32_t)n;
-        float a = (float)rl_mp_num(rl_mp_get(it, "adv"), 0);
-        const char *tb = tok->via.bin.ptr;
+    int T1 = Tm - 1;
+    for (int b = 0; b < r->n_items; b++) {
+        const rl_step_item *it = &r->items[b];
+        int n = it->n < s->block + 1 ? it->n : s->block + 1;
         for (int t = 0; t < T1; t++) {
-            size_t k = (size_t)B * T1 + t;
-            int32_t xi = RL_TOK_EOS, yi = RL_TOK_EOS;
-            float w = 0, l = 0;
-            if (t + 1 < n) {
-                memcpy(&xi, tb + 4 * t, 4);
-                memcpy(&yi, tb + 4 * (t + 1), 4);
-                if (have_mk) w = ((const uint8_t *)mk->via.bin.ptr)[t + 1] ? 1.0f : 0.0f;
-                if (have_lp) memcpy(&l, lp->via.bin.ptr + 4 * (t + 1), 4);
-            }
-            if (xi < 0 || xi >= RL_VOCAB) xi = RL_TOK_EOS;
-            if (yi < 0 || yi >= RL_VOCAB) yi = RL_TOK_EOS, w = 0;
-            s->x[k] = xi, s->y[k] = yi, s->mask[k] = w, s->blp[k] = l, s->adv[k] = a;
+            size_t k = (size_t)b * T1 + t;
+            int live = t + 1 < n; /* padding: EOS, weight 0 */
+            s->x[k] = live ? it->tok[t] : RL_TOK_EOS;
+            s->y[k] = live ? it->tok[t + 1] : RL_TOK_EOS;
+            s->mask[k] = live && it->mask[t + 1] ? 1.0f : 0.0f;
+            s->blp[k] = live && it->logp ? it->logp[t + 1] : 0.0f;
+            s->adv[k] = it->adv;
         }
-        B++;
     }
     *T = T1;
-    return B;
+    return 0;
 }
 
-static int learner_step(manta_req *req, void *state, const void *arg, size_t len)
+/* Step 1: forward, loss (clipped surrogate, or cross-entropy for the
+ * warm-up) and backward over the B local sequences; st gets the token count
+ * and the token-weighted statistics (loss, pg, kl, clip, entropy, ratio). */
+static int local_pass(learner_state *s, int mode, int B, int T, float st[7])
 {
-    learner_state *s = state;
-    double t0 = rl_now_s();
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    if (rl_unpack(&u, arg, len) != 0) {
-        msgpack_unpacked_destroy(&u);
-        return manta_reply_error(req, MANTA_EINVAL, "step: not msgpack");
-    }
-    char mode[8], why[128] = "";
-    rl_mp_str(rl_mp_get(&u.data, "mode"), mode, sizeof mode, "ppo");
-    int64_t version = rl_mp_int(rl_mp_get(&u.data, "version"), 0);
-    float lr = (float)rl_mp_num(rl_mp_get(&u.data, "lr"), s->opt.lr);
-    int T = 1;
-    int B = load_batch(s, rl_mp_get(&u.data, "items"), &T, why, sizeof why);
-    msgpack_unpacked_destroy(&u);
-    if (B < 0) return manta_reply_error(req, MANTA_EINVAL, "step: %s", why);
-    int rc = join_group(s);
-    if (rc) return manta_reply_error(req, rc, "step: collective group: %s", manta_last_error());
-
-    /* 1. local forward/backward */
+    memset(st, 0, 7 * sizeof *st);
     mk_zero_grad(s->model);
-    /* stats: tokens, loss*tok, pg*tok, kl*tok, clip*tok, ent*tok, ratio*tok */
-    float st[7] = {0};
-    if (B > 0) {
-        rc = mk_forward(s->model, s->x, B, T);
-        mk_ppo_stats ps = {0};
-        if (!rc && !strcmp(mode, "sft")) {
-            float loss = 0, n = 0;
-            for (int i = 0; i < B * T; i++) n += s->mask[i];
-            rc = mk_loss_ce(s->model, s->y, s->mask, &loss);
-            ps.loss = ps.pg_loss = loss, ps.n_tokens = n;
-        } else if (!rc) {
-            rc = mk_loss_ppo(s->model, s->y, s->blp, s->adv, s->mask, &s->ppo, &ps);
-        }
-        if (!rc) rc = mk_backward(s->model);
-        if (rc) return manta_reply_error(req, MANTA_EINVAL, "step: kernels: %s", mk_last_error());
-        float n = ps.n_tokens;
-        st[0] = n, st[1] = ps.loss * n, st[2] = ps.pg_loss * n, st[3] = ps.approx_kl * n;
-        st[4] = ps.clip_frac * n, st[5] = ps.entropy * n, st[6] = ps.mean_ratio * n;
+    if (B == 0) return 0;
+    mk_ppo_stats ps = {0};
+    int rc = mk_forward(s->model, s->x, B, T);
+    if (!rc && mode == RL_STEP_SFT) {
+        float loss = 0, n = 0;
+        for (int i = 0; i < B * T; i++) n += s->mask[i];
+        rc = mk_loss_ce(s->model, s->y, s->mask, &loss);
+        ps.loss = ps.pg_loss = loss, ps.n_tokens = n;
+    } else if (!rc) {
+        rc = mk_loss_ppo(s->model, s->y, s->blp, s->adv, s->mask, &s->ppo, &ps);
     }
+    if (!rc) rc = mk_backward(s->model);
+    if (rc) return rl_fail(MANTA_EINVAL, "kernels: %s", mk_last_error());
+    float n = ps.n_tokens;
+    st[0] = n, st[1] = ps.loss * n, st[2] = ps.pg_loss * n, st[3] = ps.approx_kl * n;
+    st[4] = ps.clip_frac * n, st[5] = ps.entropy * n, st[6] = ps.mean_ratio * n;
+    return 0;
+}
+
+/* Steps 2-4: totals over every shard, this shard's slice of the summed
+ * gradient (each shard scaled by its share of the tokens, so the result is
+ * the mean over the batch), the global norm and clipping. */
+static int reduce_grads(learner_state *s, float st[7], float *gnorm)
+{
     float local_tokens = st[0];
-    /* 2. totals */
-    rc = manta_coll_all_reduce(s->coll, st, 7, COLL_TIMEOUT);
-    if (rc) goto coll_fail;
+    int rc = manta_coll_all_reduce(s->coll, st, 7, COLL_TIMEOUT);
+    if (rc) return rc;
     mk_model_read_grads(s->model, s->grads, 0, s->n_params);
-    float share = st[0] > 0 ? local_tokens / st[0] : 0;
-    mk_scale(s->grads, share, s->n_params);
-    /* 3. reduce-scatter: our slice of the summed gradient, in place */
+    mk_scale(s->grads, st[0] > 0 ? local_tokens / st[0] : 0, s->n_params);
     rc = manta_coll_reduce_scatter(s->coll, s->grads, s->grads + s->off, s->n_params, COLL_TIMEOUT);
-    if (rc) goto coll_fail;
-    /* 4. global norm */
+    if (rc) return rc;
     float sq = (float)mk_sumsq(s->grads + s->off, s->len);
     rc = manta_coll_all_reduce(s->coll, &sq, 1, COLL_TIMEOUT);
-    if (rc) goto coll_fail;
-    float gnorm = sqrtf(sq);
+    if (rc) return rc;
+    *gnorm = sqrtf(sq);
     if (s->opt.grad_clip > 0)
         mk_scale(s->grads + s->off, mk_clip_factor(sq, s->opt.grad_clip), s->len);
-    /* 5. AdamW on the slice, runs of equal decay flag */
+    return 0;
+}
+
+/* Step 5: AdamW on the owned slice, in runs of equal weight-decay flag. */
+static void adamw_slice(learner_state *s, float lr)
+{
     s->t++;
     for (size_t k = 0; k < s->len;) {
         size_t e = k;
@@ -321,36 +295,58 @@ static int learner_step(manta_req *req, void *state, const void *arg, size_t len
                  s->t);
         k = e;
     }
-    /* 6. all-gather */
-    rc = manta_coll_all_gather(s->coll, s->params + s->off, s->params, s->n_params,
-                               MANTA_COLL_FLOAT32, COLL_TIMEOUT);
-    if (rc) goto coll_fail;
-    mk_model_write_params(s->model, s->params, 0, s->n_params);
-    /* 7. buckets, in the reply */
-    float n = st[0] > 0 ? st[0] : 1;
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 11);
-    rl_pack_kv_int(&pk, "version", version);
-    rc = publish(s, &pk);
-    if (rc) {
-        msgpack_sbuffer_destroy(&sb);
+}
+
+/* Step 6: every shard's slice into the full vector and the local model. */
+static int gather_params(learner_state *s)
+{
+    int rc = manta_coll_all_gather(s->coll, s->params + s->off, s->params, s->n_params,
+                                   MANTA_COLL_FLOAT32, COLL_TIMEOUT);
+    if (!rc) mk_model_write_params(s->model, s->params, 0, s->n_params);
+    return rc;
+}
+
+/* Answer with the published buckets and the statistics. */
+static int reply_step(manta_req *req, rl_step_reply *r, const rl_buckets *pub)
+{
+    r->buckets = *pub; /* borrowed: not destroyed here */
+    char *buf;
+    size_t len;
+    int rc = rl_step_reply_encode(r, &buf, &len);
+    if (rc) return manta_reply_error(req, rc, "%s", rl_last_error());
+    rc = manta_reply(req, buf, len);
+    free(buf);
+    return rc;
+}
+
+static int learner_step(manta_req *req, void *state, const void *arg, size_t len)
+{
+    learner_state *s = state;
+    double t0 = rl_now_s();
+    rl_step_req r;
+    int T = 1, rc = rl_step_req_decode(&r, arg, len);
+    if (!rc) rc = load_batch(s, &r, &T);
+    int mode = r.mode, B = r.n_items;
+    float lr = (float)r.lr;
+    rl_step_reply out = {.version = r.version};
+    rl_step_req_destroy(&r);
+    if (rc) return manta_reply_error(req, rc, "step: %s", rl_last_error());
+    if ((rc = join_group(s)))
+        return manta_reply_error(req, rc, "step: collective group: %s", manta_last_error());
+    float st[7], gnorm = 0;
+    if ((rc = local_pass(s, mode, B, T, st)))
+        return manta_reply_error(req, rc, "step: %s", rl_last_error());
+    if ((rc = reduce_grads(s, st, &gnorm))) goto coll_fail;
+    adamw_slice(s, lr);
+    if ((rc = gather_params(s))) goto coll_fail;
+    const rl_buckets *pub;
+    if ((rc = publish(s, &pub)))
         return manta_reply_error(req, rc, "step: publish: %s", manta_last_error());
-    }
-    rl_pack_kv_num(&pk, "loss", st[1] / n);
-    rl_pack_kv_num(&pk, "pg_loss", st[2] / n);
-    rl_pack_kv_num(&pk, "kl", st[3] / n);
-    rl_pack_kv_num(&pk, "clip_frac", st[4] / n);
-    rl_pack_kv_num(&pk, "entropy", st[5] / n);
-    rl_pack_kv_num(&pk, "ratio", st[6] / n);
-    rl_pack_kv_num(&pk, "tokens", st[0]);
-    rl_pack_kv_num(&pk, "grad_norm", gnorm);
-    rl_pack_kv_num(&pk, "busy_s", rl_now_s() - t0);
-    manta_reply(req, sb.data, sb.size);
-    msgpack_sbuffer_destroy(&sb);
-    return 0;
+    float n = st[0] > 0 ? st[0] : 1;
+    out.loss = st[1] / n, out.pg_loss = st[2] / n, out.kl = st[3] / n;
+    out.clip_frac = st[4] / n, out.entropy = st[5] / n, out.ratio = st[6] / n;
+    out.tokens = st[0], out.grad_norm = gnorm, out.busy_s = rl_now_s() - t0;
+    return reply_step(req, &out, pub);
 coll_fail:
     rl_log(s->m, "learner: collective failed: %s", manta_last_error());
     manta_coll_free(s->coll);
@@ -358,23 +354,16 @@ coll_fail:
     return manta_reply_error(req, rc, "step: collective: %s", manta_last_error());
 }
 
-/* Publish the current parameters without a step (the first version). */
+/* Publish the current parameters without a step (version 0). */
 static int learner_publish(manta_req *req, void *state, const void *arg, size_t len)
 {
     learner_state *s = state;
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 1);
-    int rc = publish(s, &pk);
-    if (rc) {
-        msgpack_sbuffer_destroy(&sb);
-        return manta_reply_error(req, rc, "publish: %s", manta_last_error());
-    }
-    manta_reply(req, sb.data, sb.size);
-    msgpack_sbuffer_destroy(&sb);
-    return 0;
+    (void)arg, (void)len;
+    const rl_buckets *pub;
+    int rc = publish(s, &pub);
+    if (rc) return manta_reply_error(req, rc, "publish: %s", manta_last_error());
+    rl_step_reply out = {.version = 0};
+    return reply_step(req, &out, pub);
 }
 
 /* Save the full model as safetensors at the path given (text), and a
@@ -383,6 +372,9 @@ static int learner_save(manta_req *req, void *state, const void *arg, size_t len
 {
     learner_state *s = state;
     char path[512];
+    if (len == 0 || len >= sizeof path)
+        return manta_reply_error(req, MANTA_EINVAL, "save: path of %zu bytes (1 to %zu)", len,
+                                 sizeof path - 1);
     snprintf(path, sizeof path, "%.*s", (int)len, (const char *)arg);
     if (mk_save(s->model, path))
         return manta_reply_error(req, MANTA_ESYS, "save: %s", mk_last_error());

@@ -14,7 +14,12 @@
  *     loss masks, and its msgpack codec (the documented trajectory schema);
  *   - GRPO group-normalised advantages;
  *   - the bounded-staleness admission and dropping rules;
- *   - the ledger (every admitted episode ends in exactly one bucket).
+ *   - the ledger (every admitted episode ends in exactly one bucket);
+ *   - the codecs of the admit and step messages and of weight buckets.
+ *
+ * Errors: functions that can fail return 0 or a negative MANTA_E* code
+ * (manta.h); decoders leave a message naming the message and the field at
+ * fault in rl_last_error() (rl_util.h).
  *
  * Ownership: rl_traj_* functions work on caller storage (_init/_destroy);
  * decode returns a trajectory the caller destroys. Nothing here is
@@ -87,7 +92,7 @@ void rl_traj_destroy(rl_traj *t);
 /* Reset to zero tokens and segments, keeping the storage. */
 void rl_traj_clear(rl_traj *t);
 /* Append one token; a new segment starts when kind differs from the last
- * one. ver -1 and logp 0 for given tokens. 0 or -1 (out of memory). */
+ * one. ver -1 and logp 0 for given tokens. 0 or MANTA_ENOMEM. */
 int rl_traj_push(rl_traj *t, int32_t tok, float logp, int32_t ver, uint8_t mask, int kind);
 /* Oldest policy version among sampled tokens, or -1 when none. */
 int32_t rl_traj_min_version(const rl_traj *t);
@@ -98,10 +103,11 @@ int rl_traj_trained_tokens(const rl_traj *t);
 void rl_traj_final_text(const rl_traj *t, char *out, size_t cap);
 
 /* Encode to msgpack (see README.md, "Trajectory schema"); *out malloc'd,
- * caller frees. 0 or -1. */
+ * caller frees. 0 or MANTA_ENOMEM. */
 int rl_traj_encode(const rl_traj *t, char **out, size_t *len);
 /* Decode into an initialised t (its previous contents are replaced).
- * 0, or -1 on a malformed buffer (t is left valid and empty). */
+ * 0, or MANTA_EINVAL on a malformed buffer (t is left valid and empty),
+ * MANTA_ENOMEM. */
 int rl_traj_decode(rl_traj *t, const void *buf, size_t len);
 
 /* The tokens as readable text: specials as <bos> <eos> <call> </call>,
@@ -150,10 +156,95 @@ int rl_ledger_ok(const rl_ledger *l);
  * numbers within tol * max(1, |reference|). 0 otherwise. */
 float rl_reward_rule(const char *rule, double tol, const char *answer, const char *reference);
 
-/* ---- small shared helpers ------------------------------------------------------------ */
+/* ---- messages (msgs.c; README.md "Methods") ------------------------------------------ *
+ * Each message has one encoder (*out malloc'd, the caller frees; 0 or
+ * MANTA_ENOMEM) and one decoder over untrusted bytes (0, or MANTA_EINVAL
+ * with the message and field named in rl_last_error(); the output is then
+ * empty). A decoded message owns its arrays and strings and is freed with
+ * its _destroy; one filled by hand for encoding only borrows them (do not
+ * _destroy it). */
 
-/* FNV-1a 64-bit checksum of a weight bucket. */
-uint64_t rl_checksum(const void *data, size_t len);
+/* A weight bucket: parameters [offset, offset + count) of the flat vector,
+ * stored as object `id`, with the CRC32C of its bytes. */
+typedef struct rl_bucket {
+    manta_obj_id id;
+    int64_t offset, count;
+    uint32_t crc;
+} rl_bucket;
+
+/* A growing list of buckets (one version's weights). */
+typedef struct rl_buckets {
+    rl_bucket *v;
+    int n, cap;
+} rl_buckets;
+void rl_buckets_destroy(rl_buckets *b);
+int rl_buckets_push(rl_buckets *b, const rl_bucket *x); /* 0 or MANTA_ENOMEM */
+int rl_buckets_append(rl_buckets *dst, const rl_buckets *src);
+
+/* rollout -> controller "admit": room for `groups` GRPO groups; the
+ * caller's policy version (-1: none yet). */
+typedef struct rl_admit_req {
+    char rollout[64];
+    int64_t groups;
+    int64_t version;
+} rl_admit_req;
+int rl_admit_req_encode(const rl_admit_req *r, char **out, size_t *len);
+int rl_admit_req_decode(rl_admit_req *r, const void *buf, size_t len);
+
+/* One admitted episode: its prompt text and the reference answer. */
+typedef struct rl_admit_ep {
+    int64_t episode, group; /* group -1: evaluation */
+    int32_t prompt;
+    int eval;
+    char *text, *reference;
+} rl_admit_ep;
+
+/* The controller's answer: the current version, its buckets when the caller
+ * is behind (has_buckets), stop (the run is over), episodes. */
+typedef struct rl_admit_reply {
+    int64_t version;
+    int stop;
+    int has_buckets;
+    rl_buckets buckets;
+    rl_admit_ep *eps;
+    int n_eps;
+} rl_admit_reply;
+int rl_admit_reply_encode(const rl_admit_reply *r, char **out, size_t *len);
+int rl_admit_reply_decode(rl_admit_reply *r, const void *buf, size_t len);
+void rl_admit_reply_destroy(rl_admit_reply *r);
+
+/* controller -> learner "step": one shard's sequences. logp NULL (sent as
+ * an empty column) for the supervised warm-up. Decoding checks equal column
+ * lengths and token ids in the vocabulary. */
+enum { RL_STEP_PPO = 0, RL_STEP_SFT = 1 };
+typedef struct rl_step_item {
+    int n;
+    const int32_t *tok;
+    const float *logp;
+    const uint8_t *mask;
+    float adv;
+} rl_step_item;
+typedef struct rl_step_req {
+    int mode; /* RL_STEP_* */
+    int64_t version;
+    double lr;
+    rl_step_item *items;
+    int n_items;
+} rl_step_req;
+int rl_step_req_encode(const rl_step_req *r, char **out, size_t *len);
+int rl_step_req_decode(rl_step_req *r, const void *buf, size_t len);
+void rl_step_req_destroy(rl_step_req *r);
+
+/* A shard's answer to "step" (and to "publish", with zero statistics): its
+ * slice as buckets and the step's statistics over the whole batch. */
+typedef struct rl_step_reply {
+    int64_t version;
+    rl_buckets buckets;
+    double loss, pg_loss, kl, clip_frac, entropy, ratio, tokens, grad_norm, busy_s;
+} rl_step_reply;
+int rl_step_reply_encode(const rl_step_reply *r, char **out, size_t *len);
+int rl_step_reply_decode(rl_step_reply *r, const void *buf, size_t len);
+void rl_step_reply_destroy(rl_step_reply *r);
 
 #ifdef __cplusplus
 }

@@ -37,32 +37,32 @@ static int reward_init(manta_ctx *m, void *state, const void *args, size_t len)
 {
     reward_state *s = state;
     s->m = m;
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    if (rl_unpack(&u, args, len) != 0) {
-        msgpack_unpacked_destroy(&u);
-        return MANTA_EINVAL;
-    }
+    rl_args a;
+    rl_args_open(&a, args, len);
     char rule[32];
-    rl_mp_str(rl_setting(&u.data, "rule", "reward"), rule, sizeof rule, "exact");
-    s->tol = rl_mp_num(rl_setting(&u.data, "tolerance", "reward"), 1e-6);
-    rl_mp_str(rl_setting(&u.data, "url", "reward"), s->url, sizeof s->url, "");
-    msgpack_unpacked_destroy(&u);
+    rl_arg_str(&a, "reward", "rule", rule, sizeof rule, "exact");
+    s->tol = rl_arg_num(&a, "reward", "tolerance", 1e-6, 0, 1e300);
+    rl_arg_str(&a, "reward", "url", s->url, sizeof s->url, "");
     if (!strcmp(rule, "exact"))
         s->rule = RULE_EXACT;
     else if (!strcmp(rule, "numeric"))
         s->rule = RULE_NUMERIC;
     else if (!strcmp(rule, "http") && s->url[0])
         s->rule = RULE_HTTP;
-    else {
-        rl_log(m, "reward: unknown rule '%s' (exact, numeric, http with url)", rule);
-        return MANTA_EINVAL;
-    }
+    else if (!strcmp(rule, "http"))
+        rl_arg_error(&a, "reward", "rule", "http needs reward.url");
+    else
+        rl_arg_error(&a, "reward", "rule", "\"%s\" is not a rule (exact, numeric, http)", rule);
+    int rc = rl_args_close(&a, m);
+    if (rc) return rc;
     if (s->rule == RULE_HTTP) {
         manta_http_config hc;
         manta_http_config_init(&hc);
         hc.timeout_ms = 10000;
-        if (rl_http_glue_start(&s->glue, m, &hc)) return MANTA_ENOMEM;
+        if ((rc = rl_http_glue_start(&s->glue, m, &hc))) {
+            rl_log(m, "reward: %s", rl_last_error());
+            return rc;
+        }
     }
     return 0;
 }
@@ -140,8 +140,16 @@ static int reward_score(manta_req *req, void *state, const void *arg, size_t len
         return manta_reply_error(req, MANTA_EINVAL, "score: not msgpack");
     }
     char answer[256], ref[256];
-    rl_mp_str(rl_mp_get(&u.data, "answer"), answer, sizeof answer, "");
-    rl_mp_str(rl_mp_get(&u.data, "reference"), ref, sizeof ref, "");
+    const msgpack_object *ao = rl_mp_get(&u.data, "answer"), *ro = rl_mp_get(&u.data, "reference");
+    if (!ao || !ro || ao->type != MSGPACK_OBJECT_STR || ro->type != MSGPACK_OBJECT_STR ||
+        ao->via.str.size >= sizeof answer || ro->via.str.size >= sizeof ref) {
+        msgpack_unpacked_destroy(&u);
+        return manta_reply_error(req, MANTA_EINVAL,
+                                 "score: answer and reference must be strings of at most %zu bytes",
+                                 sizeof answer - 1);
+    }
+    rl_mp_str(ao, answer, sizeof answer, "");
+    rl_mp_str(ro, ref, sizeof ref, "");
     msgpack_unpacked_destroy(&u);
     s->scored++;
     if (s->rule != RULE_HTTP) {

@@ -1,16 +1,82 @@
 /*
- * rl_util.c - msgpack lookups, settings, clock, logging and the glue that
+ * rl_util.c - the RL helpers' error convention, msgpack lookups, the one
+ * reader of init arguments and settings, clock, logging and the glue that
  * lets the runtime's HTTP client run inside an actor's event loop (the
  * pattern of README.md "Tools over MCP": watch callbacks become
  * manta_watch_fd, the client's deadline a one-shot loop timer).
  */
 #include "rl_util.h"
 
+#include "manta_actors.h"
+
+#include <manta_kernels.h>
+
+#include <inttypes.h>
+#include <math.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+
+/* ---- errors ---- */
+
+static _Thread_local char last_error[512];
+
+int rl_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+const char *rl_last_error(void)
+{
+    return last_error;
+}
+
+const char *rl_mp_describe(const msgpack_object *o, char *out, size_t cap)
+{
+    if (!o) {
+        snprintf(out, cap, "nothing");
+        return out;
+    }
+    switch (o->type) {
+    case MSGPACK_OBJECT_NIL:
+        snprintf(out, cap, "nil");
+        break;
+    case MSGPACK_OBJECT_BOOLEAN:
+        snprintf(out, cap, "%s", o->via.boolean ? "true" : "false");
+        break;
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        snprintf(out, cap, "%" PRIu64, o->via.u64);
+        break;
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+        snprintf(out, cap, "%" PRId64, o->via.i64);
+        break;
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        snprintf(out, cap, "%g", o->via.f64);
+        break;
+    case MSGPACK_OBJECT_STR: {
+        int n = o->via.str.size > 40 ? 40 : (int)o->via.str.size;
+        snprintf(out, cap, "\"%.*s%s\"", n, o->via.str.ptr, o->via.str.size > 40 ? "..." : "");
+        break;
+    }
+    case MSGPACK_OBJECT_ARRAY:
+        snprintf(out, cap, "an array");
+        break;
+    case MSGPACK_OBJECT_MAP:
+        snprintf(out, cap, "a map");
+        break;
+    default:
+        snprintf(out, cap, "binary data");
+        break;
+    }
+    return out;
+}
 
 /* Bytes after the type byte b that hold a length (1, 2, 4) or 0. */
 static uint64_t be(const unsigned char *p, int n)
@@ -20,6 +86,74 @@ static uint64_t be(const unsigned char *p, int n)
     return v;
 }
 
+/* The layout of a msgpack object after its type byte b: `nb` bytes of a
+ * big-endian length that adds to the bytes to skip, `skip` fixed bytes,
+ * `count` bytes of an array (1) or map (2) item count, `items` items that
+ * follow inline (fixarray, fixmap). -1 for the unused byte 0xc1. */
+typedef struct layout {
+    int nb, count, per;
+    uint64_t skip, items;
+} layout;
+
+static int layout_of(unsigned b, layout *l)
+{
+    *l = (layout){0};
+    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) return 0;
+    if (b >= 0x80 && b <= 0x8f) return l->items = 2 * (uint64_t)(b & 0x0f), 0;
+    if (b >= 0x90 && b <= 0x9f) return l->items = b & 0x0f, 0;
+    if (b >= 0xa0 && b <= 0xbf) return l->skip = b & 0x1f, 0;
+    switch (b) {
+    case 0xc4: /* bin8, str8 */
+    case 0xd9:
+        return l->nb = 1, 0;
+    case 0xc5:
+    case 0xda:
+        return l->nb = 2, 0;
+    case 0xc6:
+    case 0xdb:
+        return l->nb = 4, 0;
+    case 0xc7: /* ext: length, then a type byte */
+        return l->nb = 1, l->skip = 1, 0;
+    case 0xc8:
+        return l->nb = 2, l->skip = 1, 0;
+    case 0xc9:
+        return l->nb = 4, l->skip = 1, 0;
+    case 0xcc: /* uint8, int8 */
+    case 0xd0:
+        return l->skip = 1, 0;
+    case 0xcd:
+    case 0xd1:
+    case 0xd4: /* fixext1: type and one byte */
+        return l->skip = 2, 0;
+    case 0xd5:
+        return l->skip = 3, 0;
+    case 0xca:
+    case 0xce:
+    case 0xd2:
+        return l->skip = 4, 0;
+    case 0xd6:
+        return l->skip = 5, 0;
+    case 0xcb:
+    case 0xcf:
+    case 0xd3:
+        return l->skip = 8, 0;
+    case 0xd7:
+        return l->skip = 9, 0;
+    case 0xd8:
+        return l->skip = 17, 0;
+    case 0xdc: /* array16, array32, map16, map32 */
+        return l->count = 2, l->per = 1, 0;
+    case 0xdd:
+        return l->count = 4, l->per = 1, 0;
+    case 0xde:
+        return l->count = 2, l->per = 2, 0;
+    case 0xdf:
+        return l->count = 4, l->per = 2, 0;
+    default:
+        return -1;
+    }
+}
+
 /* Walk one msgpack object: every header inside buf, every announced item
  * backed by at least one byte. 0 when valid. */
 static int mp_check(const unsigned char *p, size_t len)
@@ -27,102 +161,22 @@ static int mp_check(const unsigned char *p, size_t len)
     size_t at = 0;
     uint64_t items = 1; /* still to read */
     while (items > 0) {
-        if (at >= len) return -1;
-        unsigned b = p[at++];
+        layout l;
+        if (at >= len || layout_of(p[at++], &l)) return -1;
         items--;
-        uint64_t skip = 0, more = 0;
-        int nb = 0;
-        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
-            skip = 0;
-        } else if (b >= 0x80 && b <= 0x8f) {
-            more = 2 * (uint64_t)(b & 0x0f);
-        } else if (b >= 0x90 && b <= 0x9f) {
-            more = b & 0x0f;
-        } else if (b >= 0xa0 && b <= 0xbf) {
-            skip = b & 0x1f;
-        } else {
-            switch (b) {
-            case 0xc4:
-            case 0xd9:
-                nb = 1;
-                break; /* bin8, str8 */
-            case 0xc5:
-            case 0xda:
-                nb = 2;
-                break;
-            case 0xc6:
-            case 0xdb:
-                nb = 4;
-                break;
-            case 0xc7:
-                nb = 1, skip = 1;
-                break; /* ext8: len, type */
-            case 0xc8:
-                nb = 2, skip = 1;
-                break;
-            case 0xc9:
-                nb = 4, skip = 1;
-                break;
-            case 0xca:
-                skip = 4;
-                break;
-            case 0xcb:
-                skip = 8;
-                break;
-            case 0xcc:
-            case 0xd0:
-                skip = 1;
-                break;
-            case 0xcd:
-            case 0xd1:
-                skip = 2;
-                break;
-            case 0xce:
-            case 0xd2:
-                skip = 4;
-                break;
-            case 0xcf:
-            case 0xd3:
-                skip = 8;
-                break;
-            case 0xd4:
-                skip = 2;
-                break;
-            case 0xd5:
-                skip = 3;
-                break;
-            case 0xd6:
-                skip = 5;
-                break;
-            case 0xd7:
-                skip = 9;
-                break;
-            case 0xd8:
-                skip = 17;
-                break;
-            case 0xdc:
-            case 0xdd:
-            case 0xde:
-            case 0xdf: {
-                int w = (b == 0xdc || b == 0xde) ? 2 : 4;
-                if (len - at < (size_t)w) return -1;
-                uint64_t c = be(p + at, w);
-                at += (size_t)w;
-                more = b >= 0xde ? 2 * c : c;
-                break;
-            }
-            default:
-                return -1; /* 0xc1: never used */
-            }
+        if (l.count) {
+            if (len - at < (size_t)l.count) return -1;
+            l.items = (uint64_t)l.per * be(p + at, l.count);
+            at += (size_t)l.count;
         }
-        if (nb) { /* a length field */
-            if (len - at < (size_t)nb) return -1;
-            skip += be(p + at, nb);
-            at += (size_t)nb;
+        if (l.nb) {
+            if (len - at < (size_t)l.nb) return -1;
+            l.skip += be(p + at, l.nb);
+            at += (size_t)l.nb;
         }
-        if (skip > len - at) return -1;
-        at += (size_t)skip;
-        items += more;
+        if (l.skip > len - at) return -1;
+        at += (size_t)l.skip;
+        items += l.items;
         if (items > len - at) return -1; /* each item needs a byte at least */
     }
     return 0;
@@ -130,8 +184,11 @@ static int mp_check(const unsigned char *p, size_t len)
 
 int rl_unpack(msgpack_unpacked *u, const void *buf, size_t len)
 {
-    if (!buf || mp_check(buf, len)) return -1;
-    return msgpack_unpack_next(u, buf, len, NULL) == MSGPACK_UNPACK_SUCCESS ? 0 : -1;
+    if (!buf || mp_check(buf, len))
+        return rl_fail(MANTA_EINVAL, "not one well-formed msgpack object (%zu bytes)", len);
+    if (msgpack_unpack_next(u, buf, len, NULL) != MSGPACK_UNPACK_SUCCESS)
+        return rl_fail(MANTA_EINVAL, "msgpack object could not be unpacked (%zu bytes)", len);
+    return 0;
 }
 
 const msgpack_object *rl_mp_get(const msgpack_object *o, const char *key)
@@ -145,21 +202,6 @@ const msgpack_object *rl_mp_get(const msgpack_object *o, const char *key)
             return &o->via.map.ptr[i].val;
     }
     return NULL;
-}
-
-const msgpack_object *rl_mp_path(const msgpack_object *o, const char *path)
-{
-    char key[128];
-    while (o && *path) {
-        const char *dot = strchr(path, '.');
-        size_t n = dot ? (size_t)(dot - path) : strlen(path);
-        if (n >= sizeof key) return NULL;
-        memcpy(key, path, n);
-        key[n] = 0;
-        o = rl_mp_get(o, key);
-        path += n + (dot ? 1 : 0);
-    }
-    return o;
 }
 
 int64_t rl_mp_int(const msgpack_object *o, int64_t def)
@@ -240,13 +282,326 @@ void rl_pack_kv_bin(msgpack_packer *pk, const char *k, const void *p, size_t n)
     msgpack_pack_bin_body(pk, n ? p : "", n);
 }
 
-const msgpack_object *rl_setting(const msgpack_object *args, const char *key, const char *section)
+/* ---- init arguments ---- */
+
+/* The keys of the sections the RL classes own, and of a group's settings.
+ * A key not listed is a typo or a setting no class reads: an error. */
+static const char *const model_keys[] = {"n_layer", "n_head", "n_embd", "block_size", "seed", NULL};
+static const char *const rl_keys[] = {"group_size",
+                                      "batch_episodes",
+                                      "eta",
+                                      "lr",
+                                      "warmup_lr",
+                                      "warmup_steps",
+                                      "warmup_batch",
+                                      "beta1",
+                                      "beta2",
+                                      "weight_decay",
+                                      "grad_clip",
+                                      "bucket_mb",
+                                      "clip_low",
+                                      "clip_high",
+                                      "ratio_cap",
+                                      "entropy_coef",
+                                      "temperature",
+                                      "top_p",
+                                      "max_new_tokens",
+                                      "max_turns",
+                                      "slots",
+                                      "max_versions",
+                                      "max_time_s",
+                                      "eval_every",
+                                      "eval_problems",
+                                      "stop_at",
+                                      "run_dir",
+                                      NULL};
+static const char *const task_keys[] = {"train", "heldout", "demos", NULL};
+static const char *const reward_keys[] = {"rule", "tolerance", "url", NULL};
+static const char *const group_keys[] = {
+    "controller", "env_group", "reward_group", "learner_group", "learners", "threads", NULL};
+
+static const struct {
+    const char *name;
+    const char *const *keys;
+} owned_sections[] = {
+    {"model", model_keys}, {"rl", rl_keys}, {"task", task_keys}, {"reward", reward_keys}};
+#define N_OWNED (sizeof owned_sections / sizeof owned_sections[0])
+
+static int listed(const char *const *keys, const char *k, size_t n)
 {
-    const msgpack_object *v = rl_mp_get(rl_mp_get(args, "settings"), key);
-    if (v && v->type != MSGPACK_OBJECT_NIL) return v;
+    for (; *keys; keys++)
+        if (strlen(*keys) == n && !memcmp(*keys, k, n)) return 1;
+    return 0;
+}
+
+static int owned_index(const char *k, size_t n)
+{
+    for (size_t i = 0; i < N_OWNED; i++)
+        if (strlen(owned_sections[i].name) == n && !memcmp(owned_sections[i].name, k, n))
+            return (int)i;
+    return -1;
+}
+
+static void args_failv(rl_args *a, const char *fmt, va_list ap)
+{
+    if (a->rc) return;
+    a->rc = MANTA_EINVAL;
+    vsnprintf(a->err, sizeof a->err, fmt, ap);
+    rl_fail(a->rc, "%s", a->err);
+}
+
+static void args_fail(rl_args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void args_fail(rl_args *a, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    args_failv(a, fmt, ap);
+    va_end(ap);
+}
+
+/* Every key of map m must be in keys; `where` prefixes the error. */
+static void check_keys(rl_args *a, const msgpack_object *m, const char *const *keys,
+                       const char *where)
+{
+    for (uint32_t i = 0; m && m->type == MSGPACK_OBJECT_MAP && i < m->via.map.size; i++) {
+        const msgpack_object *k = &m->via.map.ptr[i].key;
+        if (k->type != MSGPACK_OBJECT_STR) {
+            args_fail(a, "%s: a key that is not a string", where);
+            return;
+        }
+        if (!listed(keys, k->via.str.ptr, k->via.str.size)) {
+            args_fail(a, "%s.%.*s: unknown key", where, (int)k->via.str.size, k->via.str.ptr);
+            return;
+        }
+    }
+}
+
+/* The group's settings: flat keys from every owned section or group_keys,
+ * or a nested map per owned section. */
+static void check_settings(rl_args *a)
+{
+    const msgpack_object *m = a->settings;
+    char where[160];
+    snprintf(where, sizeof where, "groups.%s.settings", a->group);
+    for (uint32_t i = 0; m && i < m->via.map.size; i++) {
+        const msgpack_object *k = &m->via.map.ptr[i].key, *v = &m->via.map.ptr[i].val;
+        if (k->type != MSGPACK_OBJECT_STR) {
+            args_fail(a, "%s: a key that is not a string", where);
+            return;
+        }
+        const char *ks = k->via.str.ptr;
+        size_t kn = k->via.str.size;
+        int sec = owned_index(ks, kn);
+        if (sec >= 0 && v->type == MSGPACK_OBJECT_MAP) {
+            char sub[200];
+            snprintf(sub, sizeof sub, "%s.%.*s", where, (int)kn, ks);
+            check_keys(a, v, owned_sections[sec].keys, sub);
+            continue;
+        }
+        int known = listed(group_keys, ks, kn);
+        for (size_t j = 0; j < N_OWNED && !known; j++)
+            known = listed(owned_sections[j].keys, ks, kn);
+        if (!known) {
+            args_fail(a, "%s.%.*s: unknown key", where, (int)kn, ks);
+            return;
+        }
+    }
+}
+
+int rl_args_fail(rl_args *a, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    args_failv(a, fmt, ap);
+    va_end(ap);
+    return a->rc;
+}
+
+int rl_args_open(rl_args *a, const void *buf, size_t len)
+{
+    memset(a, 0, sizeof *a);
+    msgpack_unpacked_init(&a->u);
+    snprintf(a->group, sizeof a->group, "?");
+    if (rl_unpack(&a->u, buf, len)) {
+        args_fail(a, "init argument: %s", rl_last_error());
+        return a->rc;
+    }
+    a->root = &a->u.data;
+    if (a->root->type != MSGPACK_OBJECT_MAP) {
+        args_fail(a, "init argument: expected a map (manta_spec_init_payload)");
+        return a->rc;
+    }
+    const msgpack_object *g = rl_mp_get(a->root, "group");
+    if (g && g->type == MSGPACK_OBJECT_STR) rl_mp_str(g, a->group, sizeof a->group, "?");
+    a->settings = rl_mp_get(a->root, "settings");
+    a->sections = rl_mp_get(a->root, "sections");
+    if (a->settings && a->settings->type == MSGPACK_OBJECT_NIL) a->settings = NULL;
+    if (a->sections && a->sections->type == MSGPACK_OBJECT_NIL) a->sections = NULL;
+    if (a->settings && a->settings->type != MSGPACK_OBJECT_MAP) {
+        char d[64];
+        args_fail(a, "groups.%s.settings: expected a map, got %s", a->group,
+                  rl_mp_describe(a->settings, d, sizeof d));
+        return a->rc;
+    }
+    if (a->sections && a->sections->type != MSGPACK_OBJECT_MAP) {
+        args_fail(a, "init argument: sections: expected a map");
+        return a->rc;
+    }
+    for (size_t i = 0; i < N_OWNED; i++) {
+        const msgpack_object *sec = rl_mp_get(a->sections, owned_sections[i].name);
+        if (!sec || sec->type == MSGPACK_OBJECT_NIL) continue;
+        if (sec->type != MSGPACK_OBJECT_MAP) {
+            char d[64];
+            args_fail(a, "%s: expected a map, got %s", owned_sections[i].name,
+                      rl_mp_describe(sec, d, sizeof d));
+            return a->rc;
+        }
+        check_keys(a, sec, owned_sections[i].keys, owned_sections[i].name);
+    }
+    check_settings(a);
+    return a->rc;
+}
+
+int rl_args_close(rl_args *a, manta_ctx *m)
+{
+    if (a->rc) {
+        rl_log(m, "%s", a->err);
+        rl_fail(a->rc, "%s", a->err);
+    }
+    msgpack_unpacked_destroy(&a->u);
+    return a->rc;
+}
+
+/* Find a setting and name the spec key it came from. */
+static const msgpack_object *lookup(rl_args *a, const char *section, const char *key, char *path,
+                                    size_t cap)
+{
+    const msgpack_object *v;
+    if (section && !section[0]) { /* a field of the payload itself */
+        snprintf(path, cap, "init argument: %s", key);
+        v = rl_mp_get(a->root, key);
+        return v && v->type != MSGPACK_OBJECT_NIL ? v : NULL;
+    }
+    if (section) {
+        v = rl_mp_get(rl_mp_get(a->settings, section), key);
+        if (v && v->type != MSGPACK_OBJECT_NIL) {
+            snprintf(path, cap, "groups.%s.settings.%s.%s", a->group, section, key);
+            return v;
+        }
+    }
+    v = rl_mp_get(a->settings, key);
+    if (v && v->type != MSGPACK_OBJECT_NIL) {
+        snprintf(path, cap, "groups.%s.settings.%s", a->group, key);
+        return v;
+    }
     if (!section) return NULL;
-    v = rl_mp_get(rl_mp_get(rl_mp_get(args, "sections"), section), key);
+    v = rl_mp_get(rl_mp_get(a->sections, section), key);
+    snprintf(path, cap, "%s.%s", section, key);
     return v && v->type != MSGPACK_OBJECT_NIL ? v : NULL;
+}
+
+const msgpack_object *rl_arg_get(rl_args *a, const char *section, const char *key)
+{
+    char path[256];
+    return a->root ? lookup(a, section, key, path, sizeof path) : NULL;
+}
+
+int rl_arg_error(rl_args *a, const char *section, const char *key, const char *fmt, ...)
+{
+    char path[256], msg[256];
+    if (a->rc) return a->rc;
+    if (!a->root || !lookup(a, section, key, path, sizeof path))
+        snprintf(path, sizeof path, "%s%s%s", section ? section : "", section ? "." : "", key);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    args_fail(a, "%s: %s", path, msg);
+    return a->rc;
+}
+
+int64_t rl_arg_int(rl_args *a, const char *section, const char *key, int64_t def, int64_t lo,
+                   int64_t hi)
+{
+    char path[256], d[64];
+    if (a->rc || !a->root) return def;
+    const msgpack_object *v = lookup(a, section, key, path, sizeof path);
+    if (!v) return def;
+    int64_t x;
+    if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 <= INT64_MAX)
+        x = (int64_t)v->via.u64;
+    else if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+        x = v->via.i64;
+    else {
+        args_fail(a, "%s: expected an integer, got %s", path, rl_mp_describe(v, d, sizeof d));
+        return def;
+    }
+    if (x < lo || x > hi) {
+        args_fail(a, "%s: %" PRId64 " is out of range [%" PRId64 ", %" PRId64 "]", path, x, lo, hi);
+        return def;
+    }
+    return x;
+}
+
+double rl_arg_num(rl_args *a, const char *section, const char *key, double def, double lo,
+                  double hi)
+{
+    char path[256], d[64];
+    if (a->rc || !a->root) return def;
+    const msgpack_object *v = lookup(a, section, key, path, sizeof path);
+    if (!v) return def;
+    double x;
+    if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+        x = (double)v->via.u64;
+    else if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+        x = (double)v->via.i64;
+    else if (v->type == MSGPACK_OBJECT_FLOAT32 || v->type == MSGPACK_OBJECT_FLOAT64)
+        x = v->via.f64;
+    else {
+        args_fail(a, "%s: expected a number, got %s", path, rl_mp_describe(v, d, sizeof d));
+        return def;
+    }
+    if (!isfinite(x) || x < lo || x > hi) {
+        args_fail(a, "%s: %g is out of range [%g, %g]", path, x, lo, hi);
+        return def;
+    }
+    return x;
+}
+
+const char *rl_arg_str(rl_args *a, const char *section, const char *key, char *out, size_t cap,
+                       const char *def)
+{
+    char path[256], d[64];
+    snprintf(out, cap, "%s", def ? def : "");
+    if (a->rc || !a->root) return out;
+    const msgpack_object *v = lookup(a, section, key, path, sizeof path);
+    if (!v) return out;
+    if (v->type != MSGPACK_OBJECT_STR) {
+        args_fail(a, "%s: expected a string, got %s", path, rl_mp_describe(v, d, sizeof d));
+        return out;
+    }
+    if (v->via.str.size >= cap) {
+        args_fail(a, "%s: longer than %zu bytes", path, cap - 1);
+        return out;
+    }
+    memcpy(out, v->via.str.ptr, v->via.str.size);
+    out[v->via.str.size] = 0;
+    return out;
+}
+
+void rl_model_config(rl_args *a, struct mk_config *cfg, uint64_t *seed)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->n_layer = (int)rl_arg_int(a, "model", "n_layer", 2, 1, 1024);
+    cfg->n_head = (int)rl_arg_int(a, "model", "n_head", 4, 1, 1024);
+    cfg->n_embd = (int)rl_arg_int(a, "model", "n_embd", 64, 1, 1 << 16);
+    cfg->block_size = (int)rl_arg_int(a, "model", "block_size", 64, 4, 1 << 20);
+    cfg->vocab_size = RL_VOCAB;
+    int64_t sd = rl_arg_int(a, "model", "seed", 1, 0, INT64_MAX);
+    if (seed) *seed = (uint64_t)sd;
+    if (!a->rc && cfg->n_embd % cfg->n_head)
+        rl_arg_error(a, "model", "n_embd", "%d is not a multiple of n_head (%d)", cfg->n_embd,
+                     cfg->n_head);
 }
 
 int64_t rl_now_ms(void)
@@ -311,7 +666,8 @@ int rl_http_glue_start(rl_http_glue *g, manta_ctx *m, const manta_http_config *c
     g->ctx = m;
     g->timer = 0;
     g->http = manta_http_new(cfg);
-    if (!g->http) return -1;
+    if (!g->http)
+        return rl_fail(MANTA_ENOMEM, "HTTP client: manta_http_new failed (out of memory or curl)");
     manta_http_set_watch(g->http, glue_watch, g);
     manta_http_set_timer(g->http, glue_timer, g);
     return 0;

@@ -1,7 +1,13 @@
 /*
  * rl_util.h - small helpers shared by the RL actors (internal to actors/):
- * reading msgpack maps by key, packing key/value pairs, joining the HTTP
- * client to the actor's event loop, the clock, and the actor's settings.
+ * the error convention, reading msgpack maps by key, packing key/value
+ * pairs, the one reader of init arguments and settings (rl_args), the model
+ * configuration, joining the HTTP client to the actor's event loop, and the
+ * clock.
+ *
+ * Errors: functions that can fail return 0 or a negative MANTA_E* code
+ * (manta.h) and leave a message naming the cause in rl_last_error() (one
+ * per thread, like manta_last_error()).
  */
 #ifndef RL_UTIL_H
 #define RL_UTIL_H
@@ -13,8 +19,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Record `fmt` as this thread's last RL error and return code (< 0). */
+int rl_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The message of the last RL failure in this thread ("" if none). */
+const char *rl_last_error(void);
+
+/* A short description of a msgpack value for error messages: "two" (quoted,
+ * shortened) for a string, the number, true/false, nil, a map, an array,
+ * binary data. Returns out. */
+const char *rl_mp_describe(const msgpack_object *o, char *out, size_t cap);
+
 /* Unpack one msgpack object from untrusted bytes. First walks the bytes
- * without allocating and refuses (-1) a malformed or truncated object, or
+ * without allocating and refuses (MANTA_EINVAL) a malformed or truncated object, or
  * one whose array/map headers announce more items than bytes remain, so a
  * few hostile bytes cannot make msgpack-c allocate gigabytes. 0 on success
  * (u then holds the object; the caller destroys u either way). */
@@ -22,8 +38,6 @@ int rl_unpack(msgpack_unpacked *u, const void *buf, size_t len);
 
 /* Value of key in a msgpack map, or NULL (also when o is not a map). */
 const msgpack_object *rl_mp_get(const msgpack_object *o, const char *key);
-/* Dotted path through nested maps ("sections.model.n_layer"). */
-const msgpack_object *rl_mp_path(const msgpack_object *o, const char *path);
 int64_t rl_mp_int(const msgpack_object *o, int64_t def);
 double rl_mp_num(const msgpack_object *o, double def);
 /* A string value copied into out[cap] (def when absent or not a string). */
@@ -35,10 +49,55 @@ void rl_pack_kv_num(msgpack_packer *pk, const char *k, double v);
 void rl_pack_kv_str(msgpack_packer *pk, const char *k, const char *v);
 void rl_pack_kv_bin(msgpack_packer *pk, const char *k, const void *p, size_t n);
 
-/* Look a setting up first in the actor's group settings, then in a spec
- * section: rl_setting(args, "max_turns", "rl") reads settings.max_turns,
- * else sections.rl.max_turns. */
-const msgpack_object *rl_setting(const msgpack_object *args, const char *key, const char *section);
+/* ---- init arguments: one reader for the five classes ---------------------- *
+ * The init argument is manta_spec_init_payload()'s map {job, group, class,
+ * replica, replicas, settings, sections}. A setting is looked up in the
+ * group's settings (nested under its section, `settings.model.n_layer`, or
+ * flat, `settings.n_layer`), then in the spec section (`model.n_layer`).
+ * A value of the wrong type or out of range is an error that names the spec
+ * key, e.g. `groups.learner.settings.model.n_layer: expected an integer,
+ * got "two"`; so is an unknown key in the sections the RL classes own
+ * (model, rl, task, reward) or in a group's settings. Readers after the
+ * first error return their default; rl_args_close() reports the first. */
+typedef struct rl_args {
+    msgpack_unpacked u;
+    const msgpack_object *root, *settings, *sections;
+    char group[64];
+    int rc;        /* the first error, or 0 */
+    char err[512]; /* its message */
+} rl_args;
+
+/* Unpack and check the init argument. 0 or MANTA_EINVAL (the message in
+ * a->err and rl_last_error()); rl_args_close() is needed either way. */
+int rl_args_open(rl_args *a, const void *buf, size_t len);
+/* Report the first error on the actor's log, free a; returns a->rc. */
+int rl_args_close(rl_args *a, manta_ctx *m);
+
+/* section NULL: a group setting only (controller, learners, threads ...);
+ * "" : a top-level field of the payload (replica, replicas, job). Integers
+ * must be integers within [lo, hi]; numbers may be integers or floats. */
+int64_t rl_arg_int(rl_args *a, const char *section, const char *key, int64_t def, int64_t lo,
+                   int64_t hi);
+double rl_arg_num(rl_args *a, const char *section, const char *key, double def, double lo,
+                  double hi);
+/* A string into out[cap]; longer than cap - 1 bytes is an error. */
+const char *rl_arg_str(rl_args *a, const char *section, const char *key, char *out, size_t cap,
+                       const char *def);
+/* The raw value (after the same lookup), or NULL. */
+const msgpack_object *rl_arg_get(rl_args *a, const char *section, const char *key);
+/* Record an error about the value at `key` (same path naming) unless one is
+ * recorded already; returns a->rc. */
+int rl_arg_error(rl_args *a, const char *section, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Record an error worded by the caller (who names the key) unless one is
+ * recorded already; returns a->rc. */
+int rl_args_fail(rl_args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The model: (section "model") n_layer, n_head, n_embd, block_size, seed;
+ * the vocabulary is RL_VOCAB. Errors go to a like any setting's. */
+struct mk_config;
+void rl_model_config(rl_args *a, struct mk_config *cfg, uint64_t *seed);
 
 /* Monotonic milliseconds / seconds. */
 int64_t rl_now_ms(void);
@@ -50,7 +109,7 @@ typedef struct rl_http_glue {
     manta_http_client *http;
     uint64_t timer;
 } rl_http_glue;
-/* Creates the client and joins it to the loop. 0 or -1. */
+/* Creates the client and joins it to the loop. 0 or MANTA_ENOMEM. */
 int rl_http_glue_start(rl_http_glue *g, manta_ctx *m, const manta_http_config *cfg);
 void rl_http_glue_stop(rl_http_glue *g);
 

@@ -24,6 +24,8 @@
  * "controller-0"), env_group ("env"), reward_group ("reward"), threads;
  * sections.model for the model's size.
  *
+ * The admit request and reply are rl_admit_req / rl_admit_reply (msgs.c).
+ *
  * "drain": stop asking for work, hand the unfinished episodes back to the
  * controller (it re-admits them elsewhere), wait for submissions in flight,
  * answer. "stats": counters as msgpack.
@@ -38,27 +40,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_ACTORS  64
-#define MAX_BUCKETS 1024
-
 enum { SLOT_FREE, SLOT_GEN, SLOT_TOOL, SLOT_SCORE, SLOT_SUBMIT };
 
 typedef struct slot {
     int state;
     rl_traj traj;
-    char reference[128];
+    char *reference; /* the admitted episode's, owned */
     int greedy;
     int turns, new_tokens, in_call, call_start;
     int tool_tries;
-    char call_text[256];
+    char *call_text; /* block_size + 1 bytes: the call being made */
     manta_future *fut;
 } slot;
-
-typedef struct bucket {
-    char id[48];
-    int64_t offset, count;
-    uint32_t crc;
-} bucket;
 
 typedef struct rollout_state {
     manta_ctx *m;
@@ -71,11 +64,15 @@ typedef struct rollout_state {
     int max_new_tokens, max_turns;
     char controller[64], env_group[32], reward_group[32];
     manta_actor *ctl;
-    manta_actor *envs[MAX_ACTORS], *rewards[MAX_ACTORS];
-    int n_envs, n_rewards, rr_env, rr_reward;
+    manta_actor **envs, **rewards; /* the live ones, growing */
+    int n_envs, n_rewards, cap_envs, cap_rewards, rr_env, rr_reward;
     int64_t last_discover;
     int64_t version; /* -1 until the first weights arrive */
     manta_future *admit;
+    manta_future *handback; /* the latest handback call */
+    manta_req *drain_req;   /* a deferred drain */
+    int64_t drain_until_ms;
+    int drain_n;
     int64_t next_admit_ms;
     int draining, stopped;
     uint64_t timer;
@@ -83,6 +80,7 @@ typedef struct rollout_state {
     float *wbuf;
     size_t n_params;
     int32_t *stok, *sidx;
+    int32_t *ptok; /* block_size tokens: a prompt being started */
     float *stemp, *stopp, *slps, *slpp;
     /* counters */
     uint64_t episodes, tokens, steps, tool_calls, tool_errors, weight_loads, weight_errors,
@@ -91,38 +89,35 @@ typedef struct rollout_state {
 } rollout_state;
 
 static void tick(void *arg);
+static void drain_check(rollout_state *s);
+
+static int read_settings(rollout_state *s, manta_ctx *m, const void *args, size_t len, int *threads)
+{
+    rl_args a;
+    rl_args_open(&a, args, len);
+    uint64_t seed;
+    rl_model_config(&a, &s->cfg, &seed);
+    s->n_slots = (int)rl_arg_int(&a, "rl", "slots", 32, 1, 1 << 16);
+    s->group_size = (int)rl_arg_int(&a, "rl", "group_size", 8, 1, 1 << 16);
+    s->temperature = (float)rl_arg_num(&a, "rl", "temperature", 1.0, 0, 1e3);
+    s->top_p = (float)rl_arg_num(&a, "rl", "top_p", 1.0, 0, 1);
+    s->max_new_tokens = (int)rl_arg_int(&a, "rl", "max_new_tokens", 32, 1, 1 << 20);
+    s->max_turns = (int)rl_arg_int(&a, "rl", "max_turns", 2, 0, 1 << 20);
+    rl_arg_str(&a, NULL, "controller", s->controller, sizeof s->controller, "controller-0");
+    rl_arg_str(&a, NULL, "env_group", s->env_group, sizeof s->env_group, "env");
+    rl_arg_str(&a, NULL, "reward_group", s->reward_group, sizeof s->reward_group, "reward");
+    *threads = (int)rl_arg_int(&a, NULL, "threads", 1, 0, 4096);
+    s->seed = (uint64_t)rl_arg_int(&a, "", "replica", 0, 0, 1 << 20) * 7919 + 17;
+    return rl_args_close(&a, m);
+}
 
 static int rollout_init(manta_ctx *m, void *state, const void *args, size_t len)
 {
     rollout_state *s = state;
     s->m = m;
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    if (rl_unpack(&u, args, len) != 0) {
-        msgpack_unpacked_destroy(&u);
-        return MANTA_EINVAL;
-    }
-    const msgpack_object *a = &u.data;
-    s->cfg.n_layer = (int)rl_mp_int(rl_setting(a, "n_layer", "model"), 2);
-    s->cfg.n_head = (int)rl_mp_int(rl_setting(a, "n_head", "model"), 4);
-    s->cfg.n_embd = (int)rl_mp_int(rl_setting(a, "n_embd", "model"), 64);
-    s->cfg.block_size = (int)rl_mp_int(rl_setting(a, "block_size", "model"), 64);
-    s->cfg.vocab_size = RL_VOCAB;
-    s->n_slots = (int)rl_mp_int(rl_setting(a, "slots", "rl"), 32);
-    s->group_size = (int)rl_mp_int(rl_setting(a, "group_size", "rl"), 8);
-    s->temperature = (float)rl_mp_num(rl_setting(a, "temperature", "rl"), 1.0);
-    s->top_p = (float)rl_mp_num(rl_setting(a, "top_p", "rl"), 1.0);
-    s->max_new_tokens = (int)rl_mp_int(rl_setting(a, "max_new_tokens", "rl"), 32);
-    s->max_turns = (int)rl_mp_int(rl_setting(a, "max_turns", "rl"), 2);
-    rl_mp_str(rl_setting(a, "controller", NULL), s->controller, sizeof s->controller,
-              "controller-0");
-    rl_mp_str(rl_setting(a, "env_group", NULL), s->env_group, sizeof s->env_group, "env");
-    rl_mp_str(rl_setting(a, "reward_group", NULL), s->reward_group, sizeof s->reward_group,
-              "reward");
-    int threads = (int)rl_mp_int(rl_setting(a, "threads", NULL), 1);
-    s->seed = (uint64_t)rl_mp_int(rl_mp_get(a, "replica"), 0) * 7919 + 17;
-    msgpack_unpacked_destroy(&u);
-    if (s->n_slots < s->group_size) s->n_slots = s->group_size;
+    int threads, rc = read_settings(s, m, args, len, &threads);
+    if (rc) return rc;
+    if (s->n_slots < s->group_size) s->n_slots = s->group_size; /* one group must fit */
 
     mk_set_threads(threads);
     if (mk_model_new(&s->model, &s->cfg, 1, s->cfg.block_size, NULL) ||
@@ -137,10 +132,17 @@ static int rollout_init(manta_ctx *m, void *state, const void *args, size_t len)
     s->stok = calloc(n, sizeof(int32_t)), s->sidx = calloc(n, sizeof(int32_t));
     s->stemp = calloc(n, sizeof(float)), s->stopp = calloc(n, sizeof(float));
     s->slps = calloc(n, sizeof(float)), s->slpp = calloc(n, sizeof(float));
+    s->ptok = calloc((size_t)s->cfg.block_size, sizeof(int32_t));
     if (!s->wbuf || !s->slots || !s->stok || !s->sidx || !s->stemp || !s->stopp || !s->slps ||
-        !s->slpp)
+        !s->slpp || !s->ptok) {
+        rl_log(m, "rollout: out of memory for %d slots", s->n_slots);
         return MANTA_ENOMEM;
-    for (int i = 0; i < s->n_slots; i++) rl_traj_init(&s->slots[i].traj);
+    }
+    for (int i = 0; i < s->n_slots; i++) {
+        rl_traj_init(&s->slots[i].traj);
+        s->slots[i].call_text = calloc((size_t)s->cfg.block_size + 1, 1);
+        if (!s->slots[i].call_text) return MANTA_ENOMEM;
+    }
     s->version = -1;
     s->timer = manta_timer_add(m, 1, tick, s);
     rl_log(m, "rollout: %d slots, %zu params", s->n_slots, s->n_params);
@@ -152,10 +154,14 @@ static void rollout_fini(manta_ctx *m, void *state)
     rollout_state *s = state;
     if (s->timer) manta_timer_cancel(m, s->timer);
     manta_future_free(s->admit);
+    manta_future_free(s->handback);
     for (int i = 0; s->slots && i < s->n_slots; i++) {
         manta_future_free(s->slots[i].fut);
         rl_traj_destroy(&s->slots[i].traj);
+        free(s->slots[i].reference);
+        free(s->slots[i].call_text);
     }
+    free(s->ptok), free(s->envs), free(s->rewards);
     mk_decoder_free(s->dec);
     mk_model_free(s->model);
     free(s->slots), free(s->wbuf), free(s->stok), free(s->sidx), free(s->stemp), free(s->stopp);
@@ -164,17 +170,27 @@ static void rollout_fini(manta_ctx *m, void *state)
 
 /* ---- discovery of env and reward actors ---- */
 
-static int discover_group(rollout_state *s, const char *group, manta_actor **out)
+/* The live actors `group`-0, -1, ... (until a name is missing) into *out. */
+static int discover_group(rollout_state *s, const char *group, manta_actor ***out, int *cap)
 {
     int n = 0;
-    for (int i = 0; i < MAX_ACTORS; i++) {
+    for (int i = 0;; i++) {
         char name[96];
         snprintf(name, sizeof name, "%s-%d", group, i);
         manta_actor *a;
         if (manta_actor_lookup(s->m, name, &a)) break;
         manta_actor_info info;
         if (manta_actor_info_get(s->m, a, &info) == 0 && strcmp(info.state, "alive")) continue;
-        out[n++] = a;
+        if (n == *cap) {
+            int c = *cap ? 2 * *cap : 8;
+            manta_actor **v = realloc(*out, (size_t)c * sizeof *v);
+            if (!v) {
+                rl_log(s->m, "rollout: out of memory listing %s actors; using %d", group, n);
+                break;
+            }
+            *out = v, *cap = c;
+        }
+        (*out)[n++] = a;
     }
     return n;
 }
@@ -184,30 +200,29 @@ static void discover(rollout_state *s)
     int64_t now = rl_now_ms();
     if (s->n_envs && s->n_rewards && now - s->last_discover < 1000) return;
     s->last_discover = now;
-    s->n_envs = discover_group(s, s->env_group, s->envs);
-    s->n_rewards = discover_group(s, s->reward_group, s->rewards);
+    s->n_envs = discover_group(s, s->env_group, &s->envs, &s->cap_envs);
+    s->n_rewards = discover_group(s, s->reward_group, &s->rewards, &s->cap_rewards);
     if (!s->ctl) manta_actor_lookup(s->m, s->controller, &s->ctl);
 }
 
 /* ---- weights ---- */
 
-/* Fetch the buckets of `version` and load them; 0 or -1 (kept the old). */
-static int load_weights(rollout_state *s, int64_t version, const bucket *b, int nb)
+/* Fetch the buckets of `version` and load them; 0, or an error (the old
+ * version is kept, the cause logged and counted). */
+static int load_weights(rollout_state *s, int64_t version, const rl_bucket *b, int nb)
 {
     size_t total = 0;
     for (int i = 0; i < nb; i++) {
-        manta_obj_id id;
-        snprintf(id.s, sizeof id.s, "%s", b[i].id);
         void *data = NULL;
         size_t len = 0;
-        int rc = manta_obj_get(s->m, &id, &data, &len, 10000);
+        int rc = manta_obj_get(s->m, &b[i].id, &data, &len, 10000);
         if (rc || b[i].offset < 0 || (size_t)(b[i].offset + b[i].count) > s->n_params ||
             len != (size_t)b[i].count * sizeof(float) || manta_crc32c(0, data, len) != b[i].crc) {
-            rl_log(s->m, "rollout: bucket %s of version %lld: %s", b[i].id, (long long)version,
+            rl_log(s->m, "rollout: bucket %s of version %lld: %s", b[i].id.s, (long long)version,
                    rc ? manta_last_error() : "bad size or checksum");
             free(data);
             s->weight_errors++;
-            return -1;
+            return rc ? rc : MANTA_EPROTO;
         }
         memcpy(s->wbuf + b[i].offset, data, len);
         total += (size_t)b[i].count;
@@ -217,7 +232,7 @@ static int load_weights(rollout_state *s, int64_t version, const bucket *b, int 
         s->weight_errors++;
         rl_log(s->m, "rollout: version %lld covers %zu of %zu params", (long long)version, total,
                s->n_params);
-        return -1;
+        return MANTA_EPROTO;
     }
     mk_model_write_params(s->model, s->wbuf, 0, s->n_params);
     s->version = version;
@@ -227,38 +242,49 @@ static int load_weights(rollout_state *s, int64_t version, const bucket *b, int 
 
 /* ---- episodes ---- */
 
-static void start_episode(rollout_state *s, const msgpack_object *e)
+static void finish(rollout_state *s, int k);
+
+/* Start an admitted episode in a free slot: <bos> and the prompt's bytes.
+ * A prompt that does not fit the context ends at once as an error episode
+ * (the controller drops it with that reason) instead of being cut. */
+static int start_episode(rollout_state *s, rl_admit_ep *e)
 {
     int k = -1;
-    for (int i = 0; i < s->n_slots; i++)
-        if (s->slots[i].state == SLOT_FREE) {
-            k = i;
-            break;
-        }
-    if (k < 0) return;
+    for (int i = 0; i < s->n_slots && k < 0; i++)
+        if (s->slots[i].state == SLOT_FREE) k = i;
+    if (k < 0) return -1; /* no room: the caller hands it back */
     slot *sl = &s->slots[k];
     rl_traj_clear(&sl->traj);
-    sl->traj.episode = rl_mp_int(rl_mp_get(e, "episode"), -1);
-    sl->traj.group = rl_mp_int(rl_mp_get(e, "group"), -1);
-    sl->traj.prompt = (int32_t)rl_mp_int(rl_mp_get(e, "prompt"), -1);
-    sl->traj.eval = (int)rl_mp_int(rl_mp_get(e, "eval"), 0);
+    sl->traj.episode = e->episode;
+    sl->traj.group = e->group;
+    sl->traj.prompt = e->prompt;
+    sl->traj.eval = e->eval;
     snprintf(sl->traj.rollout, sizeof sl->traj.rollout, "%s", manta_self(s->m));
     sl->greedy = sl->traj.eval;
-    rl_mp_str(rl_mp_get(e, "reference"), sl->reference, sizeof sl->reference, "");
-    char text[512];
-    rl_mp_str(rl_mp_get(e, "text"), text, sizeof text, "");
-    int32_t toks[512];
-    int n = 0;
-    toks[n++] = RL_TOK_BOS;
-    n += rl_tokenize(text, toks + n, (int)(sizeof toks / sizeof *toks) - n);
-    if (n > s->cfg.block_size - 2) n = s->cfg.block_size - 2;
-    for (int i = 0; i < n; i++) rl_traj_push(&sl->traj, toks[i], 0, -1, 0, RL_SEG_PROMPT);
-    mk_decoder_reset(s->dec, k, s->seed++);
-    mk_decoder_append(s->dec, k, toks, n);
+    free(sl->reference);
+    sl->reference = e->reference; /* taken over */
+    e->reference = NULL;
     sl->turns = sl->new_tokens = sl->in_call = 0;
     sl->tool_tries = 0;
-    sl->state = SLOT_GEN;
     s->episodes++;
+    size_t len = strlen(e->text);
+    int room = s->cfg.block_size - 2; /* the policy needs room to answer */
+    if (len + 1 > (size_t)room) {
+        sl->traj.status = RL_EP_ERROR;
+        snprintf(sl->traj.error, sizeof sl->traj.error,
+                 "prompt of %zu bytes does not fit the context (model.block_size %d)", len,
+                 s->cfg.block_size);
+        sl->state = SLOT_SCORE, sl->fut = NULL; /* submitted as it is by poll_slots */
+        return 0;
+    }
+    int n = 0;
+    s->ptok[n++] = RL_TOK_BOS;
+    n += rl_tokenize(e->text, s->ptok + n, room - 1);
+    for (int i = 0; i < n; i++) rl_traj_push(&sl->traj, s->ptok[i], 0, -1, 0, RL_SEG_PROMPT);
+    mk_decoder_reset(s->dec, k, s->seed++);
+    mk_decoder_append(s->dec, k, s->ptok, n);
+    sl->state = SLOT_GEN;
+    return 0;
 }
 
 static void pack_kv_bool(msgpack_packer *pk, const char *k, int v)
@@ -286,7 +312,7 @@ static void finish(rollout_state *s, int k)
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 2);
     rl_pack_kv_str(&pk, "answer", sl->traj.answer);
-    rl_pack_kv_str(&pk, "reference", sl->reference);
+    rl_pack_kv_str(&pk, "reference", sl->reference ? sl->reference : "");
     manta_actor *r = s->rewards[s->rr_reward++ % s->n_rewards];
     sl->fut = manta_call_timeout(s->m, r, "score", sb.data, sb.size, 30000);
     msgpack_sbuffer_destroy(&sb);
@@ -311,22 +337,24 @@ static void send_tool(rollout_state *s, int k)
     msgpack_sbuffer_destroy(&sb);
 }
 
-static void append_observation(rollout_state *s, int k, const char *text, int ok)
+/* The env's answer text[n] as given tokens and '\n'; an observation that
+ * does not fit the context ends the episode as truncated. */
+static void append_observation(rollout_state *s, int k, const char *text, size_t n, int ok)
 {
     slot *sl = &s->slots[k];
     s->tool_calls++;
     sl->traj.tool_calls++;
     if (!ok) s->tool_errors++, sl->traj.tool_errors++;
-    int32_t toks[160];
-    int n = rl_tokenize(text, toks, 150);
-    toks[n++] = '\n';
-    if (mk_decoder_len(s->dec, k) + n >= s->cfg.block_size) {
+    if ((size_t)mk_decoder_len(s->dec, k) + n + 1 >= (size_t)s->cfg.block_size) {
         sl->traj.truncated = 1;
         finish(s, k);
         return;
     }
-    for (int i = 0; i < n; i++) rl_traj_push(&sl->traj, toks[i], 0, -1, 0, RL_SEG_TOOL);
-    if (mk_decoder_append(s->dec, k, toks, n)) {
+    int m = 0;
+    for (size_t i = 0; i < n; i++) s->ptok[m++] = (unsigned char)text[i];
+    s->ptok[m++] = '\n';
+    for (int i = 0; i < m; i++) rl_traj_push(&sl->traj, s->ptok[i], 0, -1, 0, RL_SEG_TOOL);
+    if (mk_decoder_append(s->dec, k, s->ptok, m)) {
         sl->traj.truncated = 1;
         finish(s, k);
         return;
@@ -350,75 +378,107 @@ static void submit(rollout_state *s, int k)
     sl->state = SLOT_SUBMIT;
 }
 
+static void observe_error(rollout_state *s, int k, const char *text)
+{
+    append_observation(s, k, text, strlen(text), 0);
+}
+
+/* A parked tool call: retry on another env when this one failed at the
+ * actor level (draining or gone), else append the observation. */
+static void poll_tool(rollout_state *s, int k)
+{
+    slot *sl = &s->slots[k];
+    if (!sl->fut) {
+        observe_error(s, k, "error: no env");
+        return;
+    }
+    if (!manta_future_done(sl->fut)) return;
+    const void *d;
+    size_t n;
+    int rc = manta_get(sl->fut, 0, &d, &n);
+    if (rc && sl->tool_tries++ < 4) {
+        manta_future_free(sl->fut);
+        s->last_discover = 0;
+        send_tool(s, k);
+        return;
+    }
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    if (rc) {
+        observe_error(s, k, "error: env unavailable");
+    } else if (rl_unpack(&u, d, n) == 0) {
+        const msgpack_object *t = rl_mp_get(&u.data, "text"), *ok = rl_mp_get(&u.data, "ok");
+        if (t && t->type == MSGPACK_OBJECT_STR && ok && ok->type == MSGPACK_OBJECT_BOOLEAN)
+            append_observation(s, k, t->via.str.ptr, t->via.str.size, ok->via.boolean);
+        else
+            observe_error(s, k, "error: bad answer");
+    } else {
+        observe_error(s, k, "error: bad answer");
+    }
+    msgpack_unpacked_destroy(&u);
+    manta_future_free(sl->fut);
+    sl->fut = NULL;
+}
+
+/* A slot being scored: the reward (or the failure) goes into the
+ * trajectory, which is submitted. */
+static void poll_score(rollout_state *s, int k)
+{
+    slot *sl = &s->slots[k];
+    if (sl->fut && !manta_future_done(sl->fut)) return;
+    if (sl->fut) {
+        const void *d;
+        size_t n;
+        int rc = manta_get(sl->fut, 0, &d, &n);
+        int ok = 0;
+        if (rc == 0) {
+            msgpack_unpacked u;
+            msgpack_unpacked_init(&u);
+            if (rl_unpack(&u, d, n) == 0) {
+                sl->traj.reward = (float)rl_mp_num(rl_mp_get(&u.data, "reward"), 0);
+                ok = (int)rl_mp_int(rl_mp_get(&u.data, "ok"), 0);
+            }
+            msgpack_unpacked_destroy(&u);
+        }
+        if (!ok) {
+            sl->traj.status = RL_EP_ERROR;
+            snprintf(sl->traj.error, sizeof sl->traj.error, "reward failed: %s",
+                     rc ? manta_strerror(rc) : "rule or service error");
+        }
+        manta_future_free(sl->fut);
+        sl->fut = NULL;
+    }
+    submit(s, k);
+}
+
+static void poll_submit(rollout_state *s, int k)
+{
+    slot *sl = &s->slots[k];
+    if (!manta_future_done(sl->fut)) return;
+    if (manta_future_status(sl->fut) != 0) {
+        s->submit_errors++;
+        rl_log(s->m, "rollout: submit of episode %lld: %s", (long long)sl->traj.episode,
+               manta_future_error(sl->fut));
+    }
+    manta_future_free(sl->fut);
+    sl->fut = NULL;
+    sl->state = SLOT_FREE;
+}
+
 /* Check the futures of parked slots. */
 static void poll_slots(rollout_state *s)
 {
     for (int k = 0; k < s->n_slots; k++) {
-        slot *sl = &s->slots[k];
-        if (sl->state == SLOT_TOOL) {
-            if (!sl->fut) {
-                append_observation(s, k, "error: no env", 0);
-                continue;
-            }
-            if (!manta_future_done(sl->fut)) continue;
-            const void *d;
-            size_t n;
-            int rc = manta_get(sl->fut, 0, &d, &n);
-            if (rc && sl->tool_tries++ < 4) { /* env draining or gone: another one */
-                manta_future_free(sl->fut);
-                s->last_discover = 0;
-                send_tool(s, k);
-                continue;
-            }
-            char text[256] = "error: env unavailable";
-            int ok = 0;
-            if (rc == 0) {
-                msgpack_unpacked u;
-                msgpack_unpacked_init(&u);
-                if (rl_unpack(&u, d, n) == 0) {
-                    rl_mp_str(rl_mp_get(&u.data, "text"), text, sizeof text, "error: bad answer");
-                    ok = (int)rl_mp_int(rl_mp_get(&u.data, "ok"), 0);
-                }
-                msgpack_unpacked_destroy(&u);
-            }
-            manta_future_free(sl->fut);
-            sl->fut = NULL;
-            append_observation(s, k, text, ok);
-        } else if (sl->state == SLOT_SCORE) {
-            if (sl->fut && !manta_future_done(sl->fut)) continue;
-            if (sl->fut) {
-                const void *d;
-                size_t n;
-                int rc = manta_get(sl->fut, 0, &d, &n);
-                int ok = 0;
-                if (rc == 0) {
-                    msgpack_unpacked u;
-                    msgpack_unpacked_init(&u);
-                    if (rl_unpack(&u, d, n) == 0) {
-                        sl->traj.reward = (float)rl_mp_num(rl_mp_get(&u.data, "reward"), 0);
-                        ok = (int)rl_mp_int(rl_mp_get(&u.data, "ok"), 0);
-                    }
-                    msgpack_unpacked_destroy(&u);
-                }
-                if (!ok) {
-                    sl->traj.status = RL_EP_ERROR;
-                    snprintf(sl->traj.error, sizeof sl->traj.error, "reward failed: %s",
-                             rc ? manta_strerror(rc) : "rule or service error");
-                }
-                manta_future_free(sl->fut);
-                sl->fut = NULL;
-            }
-            submit(s, k);
-        } else if (sl->state == SLOT_SUBMIT) {
-            if (!manta_future_done(sl->fut)) continue;
-            if (manta_future_status(sl->fut) != 0) {
-                s->submit_errors++;
-                rl_log(s->m, "rollout: submit of episode %lld: %s", (long long)sl->traj.episode,
-                       manta_future_error(sl->fut));
-            }
-            manta_future_free(sl->fut);
-            sl->fut = NULL;
-            sl->state = SLOT_FREE;
+        switch (s->slots[k].state) {
+        case SLOT_TOOL:
+            poll_tool(s, k);
+            break;
+        case SLOT_SCORE:
+            poll_score(s, k);
+            break;
+        case SLOT_SUBMIT:
+            poll_submit(s, k);
+            break;
         }
     }
 }
@@ -471,8 +531,7 @@ static int decode_step(rollout_state *s)
         } else if (tok == RL_TOK_END && sl->in_call) {
             sl->in_call = 0;
             int len = 0;
-            for (int j = sl->call_start; j < sl->traj.n - 1 && len < (int)sizeof sl->call_text - 1;
-                 j++)
+            for (int j = sl->call_start; j < sl->traj.n - 1 && len < s->cfg.block_size; j++)
                 if (sl->traj.tok[j] < 256) sl->call_text[len++] = (char)sl->traj.tok[j];
             sl->call_text[len] = 0;
             sl->turns++;
@@ -513,44 +572,26 @@ static void ask_work(rollout_state *s)
         s->next_admit_ms = rl_now_ms() + 200;
         return;
     }
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 3);
-    rl_pack_kv_str(&pk, "rollout", manta_self(s->m));
-    rl_pack_kv_int(&pk, "groups", groups);
-    rl_pack_kv_int(&pk, "version", s->version);
-    s->admit = manta_call_timeout(s->m, s->ctl, "admit", sb.data, sb.size, 30000);
-    msgpack_sbuffer_destroy(&sb);
+    rl_admit_req r = {.groups = groups, .version = s->version};
+    snprintf(r.rollout, sizeof r.rollout, "%s", manta_self(s->m));
+    char *buf;
+    size_t len;
+    if (rl_admit_req_encode(&r, &buf, &len)) {
+        rl_log(s->m, "rollout: admit: %s", rl_last_error());
+        s->next_admit_ms = rl_now_ms() + 200;
+        return;
+    }
+    s->admit = manta_call_timeout(s->m, s->ctl, "admit", buf, len, 30000);
+    free(buf);
     s->admit_calls++;
 }
 
-/* Read the version and buckets of a reply; load if newer. */
-static void maybe_load(rollout_state *s, const msgpack_object *o)
+/* Tell the controller that episodes ids[n] will not be run here (they are
+ * re-admitted elsewhere). The call is kept so that a drain answers only
+ * once the controller has them. */
+static void hand_back(rollout_state *s, const int64_t *ids, int n)
 {
-    int64_t v = rl_mp_int(rl_mp_get(o, "version"), -1);
-    if (v <= s->version) return;
-    const msgpack_object *bs = rl_mp_get(o, "buckets");
-    if (!bs || bs->type != MSGPACK_OBJECT_ARRAY || bs->via.array.size > MAX_BUCKETS) return;
-    bucket *b = malloc(MAX_BUCKETS * sizeof *b);
-    int nb = 0;
-    if (!b) return;
-    for (uint32_t i = 0; i < bs->via.array.size; i++) {
-        const msgpack_object *e = &bs->via.array.ptr[i];
-        rl_mp_str(rl_mp_get(e, "id"), b[nb].id, sizeof b[nb].id, "");
-        b[nb].offset = rl_mp_int(rl_mp_get(e, "offset"), -1);
-        b[nb].count = rl_mp_int(rl_mp_get(e, "count"), 0);
-        b[nb].crc = (uint32_t)rl_mp_int(rl_mp_get(e, "crc"), 0);
-        nb++;
-    }
-    load_weights(s, v, b, nb);
-    free(b);
-}
-
-/* Give admitted episodes back to the controller without running them. */
-static void hand_back(rollout_state *s, const msgpack_object *eps)
-{
+    if (n == 0 || !s->ctl) return;
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
@@ -558,12 +599,44 @@ static void hand_back(rollout_state *s, const msgpack_object *eps)
     msgpack_pack_map(&pk, 2);
     rl_pack_kv_str(&pk, "rollout", manta_self(s->m));
     rl_pack_str(&pk, "episodes");
-    msgpack_pack_array(&pk, eps->via.array.size);
-    for (uint32_t i = 0; i < eps->via.array.size; i++)
-        msgpack_pack_int64(&pk, rl_mp_int(rl_mp_get(&eps->via.array.ptr[i], "episode"), -1));
-    if (s->ctl) manta_cast(s->m, s->ctl, "handback", sb.data, sb.size);
+    msgpack_pack_array(&pk, (size_t)n);
+    for (int i = 0; i < n; i++) msgpack_pack_int64(&pk, ids[i]);
+    manta_future_free(s->handback); /* only the latest is waited for: calls are ordered */
+    s->handback = manta_call_timeout(s->m, s->ctl, "handback", sb.data, sb.size, 30000);
     msgpack_sbuffer_destroy(&sb);
-    s->handed_back += eps->via.array.size;
+    s->handed_back += (uint64_t)n;
+}
+
+/* The admit reply: a newer version is loaded first, then the episodes
+ * start (or go straight back without weights or while draining). */
+static int use_admit_reply(rollout_state *s, const void *d, size_t n)
+{
+    rl_admit_reply r;
+    int rc = rl_admit_reply_decode(&r, d, n);
+    if (rc) {
+        rl_log(s->m, "rollout: %s", rl_last_error());
+        return 0;
+    }
+    if (r.version > s->version && r.has_buckets)
+        load_weights(s, r.version, r.buckets.v, r.buckets.n);
+    if (r.stop) s->stopped = 1;
+    /* episodes that cannot run here (no weights yet, draining, no free
+     * slot) go straight back to the controller */
+    int got = 0, back = 0;
+    int64_t *ids = r.n_eps ? malloc((size_t)r.n_eps * sizeof *ids) : NULL;
+    for (int i = 0; i < r.n_eps; i++) {
+        if (s->version >= 0 && !s->draining && start_episode(s, &r.eps[i]) == 0)
+            got++;
+        else if (ids)
+            ids[back++] = r.eps[i].episode;
+        else
+            rl_log(s->m, "rollout: out of memory: episode %lld neither started nor handed back",
+                   (long long)r.eps[i].episode);
+    }
+    hand_back(s, ids, back);
+    free(ids);
+    rl_admit_reply_destroy(&r);
+    return got;
 }
 
 static void take_work(rollout_state *s)
@@ -571,29 +644,11 @@ static void take_work(rollout_state *s)
     if (!s->admit || !manta_future_done(s->admit)) return;
     const void *d;
     size_t n;
-    int rc = manta_get(s->admit, 0, &d, &n);
     int got = 0;
-    if (rc == 0) {
-        msgpack_unpacked u;
-        msgpack_unpacked_init(&u);
-        if (rl_unpack(&u, d, n) == 0) {
-            maybe_load(s, &u.data);
-            if (rl_mp_int(rl_mp_get(&u.data, "stop"), 0)) s->stopped = 1;
-            const msgpack_object *eps = rl_mp_get(&u.data, "episodes");
-            if (eps && eps->type == MSGPACK_OBJECT_ARRAY && eps->via.array.size) {
-                if (s->version < 0 || s->draining) {
-                    /* no weights (or draining): give them straight back */
-                    hand_back(s, eps);
-                } else {
-                    for (uint32_t i = 0; i < eps->via.array.size; i++)
-                        start_episode(s, &eps->via.array.ptr[i]), got++;
-                }
-            }
-        }
-        msgpack_unpacked_destroy(&u);
-    } else {
+    if (manta_get(s->admit, 0, &d, &n) == 0)
+        got = use_admit_reply(s, d, n);
+    else
         s->ctl = NULL; /* look the controller up again */
-    }
     manta_future_free(s->admit);
     s->admit = NULL;
     s->next_admit_ms = rl_now_ms() + (got ? 0 : 20);
@@ -609,31 +664,27 @@ static void tick(void *arg)
     poll_slots(s);
     int n = decode_step(s);
     if (n) s->busy_s += rl_now_s() - t0;
+    drain_check(s);
     /* 0 ms when generating: the loop still serves the mailbox between steps */
     s->timer = manta_timer_add(s->m, n ? 0 : 2, tick, s);
 }
 
 /* ---- methods ---- */
 
-/* The controller pushes a new version (optional: admits carry it too). */
-static int rollout_weights(manta_req *req, void *state, const void *arg, size_t len)
-{
-    rollout_state *s = state;
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    if (rl_unpack(&u, arg, len) == 0) maybe_load(s, &u.data);
-    msgpack_unpacked_destroy(&u);
-    return manta_reply(req, &s->version, sizeof s->version);
-}
-
+/* Drain: stop asking for work and hand back the episodes not yet finished;
+ * the answer is deferred until the slots still scoring or submitting are
+ * free and the controller has the handed-back episodes (checked by tick),
+ * or 30 s have passed. */
 static int rollout_drain(manta_req *req, void *state, const void *arg, size_t len)
 {
     rollout_state *s = state;
+    (void)arg, (void)len;
+    if (s->drain_req) return manta_reply_error(req, MANTA_EBUSY, "drain: already draining");
     s->draining = 1;
-    /* hand back the episodes not yet finished */
-    int64_t ids[1024];
+    int64_t *ids = malloc((size_t)s->n_slots * sizeof *ids);
+    if (!ids) return manta_reply_error(req, MANTA_ENOMEM, "drain: out of memory");
     int n = 0;
-    for (int k = 0; k < s->n_slots && n < 1024; k++) {
+    for (int k = 0; k < s->n_slots; k++) {
         slot *sl = &s->slots[k];
         if (sl->state == SLOT_GEN || sl->state == SLOT_TOOL) {
             ids[n++] = sl->traj.episode;
@@ -643,33 +694,27 @@ static int rollout_drain(manta_req *req, void *state, const void *arg, size_t le
         }
     }
     discover(s);
-    if (n && s->ctl) {
-        msgpack_sbuffer sb;
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer pk;
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        msgpack_pack_map(&pk, 2);
-        rl_pack_kv_str(&pk, "rollout", manta_self(s->m));
-        rl_pack_str(&pk, "episodes");
-        msgpack_pack_array(&pk, (size_t)n);
-        for (int i = 0; i < n; i++) msgpack_pack_int64(&pk, ids[i]);
-        manta_future *f = manta_call_timeout(s->m, s->ctl, "handback", sb.data, sb.size, 30000);
-        msgpack_sbuffer_destroy(&sb);
-        int rc = manta_get(f, -1, NULL, NULL);
-        if (rc) rl_log(s->m, "rollout: handback: %s", manta_future_error(f));
-        manta_future_free(f);
-        s->handed_back += (uint64_t)n;
-    }
-    /* scoring and submitting episodes finish: they are already generated */
-    int64_t until = rl_now_ms() + 30000;
-    while (rl_now_ms() < until) {
-        int busy = 0;
-        for (int k = 0; k < s->n_slots; k++) busy += s->slots[k].state != SLOT_FREE;
-        if (!busy && !s->admit) break;
-        manta_poll(s->m, 5);
-    }
-    rl_log(s->m, "rollout drained: %d episodes handed back", n);
-    return manta_reply(req, "ok", 2);
+    hand_back(s, ids, n);
+    free(ids);
+    s->drain_n = n;
+    s->drain_until_ms = rl_now_ms() + 30000;
+    s->drain_req = manta_req_defer(req);
+    return 0;
+}
+
+/* Answer a deferred drain once nothing is left in flight. */
+static void drain_check(rollout_state *s)
+{
+    if (!s->drain_req) return;
+    int busy = s->admit != NULL || (s->handback && !manta_future_done(s->handback));
+    for (int k = 0; k < s->n_slots && !busy; k++) busy = s->slots[k].state != SLOT_FREE;
+    if (busy && rl_now_ms() < s->drain_until_ms) return;
+    if (s->handback && manta_future_done(s->handback) && manta_future_status(s->handback))
+        rl_log(s->m, "rollout: handback: %s", manta_future_error(s->handback));
+    rl_log(s->m, "rollout drained: %d episodes handed back%s", s->drain_n,
+           busy ? " (gave up waiting after 30 s)" : "");
+    manta_reply(s->drain_req, "ok", 2);
+    s->drain_req = NULL;
 }
 
 static int rollout_stats(manta_req *req, void *state, const void *arg, size_t len)
@@ -698,7 +743,7 @@ static int rollout_stats(manta_req *req, void *state, const void *arg, size_t le
 }
 
 static const manta_method rollout_methods[] = {
-    {"weights", rollout_weights}, {"drain", rollout_drain}, {"stats", rollout_stats}, {NULL, NULL}};
+    {"drain", rollout_drain}, {"stats", rollout_stats}, {NULL, NULL}};
 
 const manta_class rl_rollout_class = {"rollout", sizeof(rollout_state), rollout_init, rollout_fini,
                                       rollout_methods};

@@ -69,8 +69,10 @@ static int push_seg(rl_traj *t, int start, int kind)
 
 int rl_traj_push(rl_traj *t, int32_t tok, float logp, int32_t ver, uint8_t mask, int kind)
 {
-    if (grow_tokens(t, t->n + 1)) return -1;
-    if ((t->n_seg == 0 || t->seg_kind[t->n_seg - 1] != kind) && push_seg(t, t->n, kind)) return -1;
+    if (grow_tokens(t, t->n + 1) ||
+        ((t->n_seg == 0 || t->seg_kind[t->n_seg - 1] != kind) && push_seg(t, t->n, kind)))
+        return rl_fail(MANTA_ENOMEM, "trajectory of episode %lld: out of memory at %d tokens",
+                       (long long)t->episode, t->n);
     t->tok[t->n] = tok, t->logp[t->n] = logp, t->ver[t->n] = ver, t->mask[t->n] = mask;
     t->n++;
     return 0;
@@ -181,7 +183,7 @@ int rl_traj_encode(const rl_traj *t, char **out, size_t *len)
     rl_pack_kv_str(&pk, "rollout", t->rollout);
     rl_pack_kv_int(&pk, "min_version", rl_traj_min_version(t));
     *out = sb.data, *len = sb.size;
-    return 0;
+    return sb.data ? 0 : rl_fail(MANTA_ENOMEM, "trajectory: out of memory while encoding");
 }
 
 static void copy_str(char *dst, size_t cap, const msgpack_object *o)
@@ -199,27 +201,40 @@ int rl_traj_decode(rl_traj *t, const void *buf, size_t len)
     rl_traj_clear(t);
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
-    int rc = -1;
-    if (rl_unpack(&u, buf, len) != 0) goto out;
+    int rc = MANTA_EINVAL;
+    const char *why = "not a map";
+    if (rl_unpack(&u, buf, len) != 0) {
+        why = "not well-formed msgpack";
+        goto bad;
+    }
     const msgpack_object *o = &u.data;
-    if (o->type != MSGPACK_OBJECT_MAP) goto out;
+    if (o->type != MSGPACK_OBJECT_MAP) goto bad;
     const msgpack_object *tok = rl_mp_get(o, "tok"), *lp = rl_mp_get(o, "logp"),
                          *ver = rl_mp_get(o, "ver"), *mask = rl_mp_get(o, "mask");
     if (!tok || !lp || !ver || !mask || tok->type != MSGPACK_OBJECT_BIN ||
         lp->type != MSGPACK_OBJECT_BIN || ver->type != MSGPACK_OBJECT_BIN ||
-        mask->type != MSGPACK_OBJECT_BIN)
-        goto out;
+        mask->type != MSGPACK_OBJECT_BIN) {
+        why = "tok, logp, ver and mask must be binary columns";
+        goto bad;
+    }
     uint32_t n = mask->via.bin.size;
+    why = "columns of unequal length";
     if (tok->via.bin.size != 4 * n || lp->via.bin.size != 4 * n || ver->via.bin.size != 4 * n)
-        goto out;
-    if (grow_tokens(t, (int)n)) goto out;
+        goto bad;
+    why = "out of memory";
+    if (n > INT32_MAX / 4 || grow_tokens(t, (int)n)) {
+        rc = n > INT32_MAX / 4 ? MANTA_EINVAL : MANTA_ENOMEM;
+        goto bad;
+    }
     memcpy(t->tok, tok->via.bin.ptr, 4 * (size_t)n);
     memcpy(t->logp, lp->via.bin.ptr, 4 * (size_t)n);
     memcpy(t->ver, ver->via.bin.ptr, 4 * (size_t)n);
     memcpy(t->mask, mask->via.bin.ptr, n);
     t->n = (int)n;
+    why = "a token id outside the vocabulary";
     for (int i = 0; i < t->n; i++)
         if (t->tok[i] < 0 || t->tok[i] >= RL_VOCAB) goto bad;
+    why = "segments: each must be [start inside the episode, kind]";
     const msgpack_object *segs = rl_mp_get(o, "segments");
     if (segs && segs->type == MSGPACK_OBJECT_ARRAY) {
         for (uint32_t i = 0; i < segs->via.array.size; i++) {
@@ -250,11 +265,10 @@ int rl_traj_decode(rl_traj *t, const void *buf, size_t len)
     copy_str(t->answer, sizeof t->answer, rl_mp_get(o, "answer"));
     copy_str(t->error, sizeof t->error, rl_mp_get(o, "error"));
     copy_str(t->rollout, sizeof t->rollout, rl_mp_get(o, "rollout"));
-    rc = 0;
-    goto out;
+    msgpack_unpacked_destroy(&u);
+    return 0;
 bad:
     rl_traj_clear(t);
-out:
     msgpack_unpacked_destroy(&u);
-    return rc;
+    return rl_fail(rc, "trajectory: %s", why);
 }

@@ -9,6 +9,10 @@
  * are in flight at once; drain answers after the calls in flight.
  * reward: exact, numeric tolerance, and the HTTP service (including a
  * service that is down: ok = false, no crash).
+ * settings: a learner whose model.n_layer is "two", an env whose tool has
+ * an unknown key and a reward with an unknown rule fail their init (the
+ * message, naming the spec key, is on the actor's log) instead of running
+ * with defaults.
  */
 #include "launch.h"
 
@@ -217,6 +221,49 @@ static void test_reward(void **st)
     manta_future_free(f);
 }
 
+/* Create `cls` with a payload {group, settings: {SECTION: {KEY: "two"}}}
+ * (or sections when in_sections) and expect its init to refuse it. */
+static void expect_init_fails(const char *cls, const char *section, const char *k, int in_sections)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 2);
+    pack_str(&pk, "group"), pack_str(&pk, cls);
+    pack_str(&pk, in_sections ? "sections" : "settings");
+    msgpack_pack_map(&pk, 1);
+    pack_str(&pk, section);
+    if (!strcmp(section, "tools")) { /* [{name: calc, url: ..., retries: "two"}] */
+        msgpack_pack_array(&pk, 1);
+        msgpack_pack_map(&pk, 3);
+        pack_str(&pk, "name"), pack_str(&pk, "calc");
+        pack_str(&pk, "url"), pack_str(&pk, "http://127.0.0.1:1/mcp");
+    } else {
+        msgpack_pack_map(&pk, 1);
+    }
+    pack_str(&pk, k), pack_str(&pk, "two");
+    char name[64];
+    snprintf(name, sizeof name, "bad-%s", cls);
+    manta_actor *a = NULL;
+    int rc = manta_actor_create(
+        ctx, &(manta_actor_options){.cls = cls, .name = name, .args = sb.data, .args_len = sb.size},
+        &a);
+    msgpack_sbuffer_destroy(&sb);
+    assert_int_equal(rc, MANTA_ESPAWN);
+    char want[64];
+    snprintf(want, sizeof want, "init of class %s failed (invalid argument)", cls);
+    assert_non_null(strstr(manta_last_error(), want));
+}
+
+static void test_bad_settings(void **st)
+{
+    expect_init_fails("learner", "model", "n_layer", 0);
+    expect_init_fails("rollout", "rl", "slots", 1);
+    expect_init_fails("env", "tools", "retries", 1);
+    expect_init_fails("reward", "reward", "rule", 1); /* "two" is not a rule */
+}
+
 /* A reward service: POST {"response","reference"} -> {"reward": 0|1}. */
 static const char *reward_server =
     "import json,sys\n"
@@ -251,7 +298,8 @@ int main(void)
     int failed = 1;
     if (p1 > 0 && p2 > 0 && reward_pid > 0) {
         const struct CMUnitTest tests[] = {cmocka_unit_test(test_env),
-                                           cmocka_unit_test(test_reward)};
+                                           cmocka_unit_test(test_reward),
+                                           cmocka_unit_test(test_bad_settings)};
         failed = cmocka_run_group_tests(tests, NULL, NULL);
     } else {
         fprintf(stderr, "cannot start the test servers\n");

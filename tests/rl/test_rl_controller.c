@@ -20,7 +20,6 @@
 #include <manta_actors.h>
 
 #include <cjson/cJSON.h>
-#include <msgpack.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -41,46 +40,28 @@ typedef struct admitted {
     int64_t ids[64];
 } admitted;
 
-static void pack_str(msgpack_packer *pk, const char *s)
-{
-    msgpack_pack_str(pk, strlen(s));
-    msgpack_pack_str_body(pk, s, strlen(s));
-}
-
+/* Ask for 8 groups through the admit codecs; the reply must decode, and
+ * carry the weight buckets exactly when the caller is behind. */
 static int admit(manta_ctx *m, manta_actor *ctl, int64_t my_version, admitted *out)
 {
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 3);
-    pack_str(&pk, "rollout"), pack_str(&pk, "script");
-    pack_str(&pk, "groups"), msgpack_pack_int(&pk, 8);
-    pack_str(&pk, "version"), msgpack_pack_int64(&pk, my_version);
-    manta_future *f = manta_call(m, ctl, "admit", sb.data, sb.size);
-    msgpack_sbuffer_destroy(&sb);
+    rl_admit_req q = {.rollout = "script", .groups = 8, .version = my_version};
+    char *buf;
+    size_t len;
+    assert_int_equal(rl_admit_req_encode(&q, &buf, &len), 0);
+    manta_future *f = manta_call(m, ctl, "admit", buf, len);
+    free(buf);
     const void *d;
     size_t n;
     int rc = manta_get(f, -1, &d, &n);
     out->n = 0, out->version = -1;
     if (rc == 0) {
-        msgpack_unpacked u;
-        msgpack_unpacked_init(&u);
-        msgpack_unpack_next(&u, d, n, NULL);
-        for (uint32_t i = 0; i < u.data.via.map.size; i++) {
-            msgpack_object_kv *kv = &u.data.via.map.ptr[i];
-            if (kv->key.via.str.size == 7 && !memcmp(kv->key.via.str.ptr, "version", 7))
-                out->version = kv->val.via.i64;
-            if (kv->key.via.str.size == 8 && !memcmp(kv->key.via.str.ptr, "episodes", 8))
-                for (uint32_t e = 0; e < kv->val.via.array.size && out->n < 64; e++) {
-                    msgpack_object *ep = &kv->val.via.array.ptr[e];
-                    for (uint32_t k = 0; k < ep->via.map.size; k++)
-                        if (ep->via.map.ptr[k].key.via.str.size == 7 &&
-                            !memcmp(ep->via.map.ptr[k].key.via.str.ptr, "episode", 7))
-                            out->ids[out->n++] = (int64_t)ep->via.map.ptr[k].val.via.u64;
-                }
-        }
-        msgpack_unpacked_destroy(&u);
+        rl_admit_reply r;
+        assert_int_equal(rl_admit_reply_decode(&r, d, n), 0);
+        out->version = r.version;
+        assert_int_equal(r.has_buckets, my_version < r.version);
+        assert_true(!r.has_buckets || r.buckets.n >= 2); /* one slice per shard at least */
+        for (int e = 0; e < r.n_eps && out->n < 64; e++) out->ids[out->n++] = r.eps[e].episode;
+        rl_admit_reply_destroy(&r);
     }
     manta_future_free(f);
     return rc;

@@ -2,12 +2,17 @@
  * test_rl_unit.c - the pure rules of the RL system against hand-computed
  * values: GRPO advantages, the clipped surrogate loss with a capped
  * importance weight, admission and dropping at the staleness bound, the
- * ledger invariant, loss masks and versions in the trajectory codec, and
- * the reward rules.
+ * ledger invariant, loss masks and versions in the trajectory codec, the
+ * reward rules, the codecs of the admit and step messages (round trips,
+ * truncated and mistyped input refused with the field named), and the
+ * init-argument reader (a setting of the wrong type or an unknown key is an
+ * error naming the spec key).
  */
 #include <manta_actors.h>
 #include <manta_kernels.h>
+#include <rl_util.h>
 
+#include <msgpack.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -183,9 +188,9 @@ static void test_traj_decode_fuzz(void **st)
     assert_true(accepted > 0); /* flips in values keep it valid often enough */
     /* headers announcing billions of items in a few bytes: refused before
      * msgpack-c would allocate for them */
-    assert_int_equal(rl_traj_decode(&d, "\xdd\x7f\xff\xff\xff", 5), -1);
-    assert_int_equal(rl_traj_decode(&d, "\xdf\x7f\xff\xff\xff\xc0\xc0", 7), -1);
-    assert_int_equal(rl_traj_decode(&d, "\x81\xa3tok\xc6\x7f\xff\xff\xff", 10), -1);
+    assert_int_equal(rl_traj_decode(&d, "\xdd\x7f\xff\xff\xff", 5), MANTA_EINVAL);
+    assert_int_equal(rl_traj_decode(&d, "\xdf\x7f\xff\xff\xff\xc0\xc0", 7), MANTA_EINVAL);
+    assert_int_equal(rl_traj_decode(&d, "\x81\xa3tok\xc6\x7f\xff\xff\xff", 10), MANTA_EINVAL);
     free(m);
     free(buf);
     rl_traj_destroy(&d);
@@ -202,13 +207,334 @@ static void test_reward_rules(void **st)
     assert_float_equal(rl_reward_rule("numeric", 0.01, "1000", "1005"), 1.0f, 0);
 }
 
+/* ---- message codecs ---- */
+
+typedef int (*decode_fn)(void *out, const void *buf, size_t len);
+typedef void (*destroy_fn)(void *out);
+
+/* Every proper prefix of a valid encoding is refused, leaving out empty. */
+static void refuse_prefixes(const char *buf, size_t len, decode_fn dec, destroy_fn des, size_t size)
+{
+    void *out = malloc(size);
+    for (size_t n = 0; n < len; n++) {
+        assert_int_equal(dec(out, buf, n), MANTA_EINVAL);
+        assert_true(rl_last_error()[0] != 0);
+        if (des) des(out);
+    }
+    free(out);
+}
+
+static int dec_admit_req(void *o, const void *b, size_t n)
+{
+    return rl_admit_req_decode(o, b, n);
+}
+static int dec_admit_reply(void *o, const void *b, size_t n)
+{
+    return rl_admit_reply_decode(o, b, n);
+}
+static void des_admit_reply(void *o)
+{
+    rl_admit_reply_destroy(o);
+}
+static int dec_step_req(void *o, const void *b, size_t n)
+{
+    return rl_step_req_decode(o, b, n);
+}
+static void des_step_req(void *o)
+{
+    rl_step_req_destroy(o);
+}
+static int dec_step_reply(void *o, const void *b, size_t n)
+{
+    return rl_step_reply_decode(o, b, n);
+}
+static void des_step_reply(void *o)
+{
+    rl_step_reply_destroy(o);
+}
+
+/* A msgpack map of n string keys with values packed by the caller. */
+typedef struct mp {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+} mp;
+static msgpack_packer *mp_begin(mp *m, size_t n)
+{
+    msgpack_sbuffer_init(&m->sb);
+    msgpack_packer_init(&m->pk, &m->sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&m->pk, n);
+    return &m->pk;
+}
+static void key(msgpack_packer *pk, const char *k)
+{
+    msgpack_pack_str(pk, strlen(k));
+    msgpack_pack_str_body(pk, k, strlen(k));
+}
+
+static void test_admit_codec(void **st)
+{
+    rl_admit_req q = {.rollout = "rollout-3", .groups = 4, .version = -1}, q2;
+    char *buf;
+    size_t len;
+    assert_int_equal(rl_admit_req_encode(&q, &buf, &len), 0);
+    assert_int_equal(rl_admit_req_decode(&q2, buf, len), 0);
+    assert_string_equal(q2.rollout, "rollout-3");
+    assert_int_equal(q2.groups, 4);
+    assert_int_equal(q2.version, -1);
+    refuse_prefixes(buf, len, dec_admit_req, NULL, sizeof q2);
+    free(buf);
+
+    rl_bucket b[2] = {{{"obj-a"}, 0, 100, 0xdeadbeef}, {{"obj-b"}, 100, 7, 1}};
+    rl_admit_ep eps[2] = {{5, 0, 2, 0, "12*3=?", "36"}, {6, -1, 0, 1, "", "x"}};
+    rl_admit_reply r = {.version = 3,
+                        .stop = 1,
+                        .has_buckets = 1,
+                        .buckets = {b, 2, 2},
+                        .eps = eps,
+                        .n_eps = 2},
+                   r2;
+    assert_int_equal(rl_admit_reply_encode(&r, &buf, &len), 0);
+    assert_int_equal(rl_admit_reply_decode(&r2, buf, len), 0);
+    assert_int_equal(r2.version, 3);
+    assert_int_equal(r2.stop, 1);
+    assert_int_equal(r2.has_buckets, 1);
+    assert_int_equal(r2.buckets.n, 2);
+    assert_string_equal(r2.buckets.v[1].id.s, "obj-b");
+    assert_int_equal(r2.buckets.v[0].crc, 0xdeadbeef);
+    assert_int_equal(r2.buckets.v[1].offset, 100);
+    assert_int_equal(r2.n_eps, 2);
+    assert_string_equal(r2.eps[0].text, "12*3=?");
+    assert_string_equal(r2.eps[0].reference, "36");
+    assert_int_equal(r2.eps[1].group, -1);
+    assert_int_equal(r2.eps[1].eval, 1);
+    rl_admit_reply_destroy(&r2);
+    refuse_prefixes(buf, len, dec_admit_reply, des_admit_reply, sizeof r2);
+    free(buf);
+    /* no buckets when the caller is current */
+    r.has_buckets = 0, r.n_eps = 0;
+    assert_int_equal(rl_admit_reply_encode(&r, &buf, &len), 0);
+    assert_int_equal(rl_admit_reply_decode(&r2, buf, len), 0);
+    assert_int_equal(r2.has_buckets, 0);
+    assert_int_equal(r2.n_eps, 0);
+    rl_admit_reply_destroy(&r2);
+    free(buf);
+
+    /* mistyped: the field is named */
+    mp m;
+    msgpack_packer *pk = mp_begin(&m, 3);
+    key(pk, "rollout"), key(pk, "r-0");
+    key(pk, "groups"), key(pk, "two");
+    key(pk, "version"), msgpack_pack_int(pk, 0);
+    assert_int_equal(rl_admit_req_decode(&q2, m.sb.data, m.sb.size), MANTA_EINVAL);
+    assert_string_equal(rl_last_error(), "admit.groups: expected an integer, got \"two\"");
+    msgpack_sbuffer_destroy(&m.sb);
+    pk = mp_begin(&m, 2);
+    key(pk, "rollout"), key(pk, "r-0");
+    key(pk, "groups"), msgpack_pack_int(pk, 1);
+    assert_int_equal(rl_admit_req_decode(&q2, m.sb.data, m.sb.size), MANTA_EINVAL);
+    assert_string_equal(rl_last_error(), "admit: missing \"version\"");
+    msgpack_sbuffer_destroy(&m.sb);
+    /* a bucket whose crc is a string */
+    pk = mp_begin(&m, 4);
+    key(pk, "version"), msgpack_pack_int(pk, 1);
+    key(pk, "stop"), msgpack_pack_int(pk, 0);
+    key(pk, "episodes"), msgpack_pack_array(pk, 0);
+    key(pk, "buckets"), msgpack_pack_array(pk, 1);
+    msgpack_pack_map(pk, 4);
+    key(pk, "id"), key(pk, "o"), key(pk, "offset"), msgpack_pack_int(pk, 0);
+    key(pk, "count"), msgpack_pack_int(pk, 1), key(pk, "crc"), key(pk, "7");
+    assert_int_equal(rl_admit_reply_decode(&r2, m.sb.data, m.sb.size), MANTA_EINVAL);
+    assert_string_equal(rl_last_error(),
+                        "admit reply.buckets[0].crc: expected an integer, got \"7\"");
+    assert_null(r2.buckets.v);
+    msgpack_sbuffer_destroy(&m.sb);
+}
+
+static void test_step_codec(void **st)
+{
+    int32_t tok[4] = {RL_TOK_BOS, 'a', RL_TOK_CALL, RL_TOK_EOS};
+    float logp[4] = {0, -0.5f, -1.5f, -0.25f};
+    uint8_t mask[4] = {0, 1, 1, 1};
+    rl_step_item items[2] = {{4, tok, logp, mask, 0.75f}, {2, tok, NULL, mask, -1}};
+    rl_step_req q = {.mode = RL_STEP_PPO, .version = 9, .lr = 1e-3, .items = items, .n_items = 2},
+                q2;
+    char *buf;
+    size_t len;
+    assert_int_equal(rl_step_req_encode(&q, &buf, &len), 0);
+    assert_int_equal(rl_step_req_decode(&q2, buf, len), 0);
+    assert_int_equal(q2.mode, RL_STEP_PPO);
+    assert_int_equal(q2.version, 9);
+    assert_true(q2.lr == 1e-3);
+    assert_int_equal(q2.n_items, 2);
+    assert_int_equal(q2.items[0].n, 4);
+    assert_memory_equal(q2.items[0].tok, tok, sizeof tok);
+    assert_memory_equal(q2.items[0].logp, logp, sizeof logp);
+    assert_memory_equal(q2.items[0].mask, mask, sizeof mask);
+    assert_true(q2.items[0].adv == 0.75f);
+    assert_null(q2.items[1].logp);
+    assert_int_equal(q2.items[1].n, 2);
+    rl_step_req_destroy(&q2);
+    refuse_prefixes(buf, len, dec_step_req, des_step_req, sizeof q2);
+    free(buf);
+    /* a token outside the vocabulary, and columns of unequal length */
+    int32_t badtok[4] = {1, 2, RL_VOCAB, 3};
+    items[0].tok = badtok;
+    assert_int_equal(rl_step_req_encode(&q, &buf, &len), 0);
+    assert_int_equal(rl_step_req_decode(&q2, buf, len), MANTA_EINVAL);
+    assert_string_equal(rl_last_error(), "step.items[0].tok[2]: 260 is not a token id");
+    assert_null(q2.items);
+    free(buf);
+    items[0].tok = tok;
+    mp m;
+    msgpack_packer *pk = mp_begin(&m, 4);
+    key(pk, "mode"), key(pk, "ppo"), key(pk, "version"), msgpack_pack_int(pk, 1);
+    key(pk, "lr"), msgpack_pack_double(pk, 0.1), key(pk, "items"), msgpack_pack_array(pk, 1);
+    msgpack_pack_map(pk, 4);
+    key(pk, "tok"), msgpack_pack_bin(pk, 8), msgpack_pack_bin_body(pk, tok, 8);
+    key(pk, "logp"), msgpack_pack_bin(pk, 0);
+    key(pk, "mask"), msgpack_pack_bin(pk, 3), msgpack_pack_bin_body(pk, mask, 3);
+    key(pk, "adv"), msgpack_pack_double(pk, 1);
+    assert_int_equal(rl_step_req_decode(&q2, m.sb.data, m.sb.size), MANTA_EINVAL);
+    assert_non_null(strstr(rl_last_error(), "step.items[0]: columns of unequal length"));
+    msgpack_sbuffer_destroy(&m.sb);
+    pk = mp_begin(&m, 4);
+    key(pk, "mode"), key(pk, "rl"), key(pk, "version"), msgpack_pack_int(pk, 1);
+    key(pk, "lr"), msgpack_pack_double(pk, 0.1), key(pk, "items"), msgpack_pack_array(pk, 0);
+    assert_int_equal(rl_step_req_decode(&q2, m.sb.data, m.sb.size), MANTA_EINVAL);
+    assert_string_equal(rl_last_error(), "step.mode: \"rl\" is neither \"ppo\" nor \"sft\"");
+    msgpack_sbuffer_destroy(&m.sb);
+
+    rl_bucket b = {{"o-1"}, 8, 16, 42};
+    rl_step_reply r = {.version = 2,
+                       .buckets = {&b, 1, 1},
+                       .loss = 0.5,
+                       .kl = 0.01,
+                       .tokens = 300,
+                       .grad_norm = 2,
+                       .busy_s = 0.125},
+                  r2;
+    assert_int_equal(rl_step_reply_encode(&r, &buf, &len), 0);
+    assert_int_equal(rl_step_reply_decode(&r2, buf, len), 0);
+    assert_int_equal(r2.version, 2);
+    assert_int_equal(r2.buckets.n, 1);
+    assert_string_equal(r2.buckets.v[0].id.s, "o-1");
+    assert_int_equal(r2.buckets.v[0].count, 16);
+    assert_true(r2.loss == 0.5 && r2.kl == 0.01 && r2.tokens == 300 && r2.busy_s == 0.125);
+    rl_step_reply_destroy(&r2);
+    refuse_prefixes(buf, len, dec_step_reply, des_step_reply, sizeof r2);
+    free(buf);
+}
+
+/* ---- the init-argument reader ---- */
+
+/* The payload manta_spec_init_payload() makes for group `group`, with
+ * settings and sections given as msgpack-packing callbacks. */
+static void payload(mp *m, const char *group, void (*settings)(msgpack_packer *),
+                    void (*sections)(msgpack_packer *))
+{
+    msgpack_packer *pk = mp_begin(m, 5);
+    key(pk, "job"), key(pk, "j");
+    key(pk, "group"), key(pk, group);
+    key(pk, "replica"), msgpack_pack_int(pk, 0);
+    key(pk, "settings");
+    if (settings)
+        settings(pk);
+    else
+        msgpack_pack_map(pk, 0);
+    key(pk, "sections");
+    if (sections)
+        sections(pk);
+    else
+        msgpack_pack_map(pk, 0);
+}
+
+static void nested_two(msgpack_packer *pk) /* settings: {model: {n_layer: "two"}} */
+{
+    msgpack_pack_map(pk, 1), key(pk, "model"), msgpack_pack_map(pk, 1);
+    key(pk, "n_layer"), key(pk, "two");
+}
+static void section_float(msgpack_packer *pk) /* model: {n_head: 2.5} */
+{
+    msgpack_pack_map(pk, 1), key(pk, "model"), msgpack_pack_map(pk, 1);
+    key(pk, "n_head"), msgpack_pack_double(pk, 2.5);
+}
+static void section_typo(msgpack_packer *pk) /* rl: {gruop_size: 4} */
+{
+    msgpack_pack_map(pk, 1), key(pk, "rl"), msgpack_pack_map(pk, 1);
+    key(pk, "gruop_size"), msgpack_pack_int(pk, 4);
+}
+static void settings_typo(msgpack_packer *pk) /* settings: {slot: 4} */
+{
+    msgpack_pack_map(pk, 1), key(pk, "slot"), msgpack_pack_int(pk, 4);
+}
+static void good_sections(msgpack_packer *pk) /* model: {n_layer: 3, n_embd: 48}, rl: {lr: 1} */
+{
+    msgpack_pack_map(pk, 2), key(pk, "model"), msgpack_pack_map(pk, 2);
+    key(pk, "n_layer"), msgpack_pack_int(pk, 3), key(pk, "n_embd"), msgpack_pack_int(pk, 48);
+    key(pk, "rl"), msgpack_pack_map(pk, 1), key(pk, "lr"), msgpack_pack_int(pk, 1);
+}
+static void good_settings(msgpack_packer *pk) /* settings: {n_layer: 4, slots: 8} */
+{
+    msgpack_pack_map(pk, 2), key(pk, "n_layer"), msgpack_pack_int(pk, 4);
+    key(pk, "slots"), msgpack_pack_int(pk, 8);
+}
+
+/* Read the model config of a payload; returns rc, the message in why. */
+static int read_model(const char *group, void (*settings)(msgpack_packer *),
+                      void (*sections)(msgpack_packer *), mk_config *cfg, char *why, size_t wl)
+{
+    mp m;
+    payload(&m, group, settings, sections);
+    rl_args a;
+    rl_args_open(&a, m.sb.data, m.sb.size);
+    rl_model_config(&a, cfg, NULL);
+    (void)rl_arg_num(&a, "rl", "lr", 1e-3, 0, 10);
+    snprintf(why, wl, "%s", a.err);
+    int rc = rl_args_close(&a, NULL);
+    msgpack_sbuffer_destroy(&m.sb);
+    return rc;
+}
+
+static void test_settings_reader(void **st)
+{
+    mk_config cfg;
+    char why[512];
+    assert_int_equal(read_model("learner", nested_two, NULL, &cfg, why, sizeof why), MANTA_EINVAL);
+    assert_string_equal(why,
+                        "groups.learner.settings.model.n_layer: expected an integer, got \"two\"");
+    assert_string_equal(rl_last_error(), why);
+    assert_int_equal(read_model("rollout", NULL, section_float, &cfg, why, sizeof why),
+                     MANTA_EINVAL);
+    assert_string_equal(why, "model.n_head: expected an integer, got 2.5");
+    assert_int_equal(read_model("learner", NULL, section_typo, &cfg, why, sizeof why),
+                     MANTA_EINVAL);
+    assert_string_equal(why, "rl.gruop_size: unknown key");
+    assert_int_equal(read_model("rollout", settings_typo, NULL, &cfg, why, sizeof why),
+                     MANTA_EINVAL);
+    assert_string_equal(why, "groups.rollout.settings.slot: unknown key");
+    /* the group's settings win over the section; defaults fill the rest */
+    assert_int_equal(read_model("rollout", good_settings, good_sections, &cfg, why, sizeof why), 0);
+    assert_int_equal(cfg.n_layer, 4);
+    assert_int_equal(cfg.n_embd, 48);
+    assert_int_equal(cfg.n_head, 4);
+    assert_int_equal(cfg.vocab_size, RL_VOCAB);
+    assert_int_equal(read_model("learner", NULL, good_sections, &cfg, why, sizeof why), 0);
+    assert_int_equal(cfg.n_layer, 3);
+    /* not a payload at all */
+    rl_args a;
+    assert_int_equal(rl_args_open(&a, "\x93\x01", 2), MANTA_EINVAL);
+    assert_non_null(strstr(a.err, "init argument"));
+    assert_int_equal(rl_args_close(&a, NULL), MANTA_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_advantages),           cmocka_unit_test(test_ppo_loss),
         cmocka_unit_test(test_admission_bound),      cmocka_unit_test(test_ledger),
         cmocka_unit_test(test_traj_masks_and_codec), cmocka_unit_test(test_traj_decode_fuzz),
-        cmocka_unit_test(test_reward_rules),
+        cmocka_unit_test(test_reward_rules),         cmocka_unit_test(test_admit_codec),
+        cmocka_unit_test(test_step_codec),           cmocka_unit_test(test_settings_reader),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
