@@ -635,9 +635,9 @@ static void test_sse_parser_fuzz(void **state)
         /* An exact-size heap copy, so ASan sees any read past the end. */
         char *heap = malloc(cut ? cut : 1);
         memcpy(heap, buf, cut);
-        bool bad = false;
+        bool malformed = false;
         uint64_t skipped = 0;
-        cJSON *r = mcp_sse_find_response(heap, cut, 3, &bad, &skipped);
+        cJSON *r = mcp_sse_find_response(heap, cut, 3, &malformed, &skipped);
         if (r) {
             found++;
             const cJSON *id = cJSON_GetObjectItemCaseSensitive(r, "id");

@@ -40,6 +40,14 @@ void *__real_realloc(void *p, size_t n);
 char *__real_strdup(const char *s);
 char *__real_strndup(const char *s, size_t n);
 int __real_vasprintf(char **out, const char *fmt, va_list ap);
+/* The wrappers the linker's --wrap sends spec.c's allocations to. */
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t n, size_t size);
+void *__wrap_realloc(void *p, size_t n);
+char *__wrap_strdup(const char *s);
+char *__wrap_strndup(const char *s, size_t n);
+int __wrap_vasprintf(char **out, const char *fmt, va_list ap);
+int __wrap_asprintf(char **out, const char *fmt, ...);
 
 void *__wrap_malloc(size_t n)
 {
