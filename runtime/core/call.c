@@ -402,9 +402,16 @@ int mn_recv_replies(manta_ctx *m, mn_peer *p)
 
 /* ---- the calls' hook: deadlines ---- */
 
+/* The next deadline of a pending call. Entries of resolved calls are
+ * dropped from the top first, so an idle process does not wake for them. */
 static int64_t calls_due(manta_ctx *m)
 {
-    return m->heap_len ? m->heap[0].deadline : INT64_MAX;
+    while (m->heap_len) {
+        manta_future *f = mn_idmap_get(&m->calls, m->heap[0].id);
+        if (f && f->deadline == m->heap[0].deadline) return f->deadline;
+        heap_pop(m);
+    }
+    return INT64_MAX;
 }
 
 static int run_deadlines(manta_ctx *m)
