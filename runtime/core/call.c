@@ -279,8 +279,9 @@ int manta_get(manta_future *f, int timeout_ms, const void **data, size_t *len)
     while (f->status == MANTA_EPENDING) {
         int64_t left = until - mn_now_ms();
         if (left < 0) return MANTA_EPENDING;
-        int rc = mn_loop_once(f->ctx, (int)(left > 1000 ? 1000 : left));
-        if (rc < 0 && f->status == MANTA_EPENDING) return rc;
+        /* A failed turn (out of memory for the poll set) is tried again:
+         * the call's deadline bounds the wait either way. */
+        mn_loop_once(f->ctx, (int)(left > 1000 ? 1000 : left));
     }
     if (f->status == 0) {
         if (data) *data = f->data;
@@ -305,7 +306,7 @@ int manta_wait(manta_future *const *fs, size_t n, size_t k, int timeout_ms)
         }
         int64_t left = until - mn_now_ms();
         if (done >= k || left < 0 || !m) return (int)done;
-        if (mn_loop_once(m, (int)(left > 1000 ? 1000 : left)) < 0) return (int)done;
+        mn_loop_once(m, (int)(left > 1000 ? 1000 : left));
     }
 }
 

@@ -146,7 +146,9 @@ static void on_disconnected(manta_ctx *m, mn_peer *p)
 {
     set_suspect(m, p, true);
     p->reconnected = false;
-    p->next_check = mn_now_ms() + 20;
+    /* The next message looks the record up first: a new incarnation may
+     * live elsewhere. */
+    p->next_check = mn_now_ms();
     char why[256];
     snprintf(why, sizeof why, "actor %s died: its connection closed while the call was pending",
              peer_name(p));
