@@ -304,7 +304,7 @@ static void test_poll_once_reply_and_call(void **unused)
     assert_int_equal(r[0], 1);
     fprintf(stderr, "actor's poll_once: ping served after %lld ms, %lld returns\n", (long long)r[1],
             (long long)r[2]);
-    assert_true(r[1] >= 150 && r[1] < 1500);
+    assert_true(r[1] >= 50 && r[1] < 1500); /* the ping came 200 ms after arming */
     assert_true(r[2] <= 3);
     stop_and_check_clean(m);
 }
