@@ -39,7 +39,9 @@ typedef struct wstate {
     int hangs;       /* "hang" calls received */
     manta_req *hung; /* the last of them, never answered */
     manta_actor *target;
-    int relay[2]; /* statuses of the relay's first and second call */
+    int relay[2];  /* statuses of the relay's first and second call */
+    int notes[64]; /* what "note" casts carried, in arrival order */
+    int nnotes;
 } wstate;
 
 static int64_t now_ms(void)
@@ -153,7 +155,28 @@ static int w_sleep(manta_req *c, void *st, const void *arg, size_t len)
     return 0;
 }
 
+static int w_crash(manta_req *c, void *st, const void *arg, size_t len)
+{
+    _exit(9);
+}
+
+static int w_note(manta_req *c, void *st, const void *arg, size_t len)
+{
+    wstate *s = st;
+    if (len == sizeof(int) && s->nnotes < 64) memcpy(&s->notes[s->nnotes++], arg, sizeof(int));
+    return 0;
+}
+
+static int w_notes(manta_req *c, void *st, const void *arg, size_t len)
+{
+    wstate *s = st;
+    return manta_reply(c, s->notes, (size_t)s->nnotes * sizeof(int));
+}
+
 static const manta_method w_methods[] = {
+    {"crash", w_crash},         {"note", w_note},
+    {"notes", w_notes},
+
     {"ping", w_ping},           {"pid", w_pid},
     {"arm_poll", w_arm_poll},   {"poll_result", w_poll_result},
     {"hang", w_hang},           {"hangs", w_hangs},
@@ -187,14 +210,19 @@ static void stop_and_check_clean(manta_ctx *m)
     assert_int_equal(test_redis_count(&redis, pattern), 0);
 }
 
-static manta_actor *make(manta_ctx *m, const char *name)
+static manta_actor *make_r(manta_ctx *m, const char *name, int max_restarts)
 {
     manta_actor *a = NULL;
-    manta_actor_options o = {.cls = "waker", .name = name, .max_restarts = 0};
+    manta_actor_options o = {.cls = "waker", .name = name, .max_restarts = max_restarts};
     int rc = manta_actor_create(m, &o, &a);
     if (rc) fprintf(stderr, "create %s: %s\n", name, manta_last_error());
     assert_int_equal(rc, 0);
     return a;
+}
+
+static manta_actor *make(manta_ctx *m, const char *name)
+{
+    return make_r(m, name, 0);
 }
 
 /* Call and copy the reply into out (n bytes); returns the status. */
@@ -360,6 +388,33 @@ static void test_suspect_lookup_does_not_stall(void **unused)
     stop_and_check_clean(m);
 }
 
+/* Right after a crash the peer is suspect: casts and a call made before the
+ * new incarnation is up wait for the directory lookup, then reach it, all of
+ * them and in order. */
+static void test_held_messages_keep_order(void **unused)
+{
+    manta_ctx *m = start();
+    manta_actor *a = make_r(m, "phoenix", 1);
+    int pid1 = 0, pid2 = 0;
+    assert_int_equal(call(m, a, "pid", NULL, 0, &pid1, sizeof pid1), 0);
+    manta_future *f = manta_call(m, a, "crash", NULL, 0);
+    assert_int_equal(manta_get(f, 5000, NULL, NULL), MANTA_EDIED);
+    manta_future_free(f);
+    for (int i = 0; i < 10; i++) assert_int_equal(manta_cast(m, a, "note", &i, sizeof i), 0);
+    int notes[64];
+    manta_future *g = manta_call(m, a, "notes", NULL, 0);
+    const void *d;
+    size_t n = 0;
+    assert_int_equal(manta_get(g, 10000, &d, &n), 0);
+    assert_int_equal(n, 10 * sizeof(int));
+    memcpy(notes, d, n);
+    manta_future_free(g);
+    for (int i = 0; i < 10; i++) assert_int_equal(notes[i], i);
+    assert_int_equal(call(m, a, "pid", NULL, 0, &pid2, sizeof pid2), 0);
+    assert_int_not_equal(pid1, pid2);
+    stop_and_check_clean(m);
+}
+
 int main(void)
 {
     if (getenv("MANTA_ROLE")) { /* started as an actor or node agent */
@@ -373,6 +428,7 @@ int main(void)
         cmocka_unit_test(test_poll_once_timer_and_fd),
         cmocka_unit_test(test_poll_once_reply_and_call),
         cmocka_unit_test(test_suspect_lookup_does_not_stall),
+        cmocka_unit_test(test_held_messages_keep_order),
     };
     if (getenv("TEST_FILTER")) cmocka_set_test_filter(getenv("TEST_FILTER"));
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
