@@ -83,8 +83,9 @@ static void heartbeat(void *arg)
     char key[256], hb[24];
     mn_key(m, key, sizeof key, "actor", m->self);
     snprintf(hb, sizeof hb, "%lld", (long long)mn_wall_ms());
-    freeReplyObject(mn_redis(m, "HSET %s hb %s calls %llu", key, hb,
-                             (unsigned long long)m->stats.calls_served));
+    /* Asynchronous: a slow or paused Redis must not stall the mailbox. */
+    mn_aredis_command(m, NULL, NULL, "HSET %s hb %s calls %llu", key, hb,
+                      (unsigned long long)m->stats.calls_served);
     manta_timer_add(m, 1000, heartbeat, m);
 }
 

@@ -1,9 +1,10 @@
 /*
  * internal.h -- what the runtime's files share and users never see.
  *
- * Layering inside runtime/: util (errors, clock, id table) -> envelope (wire
- * format) -> loop (poll, timers, peers, futures, serving) -> registry (Redis)
- * -> objects, actor process, node agent -> context (manta_init).
+ * Layering inside runtime/core: util (errors, clock, id table) -> envelope
+ * (wire format) -> loop (poll set, timers, watches) -> redis_async, peer,
+ * call, serve (what runs on the loop) -> registry (Redis) -> objects, actor
+ * process, node agent -> context (manta_init).
  */
 #ifndef MANTA_INTERNAL_H
 #define MANTA_INTERNAL_H
@@ -72,11 +73,59 @@ void mn_env_thread_done(void);
 /* Decode a frame. Returns 0 or EPROTO with a message naming the field. */
 int mn_env_decode(const void *buf, size_t len, mn_env *e, char *err, size_t errlen);
 
-/* ---- loop.c: peers, futures, serving ---- */
-typedef struct mn_peer mn_peer;
+/* ---- loop.c: the event loop (poll set, timers, fd watches, hooks) ---- */
+typedef struct mn_io mn_io;
 typedef struct mn_timer mn_timer;
-typedef struct mn_watch mn_watch;
-typedef struct mn_deferred mn_deferred;
+typedef struct mn_loop_hook mn_loop_hook;
+/* Serve an I/O source that polled ready; returns how many events it
+ * handled (messages, replies, ...), for manta_poll_once's count. */
+typedef int (*mn_io_fn)(manta_ctx *m, void *arg, int revents);
+
+/* A layer above the loop (calls, serving, async Redis) plugs in with one
+ * const table, the way Redis's networking plugs into ae.c: the loop knows
+ * no layer by name. */
+struct mn_loop_hook {
+    /* The earliest time (mn_now_ms) this layer needs a turn, or INT64_MAX. */
+    int64_t (*due)(manta_ctx *m);
+    /* After each turn's I/O and timers: returns how many events it handled. */
+    int (*run)(manta_ctx *m);
+    /* At mn_loop_free: release what the layer holds. */
+    void (*fini)(manta_ctx *m);
+};
+#define MN_LOOP_MAX_HOOKS 8
+
+/* Add a ZeroMQ socket (sock) or a file descriptor (sock NULL, fd) to the
+ * poll set. events: ZMQ_POLLIN | ZMQ_POLLOUT; 0 keeps it registered but not
+ * polled. NULL when out of memory. The entry stays valid until mn_io_del. */
+mn_io *mn_io_add(manta_ctx *m, void *sock, int fd, short events, mn_io_fn fn, void *arg);
+void mn_io_events(manta_ctx *m, mn_io *io, short events);
+/* Remove an entry; safe from inside its own callback and nested turns. */
+void mn_io_del(manta_ctx *m, mn_io *io);
+/* Register a layer once (again: no-op). MANTA_ENOMEM past the table's size. */
+int mn_loop_hook_add(manta_ctx *m, const mn_loop_hook *h);
+/* One turn: wait up to timeout_ms (-1: until something is due) for I/O,
+ * serve what is ready, run due timers and the hooks. Returns the number of
+ * events handled (>= 0) or a negative MANTA_E* code. Reentrant: a callback
+ * may turn the loop again (nested dispatch). */
+int mn_loop_once(manta_ctx *m, int timeout_ms);
+/* Run every hook's fini, then free the poll set, timers and watches. */
+void mn_loop_free(manta_ctx *m);
+
+/* ---- redis_async.c: non-blocking Redis on the loop ---- */
+/* A reply handler: r is the reply (NULL when the link failed or a command
+ * ran past MN_AREDIS_TIMEOUT_MS; manta_last_error() says why); the reply is
+ * freed after it returns. A handler must not turn the loop. */
+typedef void (*mn_aredis_fn)(manta_ctx *m, redisReply *r, void *arg);
+#define MN_AREDIS_TIMEOUT_MS 5000
+/* Queue a command on the process's second, non-blocking Redis link
+ * (connected and authenticated on first use). fn may be NULL: an error
+ * reply is then logged. Returns 0, or a code when the command could not be
+ * queued (fn is not called then). */
+int mn_aredis_command(manta_ctx *m, mn_aredis_fn fn, void *arg, const char *fmt, ...);
+
+/* ---- peer.c: DEALER sockets to other processes, their death and return ---- */
+typedef struct mn_peer mn_peer;
+typedef struct mn_held mn_held;
 
 struct manta_actor {
     manta_ctx *ctx;
@@ -88,19 +137,42 @@ struct manta_actor {
 struct mn_peer {
     manta_ctx *ctx;
     char *endpoint;
-    void *sock; /* DEALER */
-    void *mon;  /* PAIR on the socket monitor */
+    void *sock;         /* DEALER */
+    void *mon;          /* PAIR on the socket monitor */
+    mn_io *io, *io_mon; /* in the poll set while calls are pending */
     size_t pending;
-    int incarnation;    /* last known, from the directory */
-    bool suspect;       /* disconnected: check the directory before trusting */
-    bool dead;          /* directory says dead for good */
-    bool reconnected;   /* the socket connected again after a disconnect */
-    bool connected;     /* zmq_connect done (lazily: see mn_peer_connect) */
-    int64_t next_check; /* when to look at the directory again */
-    manta_actor *owner; /* the handle, for named actors */
+    int incarnation;                /* last known, from the directory */
+    bool suspect;                   /* disconnected: check the directory before trusting */
+    bool dead;                      /* directory says dead for good */
+    bool reconnected;               /* the socket connected again after a disconnect */
+    bool connected;                 /* zmq_connect done (lazily: see mn_peer_connect) */
+    bool looking;                   /* a directory lookup is in flight */
+    int64_t next_check;             /* when to look at the directory again */
+    mn_held *held_head, *held_tail; /* sends waiting for the lookup */
+    manta_actor *owner;             /* the handle, for named actors */
     mn_peer *next;
 };
 
+mn_peer *mn_peer_get(manta_ctx *m, const char *endpoint);
+int mn_peer_connect(mn_peer *p);
+/* A call was made (pending 0 -> 1) or resolved (1 -> 0): poll it or not. */
+void mn_peer_busy(manta_ctx *m, mn_peer *p, bool busy);
+/* May a message go to this peer now? */
+enum { MN_SEND, MN_HOLD, MN_DEAD };
+int mn_peer_admit(manta_ctx *m, mn_peer *p);
+/* Keep a message until the peer's directory lookup answers (MN_HOLD): it
+ * is then sent in order, or dropped if the actor is dead (a call's future
+ * then resolves EDIED). frame's ownership passes on success. */
+int mn_peer_hold(manta_ctx *m, mn_peer *p, int kind, uint64_t id, const char *method,
+                 const void *arg, size_t len, zmq_msg_t *frame);
+/* Read a peer's monitor (deaths, reconnects); returns the events read. */
+int mn_peer_recv_monitor(manta_ctx *m, mn_peer *p);
+/* Suspect peers with calls pending: the next lookup due, and start them. */
+int64_t mn_peers_due(manta_ctx *m);
+int mn_peers_check(manta_ctx *m);
+void mn_peers_free(manta_ctx *m);
+
+/* ---- call.c: calls and futures ---- */
 struct manta_future {
     manta_ctx *ctx;
     mn_peer *peer;
@@ -115,6 +187,18 @@ struct manta_future {
     void *owned; /* bytes the future holds itself (an inline object) */
 };
 
+manta_future *mn_call_peer(manta_ctx *m, mn_peer *p, const char *method, const void *arg,
+                           size_t len, int timeout_ms, zmq_msg_t *frame);
+void mn_fail_peer_calls(manta_ctx *m, mn_peer *p, int code, const char *why);
+/* The pending future of call `id` to `p`, or NULL (resolved, freed, other). */
+manta_future *mn_call_find(manta_ctx *m, mn_peer *p, uint64_t id);
+void mn_call_resolve(manta_ctx *m, manta_future *f, int status, const char *error);
+/* Receive replies on a peer's socket; returns how many. */
+int mn_recv_replies(manta_ctx *m, mn_peer *p);
+
+/* ---- serve.c: the mailbox ---- */
+typedef struct mn_deferred mn_deferred;
+
 struct manta_req {
     manta_ctx *ctx;
     zmq_msg_t route;
@@ -122,6 +206,9 @@ struct manta_req {
     char method[128];
     bool answered, deferred, is_cast, returned;
 };
+
+int mn_mailbox_bind(manta_ctx *m, const char *endpoint);
+int mn_stats_pack(const manta_stats *s, msgpack_sbuffer *out);
 
 typedef struct mn_heap_item {
     int64_t deadline;
@@ -173,10 +260,16 @@ struct manta_ctx {
     /* loop */
     mn_timer *timers;
     uint64_t next_timer;
-    mn_watch *watches;
+    mn_io *io_head, *io_tail, *io_removed;
+    size_t nio;
     zmq_pollitem_t *items;
     size_t nitems, items_cap;
     bool items_dirty;
+    int loop_depth; /* nested turns: removed entries are freed at depth 0 */
+    const mn_loop_hook *hooks[MN_LOOP_MAX_HOOKS];
+    int nhooks;
+    int nsuspect; /* peers that are suspect */
+    struct mn_aredis *aredis;
     int64_t next_heartbeat;
 
     /* objects */
@@ -190,16 +283,6 @@ struct manta_ctx {
 
     manta_stats stats;
 };
-
-int mn_loop_once(manta_ctx *m, int timeout_ms);
-mn_peer *mn_peer_get(manta_ctx *m, const char *endpoint);
-int mn_peer_connect(mn_peer *p);
-manta_future *mn_call_peer(manta_ctx *m, mn_peer *p, const char *method, const void *arg,
-                           size_t len, int timeout_ms, zmq_msg_t *frame);
-int mn_mailbox_bind(manta_ctx *m, const char *endpoint);
-void mn_loop_free(manta_ctx *m);
-void mn_fail_peer_calls(manta_ctx *m, mn_peer *p, int code, const char *why);
-int mn_stats_pack(const manta_stats *s, msgpack_sbuffer *out);
 
 /* ---- registry.c: Redis ---- */
 int mn_redis_parse_url(manta_ctx *m, const char *url);

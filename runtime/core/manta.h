@@ -192,8 +192,18 @@ const char *manta_job(const manta_ctx *m);
 const char *manta_redis_url(const manta_ctx *m); /* with password */
 const char *manta_self(const manta_ctx *m);      /* actor name, or "driver" */
 
-/* Serve the mailbox and timers for up to timeout_ms (0: once, no wait). */
+/* Run the event loop (the mailbox, replies, timers, fd watches) for
+ * timeout_ms, however many events come (0: one turn, no wait). Returns 0
+ * or a negative MANTA_E* code. */
 int manta_poll(manta_ctx *m, int timeout_ms);
+/* Run the event loop until at least one event has been handled (a call
+ * served, a reply or error received, a timer or fd watch run, a deadline
+ * passed), or timeout_ms (-1: no limit), like uv_run(UV_RUN_ONCE). Returns
+ * the number of events handled in the turn that had any (> 0), 0 when the
+ * timeout ran out first (at once when nothing could ever wake it: no
+ * mailbox, no call in flight, no timer, no watch), or a negative MANTA_E*
+ * code. A loop of manta_poll_once(m, -1) is a process driven by events. */
+int manta_poll_once(manta_ctx *m, int timeout_ms);
 
 /* ---- Actors ---------------------------------------------------------------- */
 
