@@ -346,12 +346,12 @@ static int load_added(mtok *t, const cJSON *added)
                               "not supported",
                               t->name, i, c->valuestring);
         mtok_added *a = &t->added[t->n_added++];
-        if (!(a->content = strdup(c->valuestring))) return mtok__fail(MTOK_ENOMEM, "out of memory");
+        if (!(a->content = strdup(c->valuestring)) || !(a->orig = strdup(c->valuestring)))
+            return mtok__fail(MTOK_ENOMEM, "out of memory");
         a->len = strlen(a->content);
         a->id = (int32_t)cJSON_GetObjectItemCaseSensitive(e, "id")->valuedouble;
         a->special = is_true(e, "special");
         a->normalized = is_true(e, "normalized");
-        if ((rc = set_id_str(t, a->id, a->content))) return rc;
         t->is_special[a->id] = a->special;
         i++;
     }
@@ -371,6 +371,11 @@ static int load_added(mtok *t, const cJSON *added)
             memcpy(p, nb.p, nb.len + 1);
             a->content = p, a->len = nb.len;
         }
+        /* tokenizers' id_to_token, and so decode, give an added token's
+         * (normalised) content, before the model's string for that id. */
+        free(t->id_str[a->id]);
+        t->id_str[a->id] = NULL;
+        if ((rc = set_id_str(t, a->id, a->content))) break;
         t->added_first[a->normalized][(unsigned char)a->content[0]] = true;
         t->has_normalized_added |= a->normalized;
     }
@@ -497,7 +502,7 @@ void mtok_free(mtok *t)
     free(t->id_str);
     free(t->is_special);
     mtok__pairmap_destroy(&t->merges);
-    for (size_t i = 0; i < t->n_added; i++) free(t->added[i].content);
+    for (size_t i = 0; i < t->n_added; i++) free(t->added[i].content), free(t->added[i].orig);
     free(t->added);
     for (size_t i = 0; i < t->n_split; i++) pcre2_code_free(t->split[i]);
     pcre2_match_data_free(t->md);
@@ -521,10 +526,8 @@ size_t mtok_vocab_size(const mtok *t)
 int32_t mtok_token_id(const mtok *t, const char *token)
 {
     if (!t || !token) return -1;
-    size_t len = strlen(token);
     for (size_t i = 0; i < t->n_added; i++)
-        if (t->added[i].len == len && memcmp(t->added[i].content, token, len) == 0)
-            return t->added[i].id;
+        if (strcmp(t->added[i].orig, token) == 0) return t->added[i].id;
     mtok_buf b = {0};
     int32_t id = token_bytes(token, &b) && b.len ? mtok__strmap_get(&t->vocab, b.p, b.len) : -1;
     free(b.p);

@@ -83,7 +83,8 @@ bool mtok__py_isspace(uint32_t cp);
 
 /* ---- the tokenizer ------------------------------------------------------ */
 typedef struct mtok_added {
-    char *content;
+    char *content; /* as matched: NFC'd when normalized and the normalizer is NFC */
+    char *orig;    /* as written in the file (mtok_token_id looks this up) */
     size_t len;
     int32_t id;
     bool special, normalized;

@@ -13,8 +13,9 @@ this script writes is committed.
    the tokenizers library, using each family's pre-tokenizer settings, special
    tokens, normalizer and post-processor.
 3. expect_{name}.json: for every corpus case, what tokenizers does with it:
-   "ids" (encode, add_special_tokens=False), "ids_special" (=True),
-   "decoded" (decode(ids)), "decoded_skip" (decode(ids_special,
+   "ids" (encode, add_special_tokens=False), "ids_special" (=True; absent
+   when equal to "ids"), "decoded" (decode(ids); absent when equal to the
+   text, which is then the round trip byte for byte), "decoded_skip" (decode(ids_special,
    skip_special_tokens=True)), "invalid": whether the bytes are not UTF-8, and
    "nfc_changes": whether the normalizer changes the text (then decoding
    gives back the normalised text, not the input).
@@ -71,6 +72,7 @@ CORPUS = [
     "Math: x² + y² = z², α β γ δ ε, ℕ ℤ ℚ ℝ ℂ",
     "Fullwidth ＡＢＣ ａｂｃ and ligature ﬁ ﬂ and roman Ⅳ and circled ①",
     "\r\n\r\n\t\t  \n \n",
+    "Normalized added token: caf\u00e9, cafe\u0301, CAF\u00c9, cafeteria",
 ]
 # Invalid UTF-8: lone continuation, truncated sequences, overlong, surrogate,
 # out of range, bytes that never occur.
@@ -86,8 +88,28 @@ INVALID = [
 ]
 
 
+# Random strings over characters where engines and Unicode tables could
+# disagree (case folding in (?i:'s), White_Space, marks, numbers, added-token
+# text), seeded so the corpus is the same on every run.
+PALETTE = (list("abcXYZ019 .,;'!?-_()[]{}<>|/\\\"") + ["  ", "   ", "\t", "\n", "\r\n", "\n\n"] +
+           ["'s", "'S", "'ll", "'LL", "'d", "'re", "'ve", "'m", "'t", "'\u017f", "'\u212a"] +
+           ["\u00a0", "\u3000", "\u2028", "\u0085", "\u180e", "\u200b", "\u2009", "\x1c", "\x0b"] +
+           ["\u0301", "\u0308", "e\u0301", "\u00e9", "\u1100\u1161", "\u212b", "\u0130", "\u0131",
+            "\u03c3", "\u03a3", "\u03c2", "\u00df", "\u1e9e", "\ufb01"] +
+           ["\u4e2d\u6587", "\u3042", "\ud55c", "\u0663", "\uff14", "\u2167", "\u00b2", "\u2460"] +
+           ["\U0001F600", "\u200d", "\U0001F1EB", "\u2764\ufe0f", "\U0001F44D\U0001F3FD"] +
+           ["<|endoftext|>", "<|im_start|>", "<|eot_id|>", "<tool_call>", "<|begin_of_text|>",
+            "caf\u00e9", "cafe\u0301", "hello", "world", "the", "ing", "tion", "1234", "3.14"])
+
+
+def random_cases(n=48, seed=20261130):
+    import random
+    r = random.Random(seed)
+    return ["".join(r.choice(PALETTE) for _ in range(r.randint(1, 40))) for _ in range(n)]
+
+
 def corpus_bytes():
-    return [c.encode("utf-8") for c in CORPUS] + INVALID
+    return [c.encode("utf-8") for c in CORPUS + random_cases()] + INVALID
 
 
 def training_text():
@@ -103,7 +125,8 @@ def training_text():
     return text
 
 
-def byte_level_bpe(split_pat, normalizer, specials, added, ignore_merges, bos, vocab_size):
+def byte_level_bpe(split_pat, normalizer, specials, added, ignore_merges, bos, vocab_size,
+                   specials_normalized=False):
     tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
     if normalizer is not None:
         tok.normalizer = normalizer
@@ -119,6 +142,9 @@ def byte_level_bpe(split_pat, normalizer, specials, added, ignore_merges, bos, v
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train_from_iterator(training_text(), trainer=trainer)
+    if specials_normalized:  # GPT-2's own file marks <|endoftext|> normalized
+        from tokenizers import AddedToken
+        tok.add_special_tokens([AddedToken(t, special=True, normalized=True) for t in specials])
     if added:
         tok.add_tokens(added)
     if bos is None:
@@ -142,8 +168,11 @@ def make_tokenizers():
     qwen_added = [AddedToken(t, special=False, normalized=False) for t in
                   ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
                    "<think>", "</think>")]
+    # A normalized added token: matched after NFC, in its NFC form.
+    qwen_added.append(AddedToken("cafe\u0301", special=False, normalized=True))
     return {
-        "gpt2": byte_level_bpe(None, None, ["<|endoftext|>"], None, False, None, 1200),
+        "gpt2": byte_level_bpe(None, None, ["<|endoftext|>"], None, False, None, 1200,
+                               specials_normalized=True),
         "llama3": byte_level_bpe(LLAMA3_PAT, None, llama_specials, None, True,
                                  "<|begin_of_text|>", 1200),
         "qwen2": byte_level_bpe(QWEN2_PAT, normalizers.NFC(), qwen_specials, qwen_added, False,
@@ -164,10 +193,15 @@ def expectations(tok):
         ids_sp = tok.encode(text, add_special_tokens=True).ids
         # NFC (Qwen2) changes some text: decode then gives the NFC form back.
         nfc_changes = tok.normalizer is not None and tok.normalizer.normalize_str(text) != text
-        cases.append({"invalid": invalid, "nfc_changes": nfc_changes, "ids": ids,
-                      "ids_special": ids_sp,
-                      "decoded": tok.decode(ids, skip_special_tokens=False),
-                      "decoded_skip": tok.decode(ids_sp, skip_special_tokens=True)})
+        case = {"invalid": invalid, "nfc_changes": nfc_changes, "ids": ids}
+        # Left out when equal to "ids" / to the input text, to keep files small.
+        if ids_sp != ids:
+            case["ids_special"] = ids_sp
+        decoded = tok.decode(ids, skip_special_tokens=False)
+        if decoded != text or invalid:
+            case["decoded"] = decoded
+        case["decoded_skip"] = tok.decode(ids_sp, skip_special_tokens=True)
+        cases.append(case)
     return cases
 
 

@@ -29,7 +29,7 @@ static void check_tokenizer(const char *name)
     size_t nc = corpus_cases(cbuf, clen, cs, MAX_CASES);
     const cJSON *cases = cJSON_GetObjectItem(exp, "cases");
     assert_int_equal((size_t)cJSON_GetArraySize(cases), nc);
-    int failures = 0;
+    int failures = 0, round_trips = 0;
     for (size_t i = 0; i < nc; i++) {
         const cJSON *c = cJSON_GetArrayItem(cases, (int)i);
         bool invalid = cJSON_IsTrue(cJSON_GetObjectItem(c, "invalid"));
@@ -55,24 +55,25 @@ static void check_tokenizer(const char *name)
         char *text;
         size_t tlen;
         assert_int_equal(mtok_decode(t, ids, n, 0, &text, &tlen), 0);
-        const char *want = cJSON_GetObjectItem(c, "decoded")->valuestring;
-        if (tlen != strlen(want) || memcmp(text, want, tlen) != 0) {
-            fprintf(stderr, "%s: decode differs: got '%.*s' want '%s'\n", label, (int)tlen, text,
-                    want);
+        /* "decoded" is left out of the fixture when it equals the input */
+        const cJSON *dec = cJSON_GetObjectItem(c, "decoded");
+        assert_true(dec || !invalid);
+        const char *want = dec ? dec->valuestring : cs[i].p;
+        size_t wlen = dec ? strlen(want) : cs[i].len;
+        if (tlen != wlen || memcmp(text, want, tlen) != 0) {
+            fprintf(stderr, "%s: decode differs: got '%.*s' want '%.*s'\n", label, (int)tlen, text,
+                    (int)wlen, want);
             failures++;
         }
-        bool nfc_changes = cJSON_IsTrue(cJSON_GetObjectItem(c, "nfc_changes"));
-        if (!invalid && !nfc_changes && (tlen != cs[i].len || memcmp(text, cs[i].p, tlen) != 0)) {
-            fprintf(stderr, "%s: decode does not round-trip\n", label);
-            failures++;
-        }
+        round_trips += !dec;
         free(text);
         free(ids);
 
         rc = mtok_encode(t, cs[i].p, cs[i].len, MTOK_ADD_SPECIAL | MTOK_UTF8_REPLACE, &ids, &n);
         assert_int_equal(rc, 0);
         snprintf(label, sizeof label, "%s case %zu (special)", name, i);
-        failures += !ids_equal(ids, n, cJSON_GetObjectItem(c, "ids_special"), label);
+        const cJSON *sp = cJSON_GetObjectItem(c, "ids_special"); /* absent: same as ids */
+        failures += !ids_equal(ids, n, sp ? sp : cJSON_GetObjectItem(c, "ids"), label);
         assert_int_equal(mtok_decode(t, ids, n, MTOK_SKIP_SPECIAL, &text, &tlen), 0);
         want = cJSON_GetObjectItem(c, "decoded_skip")->valuestring;
         if (tlen != strlen(want) || memcmp(text, want, tlen) != 0) {
@@ -86,6 +87,11 @@ static void check_tokenizer(const char *name)
     free(cbuf);
     cJSON_Delete(exp);
     mtok_free(t);
+    /* Those that do not: invalid UTF-8, text NFC changes, and the Qwen2
+     * fixture's non-ASCII added token (tokenizers' ByteLevel decoder maps its
+     * 'é' as the byte 0xE9); each still decodes as tokenizers decodes it. */
+    printf("%s: %zu cases, %d decode to the input byte for byte\n", name, nc, round_trips);
+    assert_true(round_trips >= (int)nc / 2);
     if (failures) fail_msg("%s: %d mismatches with tokenizers", name, failures);
 }
 
