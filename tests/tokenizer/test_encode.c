@@ -143,6 +143,75 @@ static void test_decode_bytes(void **state)
     mtok_free(t);
 }
 
+/* GPT-2's own file writes merges as "a b" strings, newer files as pairs:
+ * both load to the same tokenizer. */
+static void test_string_merges(void **state)
+{
+    char *s = read_fixture("gpt2.json", NULL);
+    cJSON *j = cJSON_Parse(s);
+    free(s);
+    cJSON *merges = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "model"), "merges");
+    cJSON *strs = cJSON_CreateArray();
+    const cJSON *m;
+    cJSON_ArrayForEach(m, merges)
+    {
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s %s", cJSON_GetArrayItem(m, 0)->valuestring,
+                 cJSON_GetArrayItem(m, 1)->valuestring);
+        cJSON_AddItemToArray(strs, cJSON_CreateString(buf));
+    }
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(j, "model"), "merges", strs);
+    char *txt = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    mtok *a, *b;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/gpt2.json", MTOK_FIXTURES);
+    assert_int_equal(mtok_load(path, &a), 0);
+    if (mtok_load_json(txt, strlen(txt), "strings.json", &b)) fail_msg("%s", mtok_last_error());
+    free(txt);
+    const char *text = "The quick brown fox's \t  code(x) += 42; \xE4\xB8\xAD\xE6\x96\x87";
+    int32_t *ia, *ib;
+    size_t na, nb;
+    assert_int_equal(mtok_encode(a, text, strlen(text), 0, &ia, &na), 0);
+    assert_int_equal(mtok_encode(b, text, strlen(text), 0, &ib, &nb), 0);
+    assert_int_equal(na, nb);
+    assert_memory_equal(ia, ib, na * sizeof *ia);
+    free(ia);
+    free(ib);
+    mtok_free(a);
+    mtok_free(b);
+}
+
+/* Long runs (one pre-token of a MiB, whitespace the regex backtracks over)
+ * encode and round-trip; no reference, but no regex or stack limit either. */
+static void test_long_runs(void **state)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/llama3.json", MTOK_FIXTURES);
+    mtok *t;
+    assert_int_equal(mtok_load(path, &t), 0);
+    size_t len = 1 << 20;
+    char *s = malloc(len);
+    static const char fills[][4] = {" ", "a", "\n", "7", "!", " \t"};
+    for (size_t f = 0; f < sizeof fills / sizeof fills[0]; f++) {
+        size_t k = strlen(fills[f]);
+        for (size_t i = 0; i < len; i++) s[i] = fills[f][i % k];
+        s[len - 1] = 'x';
+        int32_t *ids;
+        size_t n;
+        if (mtok_encode(t, s, len, 0, &ids, &n)) fail_msg("fill %zu: %s", f, mtok_last_error());
+        char *back;
+        size_t blen;
+        assert_int_equal(mtok_decode(t, ids, n, 0, &back, &blen), 0);
+        assert_int_equal(blen, len);
+        assert_memory_equal(back, s, len);
+        free(back);
+        free(ids);
+    }
+    free(s);
+    mtok_free(t);
+}
+
 /* tokenizer.json text with one part replaced: the refusal must name it. */
 static void expect_refusal(const char *json, int code, const char *needle)
 {
@@ -215,9 +284,10 @@ static void test_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gpt2),     cmocka_unit_test(test_llama3),
-        cmocka_unit_test(test_qwen2),    cmocka_unit_test(test_decode_bytes),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_gpt2),      cmocka_unit_test(test_llama3),
+        cmocka_unit_test(test_qwen2),     cmocka_unit_test(test_decode_bytes),
+        cmocka_unit_test(test_refusals),  cmocka_unit_test(test_string_merges),
+        cmocka_unit_test(test_long_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
