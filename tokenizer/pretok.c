@@ -95,7 +95,7 @@ int mtok__compile_split(mtok *t, const char *pattern, const char *where)
 static int split_level(mtok *t, size_t k, const char *s, size_t len, mtok_piece_fn emit, void *arg)
 {
     if (!len) return 0;
-    if (k == t->n_split) return emit(t, s, len, arg);
+    if (k >= t->n_split || k >= MTOK_MAX_SPLITS) return emit(t, s, len, arg);
     pcre2_code *re = t->split[k];
     size_t pos = 0, gap = 0;
     int rc;
