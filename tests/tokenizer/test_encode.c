@@ -212,6 +212,68 @@ static void test_long_runs(void **state)
     mtok_free(t);
 }
 
+static bool valid_utf8(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned c = u[i];
+        size_t k = c < 0x80                 ? 0
+                   : c >= 0xC2 && c <= 0xDF ? 1
+                   : c >= 0xE0 && c <= 0xEF ? 2
+                   : c >= 0xF0 && c <= 0xF4 ? 3
+                                            : 9;
+        if (k == 9 || i + k >= n + (k == 0)) return false;
+        for (size_t j = 1; j <= k; j++)
+            if ((u[i + j] & 0xC0) != 0x80) return false;
+        i += k + 1;
+    }
+    return true;
+}
+
+/* Random bytes, mostly high ones: strict encoding either succeeds and
+ * round-trips or refuses; with MTOK_UTF8_REPLACE it always succeeds and
+ * decodes to valid UTF-8. (No reference: this is for the sanitizers.) */
+static void test_random_bytes(void **state)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/llama3.json", MTOK_FIXTURES);
+    mtok *t;
+    assert_int_equal(mtok_load(path, &t), 0);
+    uint64_t x = 88172645463325252ull;
+    static const char pool[] = "a '\n \xC3\xA9\xE4\xB8\xAD\xF0\x9F\x98\x80<|eot_id|>";
+    for (int round = 0; round < 3000; round++) {
+        char buf[96];
+        size_t n = 0, len = 1 + round % 90;
+        while (n < len) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            if (x % 3 == 0)
+                buf[n++] = (char)(x >> 24);
+            else
+                buf[n++] = pool[(x >> 24) % (sizeof pool - 1)];
+        }
+        int32_t *ids;
+        size_t k;
+        char *back;
+        size_t blen;
+        int rc = mtok_encode(t, buf, n, 0, &ids, &k);
+        if (rc == 0) {
+            assert_int_equal(mtok_decode(t, ids, k, 0, &back, &blen), 0);
+            assert_int_equal(blen, n);
+            assert_memory_equal(back, buf, n);
+            free(back);
+            free(ids);
+        } else {
+            assert_int_equal(rc, MTOK_EINVAL);
+        }
+        assert_int_equal(mtok_encode(t, buf, n, MTOK_UTF8_REPLACE, &ids, &k), 0);
+        assert_int_equal(mtok_decode(t, ids, k, 0, &back, &blen), 0);
+        assert_true(valid_utf8(back, blen));
+        free(back);
+        free(ids);
+    }
+    mtok_free(t);
+}
+
 /* tokenizer.json text with one part replaced: the refusal must name it. */
 static void expect_refusal(const char *json, int code, const char *needle)
 {
@@ -287,7 +349,7 @@ int main(void)
         cmocka_unit_test(test_gpt2),      cmocka_unit_test(test_llama3),
         cmocka_unit_test(test_qwen2),     cmocka_unit_test(test_decode_bytes),
         cmocka_unit_test(test_refusals),  cmocka_unit_test(test_string_merges),
-        cmocka_unit_test(test_long_runs),
+        cmocka_unit_test(test_long_runs), cmocka_unit_test(test_random_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
