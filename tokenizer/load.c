@@ -149,6 +149,15 @@ static int append_ids(int32_t **arr, size_t *n, const cJSON *ids)
     return 0;
 }
 
+static int check_ids(const mtok *t, const int32_t *ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || (size_t)ids[i] >= t->n_ids)
+            return mtok__fail(MTOK_EFORMAT, "%s: post_processor: special token id %d out of range",
+                              t->name, ids[i]);
+    return 0;
+}
+
 static int load_template(mtok *t, const cJSON *p)
 {
     const cJSON *single = cJSON_GetObjectItemCaseSensitive(p, "single");
@@ -178,7 +187,8 @@ static int load_template(mtok *t, const cJSON *p)
                 : append_ids(&t->tpl_pre, &t->n_pre, cJSON_GetObjectItemCaseSensitive(tok, "ids"));
         if (rc) return rc;
     }
-    return 0;
+    int rc = check_ids(t, t->tpl_pre, t->n_pre);
+    return rc ? rc : check_ids(t, t->tpl_post, t->n_post);
 }
 
 static int load_post(mtok *t, const cJSON *p)
@@ -498,7 +508,7 @@ void mtok_free(mtok *t)
 {
     if (!t) return;
     mtok__strmap_destroy(&t->vocab);
-    for (size_t i = 0; i < t->n_ids; i++) free(t->id_str[i]);
+    for (size_t i = 0; t->id_str && i < t->n_ids; i++) free(t->id_str[i]);
     free(t->id_str);
     free(t->is_special);
     mtok__pairmap_destroy(&t->merges);
