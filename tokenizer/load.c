@@ -39,19 +39,21 @@ static bool null_or_empty(const cJSON *v)
     return !v || cJSON_IsNull(v) || (cJSON_IsString(v) && v->valuestring[0] == 0);
 }
 
-/* A vocabulary string to the bytes it stands for; false when a character is
- * not one of the 256 byte-level symbols. */
-static bool token_bytes(const char *s, mtok_buf *out)
+/* A vocabulary string to the bytes it stands for: 1, or 0 when a character
+ * is not one of the 256 byte-level symbols, or MTOK_ENOMEM. */
+static int token_bytes(const char *s, mtok_buf *out)
 {
     out->len = 0;
+    int rc = mtok__buf_reserve(out, strlen(s)); /* never more bytes than that */
+    if (rc) return rc;
     while (*s) {
         int n;
         int b = mtok__cp_to_byte(mtok__utf8_next(s, &n));
-        if (b < 0) return false;
-        if (mtok__buf_putc(out, (char)b)) return false;
+        if (b < 0) return 0;
+        out->p[out->len++] = (char)b;
         s += n;
     }
-    return true;
+    return 1;
 }
 
 static int load_normalizer(mtok *t, const cJSON *n, const char *path)
@@ -263,9 +265,12 @@ static int load_vocab(mtok *t, const cJSON *vocab, const cJSON *added)
     {
         int32_t id = (int32_t)e->valuedouble;
         if ((rc = set_id_str(t, id, e->string))) break;
-        if (token_bytes(e->string, &b) && b.len &&
-            (rc = mtok__strmap_put(&t->vocab, b.p, b.len, id)))
+        int k = token_bytes(e->string, &b);
+        if (k < 0) {
+            rc = k;
             break;
+        }
+        if (k && b.len && (rc = mtok__strmap_put(&t->vocab, b.p, b.len, id))) break;
     }
     free(b.p);
     if (rc) return rc;
@@ -309,12 +314,20 @@ static int load_merges(mtok *t, const cJSON *merges)
     {
         const char *a, *b;
         int32_t ia = -1, ib = -1, inew = -1;
-        if (merge_parts(m, &a, &b, tmp, sizeof tmp) == 0 && token_bytes(a, &ba) &&
-            token_bytes(b, &bb)) {
+        int ka = 0, kb = 0;
+        if (merge_parts(m, &a, &b, tmp, sizeof tmp) == 0) {
+            ka = token_bytes(a, &ba);
+            kb = ka > 0 ? token_bytes(b, &bb) : 0;
+        }
+        if (ka < 0 || kb < 0) {
+            rc = ka < 0 ? ka : kb;
+            break;
+        }
+        if (ka && kb) {
             ia = mtok__strmap_get(&t->vocab, ba.p, ba.len);
             ib = mtok__strmap_get(&t->vocab, bb.p, bb.len);
-            if (!(rc = mtok__buf_put(&ba, bb.p, bb.len)))
-                inew = mtok__strmap_get(&t->vocab, ba.p, ba.len);
+            if ((rc = mtok__buf_put(&ba, bb.p, bb.len))) break;
+            inew = mtok__strmap_get(&t->vocab, ba.p, ba.len);
         }
         if (ia < 0 || ib < 0 || inew < 0) {
             rc = mtok__fail(MTOK_EFORMAT,
@@ -539,7 +552,7 @@ int32_t mtok_token_id(const mtok *t, const char *token)
     for (size_t i = 0; i < t->n_added; i++)
         if (strcmp(t->added[i].orig, token) == 0) return t->added[i].id;
     mtok_buf b = {0};
-    int32_t id = token_bytes(token, &b) && b.len ? mtok__strmap_get(&t->vocab, b.p, b.len) : -1;
+    int32_t id = token_bytes(token, &b) > 0 && b.len ? mtok__strmap_get(&t->vocab, b.p, b.len) : -1;
     free(b.p);
     return id;
 }

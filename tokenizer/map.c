@@ -87,6 +87,8 @@ int mtok__strmap_put(mtok_strmap *m, const char *k, size_t len, int32_t val)
             return 0;
         }
     }
+    if (m->n + 1 > m->mask) /* full: only after growth failed, memory ran out */
+        return mtok__fail(MTOK_ENOMEM, "out of memory growing a map");
     if (m->n == m->cap) {
         size_t cap = m->cap ? m->cap * 2 : 64;
         struct mtok_strent *ent = realloc(m->ent, cap * sizeof *ent);
