@@ -246,6 +246,25 @@ static int render_llama3(const mtok_message *m, size_t n, const mtok_chat_opts *
     return rc;
 }
 
+int mtok_chat_format_parse(const char *name, mtok_chat_format *out)
+{
+    static const struct {
+        const char *name;
+        mtok_chat_format f;
+    } names[] = {{"auto", MTOK_CHAT_AUTO},
+                 {"chatml", MTOK_CHAT_CHATML},
+                 {"qwen", MTOK_CHAT_CHATML},
+                 {"llama3", MTOK_CHAT_LLAMA3}};
+    if (!out) return mtok__fail(MTOK_EINVAL, "mtok_chat_format_parse: out is NULL");
+    for (size_t i = 0; name && i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(name, names[i].name) == 0) {
+            *out = names[i].f;
+            return 0;
+        }
+    return mtok__fail(MTOK_EINVAL, "chat format '%s' is unknown (auto, chatml, qwen or llama3)",
+                      name ? name : "(null)");
+}
+
 int mtok_chat_detect(const mtok *t, mtok_chat_format *out)
 {
     if (!t || !out) return mtok__fail(MTOK_EINVAL, "mtok_chat_detect: NULL argument");

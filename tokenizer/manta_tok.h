@@ -164,6 +164,10 @@ typedef struct mtok_chat_opts {
     const char *date_string;
 } mtok_chat_opts;
 
+/* The format a spec names: "auto", "chatml" (also "qwen") or "llama3".
+ * MTOK_EINVAL, with a message listing the names, for anything else. */
+int mtok_chat_format_parse(const char *name, mtok_chat_format *out);
+
 /* Picks the chat format from the tokenizer's tokens: <|im_start|> and
  * <|im_end|> give ChatML, <|start_header_id|> and <|eot_id|> give Llama 3.
  * MTOK_ENOTFOUND (with a message) when neither set is present. */

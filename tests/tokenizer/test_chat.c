@@ -126,6 +126,14 @@ static void test_detect(void **state)
 
 static void test_refusals(void **state)
 {
+    mtok_chat_format pf;
+    assert_int_equal(mtok_chat_format_parse("qwen", &pf), 0);
+    assert_int_equal(pf, MTOK_CHAT_CHATML);
+    assert_int_equal(mtok_chat_format_parse("llama3", &pf), 0);
+    assert_int_equal(pf, MTOK_CHAT_LLAMA3);
+    assert_int_equal(mtok_chat_format_parse("mistral", &pf), MTOK_EINVAL);
+    assert_non_null(strstr(mtok_last_error(), "'mistral'"));
+
     mtok_tool_call two[2] = {{"f", "{}"}, {"g", "{\"a\": 1}"}};
     mtok_message m[2] = {{.role = "user", .content = "x"},
                          {.role = "assistant", .tool_calls = two, .n_tool_calls = 2}};
