@@ -27,13 +27,13 @@ static bool role_is(const mtok_message *m, const char *r)
     return m->role && strcmp(m->role, r) == 0;
 }
 
-/* Calls fn for each element of the JSON array text; counts them in *n. */
+/* Appends each element of the JSON array `tools`, re-serialised as Python
+ * would (indent < 0: none), between sep_before and sep_after; *n counts them.
+ * The array is walked at its top level only (strings and nesting skipped),
+ * each element's text handed to mtok__pyjson, which checks it. */
 static int each_tool(const char *tools, mtok_buf *out, int indent, const char *sep_before,
                      const char *sep_after, size_t *n)
 {
-    /* Parse once to Python form with indent, then split at the top level is
-     * awkward; instead walk the array text, handing each element's span to
-     * the re-serialiser. */
     size_t len = strlen(tools), i = 0, depth = 0, start = 0;
     bool in_str = false;
     int rc = 0;
@@ -93,10 +93,6 @@ static int render_chatml(const mtok_message *m, size_t n, const mtok_chat_opts *
     mtok_buf tools = {0};
     size_t n_tools = 0;
     if (o->tools_json && (rc = each_tool(o->tools_json, &tools, -1, "\n", "", &n_tools))) goto out;
-    if (role_is(&m[0], "ipython")) {
-        rc = mtok__fail(MTOK_EINVAL, "chat: role 'ipython' is Llama 3's; ChatML has 'tool'");
-        goto out;
-    }
     if (n_tools) {
         rc = mtok__buf_puts(b, "<|im_start|>system\n");
         if (!rc)
@@ -127,7 +123,6 @@ static int render_chatml(const mtok_message *m, size_t n, const mtok_chat_opts *
             rc = mtok__fail(MTOK_EINVAL, "chat: message %zu: role 'ipython' is Llama 3's", i);
         } else if (role_is(x, "user") || (role_is(x, "system") && i > 0) ||
                    (role_is(x, "assistant") && !x->n_tool_calls)) {
-            if (role_is(x, "system") && i == 0) continue;
             rc = mtok__buf_puts(b, "<|im_start|>");
             if (!rc) rc = mtok__buf_puts(b, x->role);
             if (!rc) rc = mtok__buf_putc(b, '\n');

@@ -94,9 +94,12 @@ void mtok_free(mtok *t);
 /* Number of ids (the largest id + 1, added tokens included). */
 size_t mtok_vocab_size(const mtok *t);
 /* The id of a token given as its vocabulary string (byte-level form, "Ġthe")
- * or added-token content ("<|im_end|>"); -1 if there is none. */
+ * or added-token content as written in the file ("<|im_end|>"); -1 if there
+ * is none. */
 int32_t mtok_token_id(const mtok *t, const char *token);
-/* The vocabulary string of an id (NUL-terminated, owned by t), or NULL. */
+/* The string of an id, as tokenizers' id_to_token gives it: an added token's
+ * (normalised) content, else the vocabulary string (NUL-terminated, owned by
+ * t), or NULL. */
 const char *mtok_token_str(const mtok *t, int32_t id);
 /* 1 if the id is an added token marked special, 0 otherwise. */
 int mtok_is_special(const mtok *t, int32_t id);
