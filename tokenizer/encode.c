@@ -104,6 +104,8 @@ int mtok_encode(mtok *t, const char *text, size_t len, unsigned flags, int32_t *
     if (!ids || !n) return mtok__fail(MTOK_EINVAL, "mtok_encode: ids or n is NULL");
     *ids = NULL, *n = 0;
     if (!t || (!text && len)) return mtok__fail(MTOK_EINVAL, "mtok_encode: NULL argument");
+    if (flags & ~(unsigned)(MTOK_ADD_SPECIAL | MTOK_UTF8_REPLACE))
+        return mtok__fail(MTOK_EINVAL, "mtok_encode: unknown flags 0x%x", flags);
     mtok_buf fixed = {0};
     size_t bad = mtok__utf8_check(text, len);
     int rc = 0;
@@ -154,6 +156,8 @@ int mtok_decode(const mtok *t, const int32_t *ids, size_t n, unsigned flags, cha
     *text = NULL;
     if (len) *len = 0;
     if (!t || (!ids && n)) return mtok__fail(MTOK_EINVAL, "mtok_decode: NULL argument");
+    if (flags & ~(unsigned)(MTOK_SKIP_SPECIAL | MTOK_DECODE_BYTES))
+        return mtok__fail(MTOK_EINVAL, "mtok_decode: unknown flags 0x%x", flags);
     mtok_buf raw = {0};
     int rc = mtok__buf_reserve(&raw, n * 4);
     for (size_t i = 0; i < n && !rc; i++) {

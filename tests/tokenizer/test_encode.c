@@ -339,6 +339,14 @@ static void test_refusals(void **state)
     int32_t *ids;
     size_t n;
     assert_int_equal(mtok_encode(NULL, "a", 1, 0, &ids, &n), MTOK_EINVAL);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/gpt2.json", MTOK_FIXTURES);
+    assert_int_equal(mtok_load(path, &t), 0);
+    assert_int_equal(mtok_encode(t, "a", 1, 1u << 7, &ids, &n), MTOK_EINVAL);
+    assert_non_null(strstr(mtok_last_error(), "unknown flags"));
+    assert_int_equal(mtok_encode(t, NULL, 0, 0, &ids, &n), 0);
+    assert_int_equal(n, 0);
+    mtok_free(t);
     assert_string_equal(mtok_strerror(MTOK_EUNSUPPORTED),
                         "tokenizer or option not supported: it would not match tokenizers");
 }
