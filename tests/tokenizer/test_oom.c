@@ -23,6 +23,11 @@ void *__real_malloc(size_t n);
 void *__real_calloc(size_t n, size_t size);
 void *__real_realloc(void *p, size_t n);
 char *__real_strdup(const char *s);
+/* The wrappers the linker's --wrap sends the library's allocations to. */
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t n, size_t size);
+void *__wrap_realloc(void *p, size_t n);
+char *__wrap_strdup(const char *s);
 
 void *__wrap_malloc(size_t n)
 {
