@@ -173,7 +173,7 @@ static int discover_group(rollout_state *s, const char *group, manta_actor **out
         manta_actor *a;
         if (manta_actor_lookup(s->m, name, &a)) break;
         manta_actor_info info;
-        if (manta_actor_info_get(s->m, a, &info) == 0 && strcmp(info.state, "alive")) continue;
+        if (manta_actor_info_get(s->m, a, &info) == 0 && info.state != MANTA_ACTOR_ALIVE) continue;
         out[n++] = a;
     }
     return n;

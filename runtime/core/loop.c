@@ -229,12 +229,12 @@ static int check_peer(manta_ctx *m, mn_peer *p)
     int rc = mn_directory_read(m, p->owner->name, &info);
     p->next_check = mn_now_ms() + 100;
     if (rc == MANTA_ENOTFOUND ||
-        (rc == 0 && (!strcmp(info.state, "dead") || !strcmp(info.state, "failed") ||
-                     !strcmp(info.state, "stopped")))) {
+        (rc == 0 && (info.state == MANTA_ACTOR_DEAD || info.state == MANTA_ACTOR_FAILED ||
+                     info.state == MANTA_ACTOR_STOPPED))) {
         p->dead = true;
         char why[256];
         snprintf(why, sizeof why, "actor %s is %s", p->owner->name,
-                 rc ? "gone from the directory" : info.state);
+                 rc ? "gone from the directory" : manta_actor_state_name(info.state));
         mn_fail_peer_calls(m, p, MANTA_EDIED, why);
         return 0;
     }
@@ -253,7 +253,7 @@ static int check_peer(manta_ctx *m, mn_peer *p)
      * so it counts only once the socket has connected again. Until then
      * calls still go (they queue for the next incarnation) and the loop
      * re-reads the record every 100 ms while any is pending. */
-    if (!strcmp(info.state, "alive") && p->reconnected) {
+    if (info.state == MANTA_ACTOR_ALIVE && p->reconnected) {
         p->suspect = false;
         p->incarnation = info.incarnation;
     }
