@@ -37,10 +37,14 @@ const char *manta_last_error(void)
 
 int mn_fail(int code, const char *fmt, ...)
 {
+    /* Format aside first: callers often wrap the last message, passing
+     * manta_last_error() itself as an argument. */
+    char msg[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(last_error, msg, sizeof msg);
     return code;
 }
 
