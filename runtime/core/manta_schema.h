@@ -189,11 +189,13 @@ int manta_reg_group_names(manta_ctx *m, manta_reg_names *out);
 
 /* The rendezvous hash of collective group `name`: fields world (set by the
  * first member), r.RANK (a member's pid: present), ep.RANK (its endpoint),
- * done (ranks finished; the last one deletes the hash). */
+ * nccl_id (rank 0's NCCL unique id), done (ranks finished; the last one
+ * deletes the hash). */
 #define MANTA_REG_COLL_WORLD "world"
 #define MANTA_REG_COLL_DONE  "done"
 #define MANTA_REG_COLL_RANK  "r."
 #define MANTA_REG_COLL_EP    "ep."
+#define MANTA_REG_COLL_NCCL  "nccl_id"
 
 #ifdef __cplusplus
 }
