@@ -197,6 +197,28 @@ int manta_reg_group_names(manta_ctx *m, manta_reg_names *out);
 #define MANTA_REG_COLL_EP    "ep."
 #define MANTA_REG_COLL_NCCL  "nccl_id"
 
+/* Join group `name` as `rank` of `world`: the first member sets world
+ * (HSETNX), a member that disagrees gets EINVAL naming both sizes; then
+ * r.RANK is set to this process's pid (present). */
+int manta_reg_coll_join(manta_ctx *m, const char *name, int world, int rank);
+/* Publish a field's bytes (ep.RANK, nccl_id). */
+int manta_reg_coll_put(manta_ctx *m, const char *name, const char *field, const void *val,
+                       size_t len);
+/* Read a field of exactly len bytes: ENOTFOUND while not yet published,
+ * EPROTO if it has another size. */
+int manta_reg_coll_get(manta_ctx *m, const char *name, const char *field, void *out, size_t len);
+/* Read a text field into out[cap]: ENOTFOUND while not yet published,
+ * EPROTO if it does not fit. */
+int manta_reg_coll_get_str(manta_ctx *m, const char *name, const char *field, char *out,
+                           size_t cap);
+/* Mark seen[k] = 1 for every rank k < world present (r.k); *present counts
+ * the ranks marked so far (seen[] may carry marks from earlier calls). */
+int manta_reg_coll_seen(manta_ctx *m, const char *name, int world, char *seen, int *present);
+/* Leave: drop r.RANK and ep.RANK. finished=1: count into done, and the
+ * world-th one out deletes the hash. finished=0 (a failed join): delete the
+ * hash in one step if no rank is left waiting in it. */
+int manta_reg_coll_leave(manta_ctx *m, const char *name, int rank, int world, int finished);
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- names ---------------------------------------------------------------- */
 
@@ -762,6 +763,107 @@ int manta_reg_group_names(manta_ctx *m, manta_reg_names *out)
 {
     KEY(MANTA_REG_GROUPS, NULL);
     return read_names(m, key, "LRANGE", out);
+}
+
+/* ---- collective groups ------------------------------------------------------------------ */
+
+int manta_reg_coll_join(manta_ctx *m, const char *name, int world, int rank)
+{
+    KEY(MANTA_REG_COLL, name);
+    int rc = run(m, key, "HSETNX %s " MANTA_REG_COLL_WORLD " %d", key, world);
+    if (rc) return rc;
+    redisReply *r = mn_redis(m, "HGET %s " MANTA_REG_COLL_WORLD, key);
+    if (!r) return mn_fail(MANTA_EREDIS, "%s: %s", key, manta_last_error());
+    if (r->type == REDIS_REPLY_STRING && atoi(r->str) != world)
+        rc = mn_fail(MANTA_EINVAL, "group '%s': rank %d says world %d, another member said %s",
+                     name, rank, world, r->str);
+    freeReplyObject(r);
+    if (rc) return rc;
+    return run(m, key, "HSET %s " MANTA_REG_COLL_RANK "%d %d", key, rank, (int)getpid());
+}
+
+int manta_reg_coll_put(manta_ctx *m, const char *name, const char *field, const void *val,
+                       size_t len)
+{
+    KEY(MANTA_REG_COLL, name);
+    return run(m, key, "HSET %s %s %b", key, field, val ? val : "", len);
+}
+
+/* HGET a field: *r to free, or ENOTFOUND while it is absent. */
+static int coll_field(manta_ctx *m, const char *key, const char *field, redisReply **out)
+{
+    redisReply *r = mn_redis(m, "HGET %s %s", key, field);
+    *out = NULL;
+    if (!r) return mn_fail(MANTA_EREDIS, "%s: %s", key, manta_last_error());
+    if (r->type != REDIS_REPLY_STRING) {
+        freeReplyObject(r);
+        return MANTA_ENOTFOUND; /* not yet: the caller polls, no message */
+    }
+    *out = r;
+    return 0;
+}
+
+int manta_reg_coll_get(manta_ctx *m, const char *name, const char *field, void *out, size_t len)
+{
+    KEY(MANTA_REG_COLL, name);
+    redisReply *r;
+    int rc = coll_field(m, key, field, &r);
+    if (rc) return rc;
+    if (r->len != len)
+        rc = mn_fail(MANTA_EPROTO, "group '%s': field %s has %zu bytes, expected %zu", name, field,
+                     (size_t)r->len, len);
+    else
+        memcpy(out, r->str, len);
+    freeReplyObject(r);
+    return rc;
+}
+
+int manta_reg_coll_get_str(manta_ctx *m, const char *name, const char *field, char *out, size_t cap)
+{
+    KEY(MANTA_REG_COLL, name);
+    redisReply *r;
+    int rc = coll_field(m, key, field, &r);
+    if (rc) return rc;
+    rc = put(out, cap, key, &(redisReply){.str = (char *)field}, r);
+    freeReplyObject(r);
+    return rc;
+}
+
+int manta_reg_coll_seen(manta_ctx *m, const char *name, int world, char *seen, int *present)
+{
+    KEY(MANTA_REG_COLL, name);
+    redisReply *r = mn_redis(m, "HKEYS %s", key);
+    if (!r) return mn_fail(MANTA_EREDIS, "%s: %s", key, manta_last_error());
+    size_t pre = strlen(MANTA_REG_COLL_RANK);
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        const char *f = r->element[i]->str;
+        if (!f || strncmp(f, MANTA_REG_COLL_RANK, pre)) continue;
+        int k = atoi(f + pre);
+        if (k >= 0 && k < world && !seen[k]) seen[k] = 1, ++*present;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+/* Drop the hash unless a rank is still present in it, in one step, so a
+ * rank joining meanwhile keeps it. */
+static const char LUA_COLL_ABANDON[] =
+    "for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do "
+    "if string.sub(f, 1, 2) == '" MANTA_REG_COLL_RANK "' then return 0 end end "
+    "redis.call('DEL', KEYS[1]) return 1";
+
+int manta_reg_coll_leave(manta_ctx *m, const char *name, int rank, int world, int finished)
+{
+    KEY(MANTA_REG_COLL, name);
+    int rc =
+        run(m, key, "HDEL %s " MANTA_REG_COLL_RANK "%d " MANTA_REG_COLL_EP "%d", key, rank, rank);
+    if (rc) return rc;
+    if (!finished) return run(m, key, "EVAL %s 1 %s", LUA_COLL_ABANDON, key);
+    redisReply *r = mn_redis(m, "HINCRBY %s " MANTA_REG_COLL_DONE " 1", key);
+    if (!r) return mn_fail(MANTA_EREDIS, "%s: %s", key, manta_last_error());
+    long long done = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+    freeReplyObject(r);
+    return done >= world ? run(m, key, "DEL %s", key) : 0;
 }
 
 /* ---- the whole job --------------------------------------------------------------------- */

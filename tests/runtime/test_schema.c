@@ -307,6 +307,31 @@ static void test_records(void **unused)
     assert_string_equal(names.v[1], "actors");
     manta_reg_names_free(&names);
 
+    /* A collective group's rendezvous. */
+    assert_int_equal(manta_reg_coll_join(m, "g", 2, 0), 0);
+    assert_int_equal(manta_reg_coll_join(m, "g", 3, 1), MANTA_EINVAL);
+    assert_non_null(strstr(manta_last_error(), "rank 1 says world 3"));
+    char seen[2] = {0}, ep[64];
+    int present = 0;
+    assert_int_equal(manta_reg_coll_seen(m, "g", 2, seen, &present), 0);
+    assert_int_equal(present, 1);
+    assert_int_equal(manta_reg_coll_join(m, "g", 2, 1), 0);
+    assert_int_equal(manta_reg_coll_seen(m, "g", 2, seen, &present), 0);
+    assert_int_equal(present, 2);
+    assert_int_equal(manta_reg_coll_get_str(m, "g", MANTA_REG_COLL_EP "0", ep, sizeof ep),
+                     MANTA_ENOTFOUND);
+    assert_int_equal(manta_reg_coll_put(m, "g", MANTA_REG_COLL_EP "0", "ipc://x", 7), 0);
+    assert_int_equal(manta_reg_coll_get_str(m, "g", MANTA_REG_COLL_EP "0", ep, sizeof ep), 0);
+    assert_string_equal(ep, "ipc://x");
+    assert_int_equal(manta_reg_coll_get(m, "g", MANTA_REG_COLL_EP "0", ep, 3), MANTA_EPROTO);
+    assert_int_equal(manta_reg_coll_leave(m, "g", 0, 2, 1), 0);
+    assert_int_equal(test_redis_count(&redis, "manta:records:coll:g"), 1);
+    assert_int_equal(manta_reg_coll_leave(m, "g", 1, 2, 1), 0);
+    assert_int_equal(test_redis_count(&redis, "manta:records:coll:g"), 0);
+    assert_int_equal(manta_reg_coll_join(m, "h", 2, 1), 0);
+    assert_int_equal(manta_reg_coll_leave(m, "h", 1, 2, 0), 0);
+    assert_int_equal(test_redis_count(&redis, "manta:records:coll:*"), 0);
+
     /* A value too long for its typed field is an error, not a cut. */
     redisContext *c = redisConnect("127.0.0.1", redis.port);
     assert_non_null(c);
