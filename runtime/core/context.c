@@ -15,6 +15,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,8 +25,6 @@
 #include <sys/wait.h>
 #include <dirent.h>
 #include <unistd.h>
-
-extern char **environ;
 
 static const char *env_or(const char *name, const char *dflt)
 {
@@ -251,12 +250,12 @@ static int call_node(manta_ctx *m, const char *node, const char *method, const v
     const void *data;
     size_t n;
     int rc = manta_get(f, -1, &data, &n);
-    if (rc == 0 && out) {
-        if (n >= outlen) n = outlen - 1;
-        memcpy(out, data, n);
-        out[n] = 0;
-    }
-    if (rc)
+    if (rc == 0 && out && n >= outlen)
+        rc = mn_fail(MANTA_EPROTO, "node %s: %s: an answer of %zu bytes, more than %zu",
+                     node && *node ? node : m->node, method, n, outlen - 1);
+    else if (rc == 0 && out)
+        memcpy(out, data, n), out[n] = 0;
+    else if (rc)
         mn_fail(rc, "node %s: %s: %s", node && *node ? node : m->node, method,
                 manta_future_error(f));
     manta_future_free(f);
@@ -292,10 +291,9 @@ int manta_actor_create(manta_ctx *m, const manta_actor_options *o, manta_actor *
         mn_random_hex(hex, 8);
         snprintf(name, sizeof name, "%.60s-%s", o->cls, hex);
     }
-    char exe[512];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return mn_fail(MANTA_ESYS, "readlink /proc/self/exe: %s", strerror(errno));
-    exe[n] = 0;
+    char exe[PATH_MAX];
+    int rc = mn_self_exe(exe, sizeof exe);
+    if (rc) return rc;
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
@@ -314,7 +312,7 @@ int manta_actor_create(manta_ctx *m, const manta_actor_options *o, manta_actor *
     msgpack_pack_bin_body(&pk, o->args, o->args_len);
     /* The answer: "ENDPOINT" or "ENDPOINT\nLOCAL_ENDPOINT\nHOST" (multi-node). */
     char reply[600];
-    int rc = call_node(m, o->node, "spawn", sb.data, sb.size, 30000, reply, sizeof reply);
+    rc = call_node(m, o->node, "spawn", sb.data, sb.size, 30000, reply, sizeof reply);
     msgpack_sbuffer_destroy(&sb);
     if (rc) return rc;
     manta_actor_info where;
@@ -458,33 +456,27 @@ void manta_shutdown(manta_ctx *m)
 
 int mn_node_spawn_local(manta_ctx *m)
 {
-    char exe[512];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return mn_fail(MANTA_ESYS, "readlink /proc/self/exe: %s", strerror(errno));
-    exe[n] = 0;
+    char exe[PATH_MAX];
+    int rc = mn_self_exe(exe, sizeof exe);
+    if (rc) return rc;
     char id[16] = "node-";
     mn_random_hex(id + 5, 6);
     snprintf(m->node, sizeof m->node, "%s", id);
-    char e_role[] = "MANTA_ROLE=node", e_redis[600], e_job[80], e_name[80], e_tr[40], e_host[80],
-         e_log[600], e_max[64];
-    snprintf(e_redis, sizeof e_redis, "MANTA_REDIS=%s", m->redis_url);
-    snprintf(e_job, sizeof e_job, "MANTA_JOB=%s", m->job);
-    snprintf(e_name, sizeof e_name, "MANTA_NAME=%s", id);
-    snprintf(e_tr, sizeof e_tr, "MANTA_TRANSPORT=%s", m->transport);
-    snprintf(e_host, sizeof e_host, "MANTA_HOST=%s", m->host);
-    snprintf(e_log, sizeof e_log, "MANTA_LOG_DIR=%s", m->log_dir ? m->log_dir : "");
-    snprintf(e_max, sizeof e_max, "MANTA_MAX_MESSAGE=%zu", m->max_message);
-    size_t nenv = 0;
-    while (environ[nenv]) nenv++;
-    char **envp = calloc(nenv + 10, sizeof *envp);
+    char maxm[32];
+    snprintf(maxm, sizeof maxm, "%zu", m->max_message);
+    static const char *const keep[] = {"MANTA_DEBUG=", "MANTA_RUN_DIR=", "MANTA_NODE_", NULL};
+    const mn_var vars[] = {
+        {"MANTA_ROLE", "node"},
+        {"MANTA_REDIS", m->redis_url},
+        {"MANTA_JOB", m->job},
+        {"MANTA_NAME", id},
+        {"MANTA_TRANSPORT", m->transport},
+        {"MANTA_HOST", m->host},
+        {"MANTA_LOG_DIR", m->log_dir ? m->log_dir : ""},
+        {"MANTA_MAX_MESSAGE", maxm},
+    };
+    char **envp = mn_child_env(keep, vars, sizeof vars / sizeof vars[0]);
     if (!envp) return MANTA_ENOMEM;
-    size_t k = 0;
-    for (size_t i = 0; i < nenv; i++)
-        if (strncmp(environ[i], "MANTA_", 6) != 0 || !strncmp(environ[i], "MANTA_DEBUG=", 12) ||
-            !strncmp(environ[i], "MANTA_RUN_DIR=", 14) || !strncmp(environ[i], "MANTA_NODE_", 11))
-            envp[k++] = environ[i];
-    envp[k++] = e_role, envp[k++] = e_redis, envp[k++] = e_job, envp[k++] = e_name;
-    envp[k++] = e_tr, envp[k++] = e_host, envp[k++] = e_log, envp[k++] = e_max;
     char *argv[] = {exe, NULL};
     pid_t parent = getpid();
     pid_t pid = fork();

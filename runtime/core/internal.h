@@ -34,6 +34,15 @@ int64_t mn_wall_ms(void); /* wall clock */
 void mn_random_hex(char *out, size_t nhex);
 void mn_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 char *mn_strdup(const char *s);
+/* The environment of a child process: ours without MANTA_* variables
+ * (except those starting with a prefix in keep, NULL-terminated), plus
+ * vars. One allocation: free() it. NULL if out of memory. */
+typedef struct mn_var {
+    const char *name, *value;
+} mn_var;
+char **mn_child_env(const char *const *keep, const mn_var *vars, size_t nvars);
+/* This program's path (/proc/self/exe) into out[n]; EINVAL if too long. */
+int mn_self_exe(char *out, size_t n);
 
 /* An open-addressing map from uint64 keys to pointers (key 0 is reserved). */
 typedef struct mn_idmap {

@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +34,6 @@
 #include <arpa/inet.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-extern char **environ;
 
 typedef struct child {
     char name[128], cls[128], library[512], exe[512], endpoint[192];
@@ -74,35 +73,32 @@ static void check(manta_ctx *m, int rc, const char *what, const char *name)
 static int start_child(node *nd, child *c)
 {
     manta_ctx *m = nd->m;
-    char e_role[] = "MANTA_ROLE=actor", e_redis[600], e_job[80], e_name[160], e_class[160],
-         e_lib[560], e_ep[240], e_node[100], e_inc[40], e_tr[40], e_host[80], e_max[64];
-    snprintf(e_redis, sizeof e_redis, "MANTA_REDIS=%s", m->redis_url);
-    snprintf(e_job, sizeof e_job, "MANTA_JOB=%s", m->job);
-    snprintf(e_name, sizeof e_name, "MANTA_NAME=%s", c->name);
-    snprintf(e_class, sizeof e_class, "MANTA_CLASS=%s", c->cls);
-    snprintf(e_lib, sizeof e_lib, "MANTA_LIBRARY=%s", c->library);
-    snprintf(e_ep, sizeof e_ep, "MANTA_ENDPOINT=%s", c->endpoint);
-    char e_local[240];
-    snprintf(e_local, sizeof e_local, "MANTA_ENDPOINT_LOCAL=%s", c->local);
-    snprintf(e_node, sizeof e_node, "MANTA_NODE=%s", m->self);
-    snprintf(e_inc, sizeof e_inc, "MANTA_INCARNATION=%d", c->incarnation);
-    snprintf(e_tr, sizeof e_tr, "MANTA_TRANSPORT=%s", m->transport);
-    snprintf(e_host, sizeof e_host, "MANTA_HOST=%s", m->host);
-    snprintf(e_max, sizeof e_max, "MANTA_MAX_MESSAGE=%zu", m->max_message);
-    size_t nenv = 0;
-    while (environ[nenv]) nenv++;
-    char **envp = calloc(nenv + 16, sizeof *envp);
+    char inc[16], maxm[32];
+    snprintf(inc, sizeof inc, "%d", c->incarnation);
+    snprintf(maxm, sizeof maxm, "%zu", m->max_message);
+    static const char *const keep[] = {"MANTA_DEBUG=", "MANTA_RUN_DIR=", NULL};
+    const mn_var vars[] = {
+        {"MANTA_ROLE", "actor"},
+        {"MANTA_REDIS", m->redis_url},
+        {"MANTA_JOB", m->job},
+        {"MANTA_NAME", c->name},
+        {"MANTA_CLASS", c->cls},
+        {"MANTA_LIBRARY", c->library},
+        {"MANTA_ENDPOINT", c->endpoint},
+        {"MANTA_ENDPOINT_LOCAL", c->local},
+        {"MANTA_NODE", m->self},
+        {"MANTA_INCARNATION", inc},
+        {"MANTA_TRANSPORT", m->transport},
+        {"MANTA_HOST", m->host},
+        {"MANTA_MAX_MESSAGE", maxm},
+    };
+    char logf[PATH_MAX] = "";
+    if (m->log_dir && *m->log_dir &&
+        snprintf(logf, sizeof logf, "%s/%s.log", m->log_dir, c->name) >= (int)sizeof logf)
+        return mn_fail(MANTA_EINVAL, "log file of actor %s: path longer than %d bytes", c->name,
+                       PATH_MAX - 1);
+    char **envp = mn_child_env(keep, vars, sizeof vars / sizeof vars[0]);
     if (!envp) return MANTA_ENOMEM;
-    size_t k = 0;
-    for (size_t i = 0; i < nenv; i++)
-        if (strncmp(environ[i], "MANTA_", 6) != 0 || !strncmp(environ[i], "MANTA_DEBUG=", 12) ||
-            !strncmp(environ[i], "MANTA_RUN_DIR=", 14))
-            envp[k++] = environ[i];
-    char *vars[] = {e_role, e_redis, e_job, e_name, e_class, e_lib,  e_ep,
-                    e_node, e_inc,   e_tr,  e_host, e_max,   e_local};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) envp[k++] = vars[i];
-    char logf[700] = "";
-    if (m->log_dir && *m->log_dir) snprintf(logf, sizeof logf, "%s/%s.log", m->log_dir, c->name);
     char *argv[] = {c->exe, NULL};
     int rc = manta_reg_actor_incarnate(m, c->name, c->incarnation, c->restarts);
     if (rc) {
