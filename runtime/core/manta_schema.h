@@ -79,7 +79,7 @@ typedef struct manta_reg_actor {
     char library[512];
     int max_restarts;
     uint64_t calls; /* calls served, stamped with each heartbeat */
-    char error[512];
+    char error[1024]; /* writers keep it under 600 bytes */
     /* Placement (written by the job module): what the actor holds. */
     char group[64];
     double cpu;

@@ -138,8 +138,17 @@ typedef struct cmd {
     int argc, nnum;
 } cmd;
 
+/* The records have fixed field lists well inside these bounds: running
+ * past one is a bug in this file, stopped loudly. */
+static void cmd_full(const char *what)
+{
+    mn_log("schema.c: a command's %s table is full: make cmd larger", what);
+    abort();
+}
+
 static void arg(cmd *c, const void *v, size_t len)
 {
+    if (c->argc >= (int)(sizeof c->argv / sizeof c->argv[0])) cmd_full("argument");
     c->argv[c->argc] = v;
     c->lens[c->argc++] = len;
 }
@@ -157,6 +166,7 @@ static void field_str(cmd *c, const char *f, const char *v)
 
 static void field_num(cmd *c, const char *f, const char *fmt, ...)
 {
+    if (c->nnum >= (int)(sizeof c->nums / sizeof c->nums[0])) cmd_full("number");
     char *buf = c->nums[c->nnum++];
     va_list ap;
     va_start(ap, fmt);
