@@ -613,8 +613,11 @@ int manta_reg_obj_release(manta_ctx *m, const char *id, int *freed, char *owner,
         rc = mn_fail(MANTA_EREDIS, "%s: release: unexpected reply", key);
     else if (r->element[0]->integer < 0)
         rc = mn_fail(MANTA_ENOTFOUND, "no object %s in job %s", id, m->job);
-    else if (r->element[0]->integer == 0 && (*freed = 1) && r->element[1]->str)
-        rc = put(owner, owner_len, key, &(redisReply){.str = F_OWNER}, r->element[1]);
+    else if (r->element[0]->integer == 0) {
+        *freed = 1; /* this release took the last reference: the record is gone */
+        if (r->element[1]->str)
+            rc = put(owner, owner_len, key, &(redisReply){.str = F_OWNER}, r->element[1]);
+    }
     freeReplyObject(r);
     return rc;
 }
