@@ -1573,9 +1573,11 @@ static void check_redis(manta_spec_errors *e, manta_spec *s, const manta_spec_no
     char gotbuf[128], why[128];
     const char *url;
     if (is_null_node(v)) return;
-    if (!(url = want_str(e, v, "\"embedded\" or redis://[:password@]host:port"))) return;
+    if (!(url = want_str(e, v, "\"embedded\" or redis://[[user]:password@]host[:port][/db]")))
+        return;
     if (manta_redis_url_parse(url, &s->redis, why, sizeof why) != 0) {
-        node_err(e, v, "expected \"embedded\" or redis://[:password@]host:port, got %s (%s)",
+        node_err(e, v,
+                 "expected \"embedded\" or redis://[[user]:password@]host[:port][/db], got %s (%s)",
                  GOT(v), why);
         manta_redis_url_parse("embedded", &s->redis, NULL, 0);
     } else {

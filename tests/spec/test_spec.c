@@ -619,7 +619,8 @@ static void test_error_schema_file(void **state)
     static const char *const want[] = {
         "schema_errors.yaml:1:6: job: expected a name of 1 to 40 characters from a-z, 0-9, - and "
         "_, got \"Calc Agent\"",
-        "schema_errors.yaml:2:8: redis: expected \"embedded\" or redis://[:password@]host:port, "
+        "schema_errors.yaml:2:8: redis: expected \"embedded\" or "
+        "redis://[[user]:password@]host[:port][/db], "
         "got \"redis://:pw@host:99999\" (port out of range)",
         "schema_errors.yaml:6:15: groups.rollout.replicas: expected a non-negative integer, got "
         "\"two\"",
@@ -750,9 +751,9 @@ static void test_error_cases(void **state)
          "sequence, got \"bar\""},
         {G "  a: {class: x}\nnode: {a: {cpu: 1}}\n",
          "inline.yaml:4:1: node: unknown top-level key (did you mean \"nodes\"?)"},
-        {G "  a: {class: x}\nredis: [1]\n",
-         "inline.yaml:4:8: redis: expected \"embedded\" or redis://[:password@]host:port, got a "
-         "sequence"},
+        {G "  a: {class: x}\nredis: [1]\n", "inline.yaml:4:8: redis: expected \"embedded\" or "
+                                            "redis://[[user]:password@]host[:port][/db], got a "
+                                            "sequence"},
         {G "  a: {class: x}\nlog_dir: {a: 1}\n",
          "inline.yaml:4:10: log_dir: expected a folder path, got a mapping"},
         {G "  a: {class: x}\nnodes: {}\n",
