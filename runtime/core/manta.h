@@ -143,7 +143,7 @@ typedef struct manta_options {
      * Otherwise a URL for manta_redis_url_parse() ("embedded" included).
      * Env MANTA_REDIS too. Ignored when `redis` is set. */
     const char *redis_url;
-    /* The same, already parsed (the CLI and the spec pass this); NULL: use
+    /* The same, already parsed (a spec's `redis` is one); NULL: use
      * redis_url. A user authenticates with AUTH user password. */
     const manta_redis_addr *redis;
     const char *job;                   /* key namespace; NULL: generated */
