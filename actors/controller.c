@@ -551,7 +551,7 @@ static void reclaim(ctl_state *s)
         manta_actor *a;
         manta_actor_info info;
         int gone = manta_actor_lookup(s->m, h->name, &a) != 0 ||
-                   manta_actor_info_get(s->m, a, &info) != 0 || strcmp(info.state, "alive") ||
+                   manta_actor_info_get(s->m, a, &info) != 0 || info.state != MANTA_ACTOR_ALIVE ||
                    (h->incarnation >= 0 && info.incarnation != h->incarnation);
         if (!gone) continue;
         h->live = 0;

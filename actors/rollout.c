@@ -180,7 +180,7 @@ static int discover_group(rollout_state *s, const char *group, manta_actor ***ou
         manta_actor *a;
         if (manta_actor_lookup(s->m, name, &a)) break;
         manta_actor_info info;
-        if (manta_actor_info_get(s->m, a, &info) == 0 && strcmp(info.state, "alive")) continue;
+        if (manta_actor_info_get(s->m, a, &info) == 0 && info.state != MANTA_ACTOR_ALIVE) continue;
         if (n == *cap) {
             int c = *cap ? 2 * *cap : 8;
             manta_actor **v = realloc(*out, (size_t)c * sizeof *v);

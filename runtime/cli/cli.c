@@ -891,14 +891,14 @@ static int cmd_status(cli *c)
             if (strncmp(an, gname, gl2) || an[gl2] != '-') continue;
             manta_actor_info info;
             if (mn_directory_read(m, an, &info) != 0) continue;
-            ready += !strcmp(info.state, "alive");
+            ready += info.state == MANTA_ACTOR_ALIVE;
             restarts += info.restarts;
             mn_key(m, key, sizeof key, "actor", an);
             int64_t c1 = hget_int(m, key, "calls");
             if (c0[i] >= 0 && c1 >= c0[i]) rate += (double)(c1 - c0[i]) / dt;
             if (c->verbose)
                 printf("    %-20s %-10s node %-14s pid %-7d incarnation %d restarts %d\n", an,
-                       info.state, info.node, info.pid, info.incarnation, info.restarts);
+                       manta_actor_state_name(info.state), info.node, info.pid, info.incarnation, info.restarts);
         }
         printf("  %-12s ready %d/%lld  restarts %d  calls %.1f/s\n", gname, ready,
                (long long)wanted, restarts, rate);

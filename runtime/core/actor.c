@@ -54,38 +54,26 @@ const manta_class *mn_find_class(manta_ctx *m, const char *name, const char *lib
     return NULL;
 }
 
-static void set_state(manta_ctx *m, const char *state, const char *error)
+static void set_state(manta_ctx *m, manta_actor_state state, const char *error)
 {
-    char key[256], pid[16], hb[24];
-    mn_key(m, key, sizeof key, "actor", m->self);
-    snprintf(pid, sizeof pid, "%d", (int)getpid());
-    snprintf(hb, sizeof hb, "%lld", (long long)mn_wall_ms());
-    redisReply *r;
-    if (error)
-        r = mn_redis(m, "HSET %s state %s error %s pid %s hb %s", key, state, error, pid, hb);
-    else
-        r = mn_redis(m, "HSET %s state %s endpoint %s pid %s hb %s", key, state, m->endpoint, pid,
-                     hb);
-    if (!r) mn_log("actor %s: directory update: %s", m->self, manta_last_error());
-    freeReplyObject(r);
+    if (manta_reg_actor_report(m, m->self, state, (int)getpid(), error ? NULL : m->endpoint,
+                               error) != 0)
+        mn_log("actor %s: directory update to %s: %s", m->self, manta_actor_state_name(state),
+               manta_last_error());
 }
 
 static void start_failed(manta_ctx *m, const char *why)
 {
     mn_log("actor %s: %s", m->self, why);
-    set_state(m, "failed", why);
+    set_state(m, MANTA_ACTOR_FAILED, why);
     _exit(EXIT_START_FAILED);
 }
 
 static void heartbeat(void *arg)
 {
     manta_ctx *m = arg;
-    char key[256], hb[24];
-    mn_key(m, key, sizeof key, "actor", m->self);
-    snprintf(hb, sizeof hb, "%lld", (long long)mn_wall_ms());
     /* Asynchronous: a slow or paused Redis must not stall the mailbox. */
-    mn_aredis_command(m, NULL, NULL, "HSET %s hb %s calls %llu", key, hb,
-                      (unsigned long long)m->stats.calls_served);
+    manta_reg_actor_heartbeat_async(m, m->self, m->stats.calls_served);
     manta_timer_add(m, 1000, heartbeat, m);
 }
 
@@ -119,31 +107,29 @@ int mn_actor_main(manta_ctx *m)
     m->system_method = actor_system;
 
     /* The creation arguments wait in the directory record. */
-    char key[256];
-    mn_key(m, key, sizeof key, "actor", m->self);
-    redisReply *r = mn_redis(m, "HGET %s args", key);
-    if (!r) start_failed(m, manta_last_error());
-    const void *args = r->type == REDIS_REPLY_STRING ? r->str : NULL;
-    size_t args_len = r->type == REDIS_REPLY_STRING ? r->len : 0;
+    void *args;
+    size_t args_len;
+    if (manta_reg_actor_args(m, m->self, &args, &args_len) != 0)
+        start_failed(m, manta_last_error());
     if (m->cls->init) {
         mn_fail(0, "%s", "");
-        int rc = m->cls->init(m, m->state, args, args_len);
+        int rc = m->cls->init(m, m->state, args ? args : "", args_len);
         if (rc) {
             char why[600];
             snprintf(why, sizeof why, "init of class %s failed (%s)%s%s", m->cls->name,
                      manta_strerror(rc), manta_last_error()[0] ? ": " : "", manta_last_error());
-            freeReplyObject(r);
+            free(args);
             start_failed(m, why);
         }
     }
-    freeReplyObject(r);
-    set_state(m, "alive", NULL);
+    free(args);
+    set_state(m, MANTA_ACTOR_ALIVE, NULL);
     manta_timer_add(m, 1000, heartbeat, m);
 
     while (!m->stopping && !got_term) mn_loop_once(m, 200);
 
     if (m->cls->fini) m->cls->fini(m, m->state);
-    set_state(m, "stopped", NULL);
+    set_state(m, MANTA_ACTOR_STOPPED, NULL);
     mn_objstore_free(m);
     mn_loop_free(m);
     zmq_ctx_term(m->zmq);

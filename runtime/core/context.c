@@ -15,6 +15,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,8 +25,6 @@
 #include <sys/wait.h>
 #include <dirent.h>
 #include <unistd.h>
-
-extern char **environ;
 
 static const char *env_or(const char *name, const char *dflt)
 {
@@ -53,10 +52,83 @@ static void ctx_free(manta_ctx *m)
     if (m->zmq) zmq_ctx_term(m->zmq);
     m->zmq = NULL;
     if (m->redis) redisFree(m->redis);
-    free(m->redis_url), free(m->redis_host), free(m->redis_password), free(m->redis_dir);
+    free(m->redis_url), free(m->redis_dir);
     free(m->transport), free(m->host), free(m->log_dir);
     free(m->state);
     free(m);
+}
+
+/* Settings from the options and the environment (which wins: a node agent
+ * hands its children theirs that way). */
+static int init_settings(manta_ctx *m, const manta_options *opts)
+{
+    m->classes = opts->classes;
+    m->max_pending = opts->max_pending ? opts->max_pending : 10000;
+    m->max_message = opts->max_message ? opts->max_message : (size_t)1 << 30;
+    m->call_timeout_ms = opts->call_timeout_ms > 0 ? opts->call_timeout_ms : 60000;
+    m->transport = mn_strdup(env_or("MANTA_TRANSPORT", opts->transport ? opts->transport : "ipc"));
+    m->host = mn_strdup(env_or("MANTA_HOST", opts->host ? opts->host : "127.0.0.1"));
+    const char *logd = env_or("MANTA_LOG_DIR", opts->log_dir);
+    m->log_dir = logd ? mn_strdup(logd) : NULL;
+    if (!m->transport || !m->host || (logd && !m->log_dir))
+        return mn_fail(MANTA_ENOMEM, "manta_init: out of memory");
+    if (getenv("MANTA_MAX_MESSAGE")) m->max_message = strtoull(getenv("MANTA_MAX_MESSAGE"), 0, 10);
+    if (strcmp(m->transport, "ipc") && strcmp(m->transport, "tcp"))
+        return mn_fail(MANTA_EINVAL, "transport '%s': expected ipc or tcp", m->transport);
+    const char *job = env_or("MANTA_JOB", opts->job);
+    if (job) {
+        if (!valid_name(job, 40))
+            return mn_fail(MANTA_EINVAL, "job name '%s': use 1..40 of [A-Za-z0-9._-]", job);
+        snprintf(m->job, sizeof m->job, "%s", job);
+    } else {
+        memcpy(m->job, "job-", 4);
+        mn_random_hex(m->job + 4, 8);
+    }
+    snprintf(m->rundir, sizeof m->rundir, "/tmp/manta-%s", m->job);
+    m->zmq = zmq_ctx_new();
+    if (!m->zmq) return mn_fail(MANTA_EZMQ, "zmq_ctx_new failed");
+    zmq_ctx_set(m->zmq, ZMQ_BLOCKY, 0);
+    return 0;
+}
+
+/* An actor or node agent started by a node agent: run it; never returns. */
+static void run_role(manta_ctx *m, const char *role, const manta_options *opts)
+{
+    m->role = role[0] == 'a' ? MN_ROLE_ACTOR : MN_ROLE_NODE;
+    const char *url = getenv("MANTA_REDIS");
+    const char *name = getenv("MANTA_NAME");
+    if (!url || !name || !env_or("MANTA_JOB", opts->job)) {
+        mn_log("MANTA_ROLE=%s needs MANTA_REDIS, MANTA_JOB and MANTA_NAME", role);
+        _exit(3);
+    }
+    snprintf(m->self, sizeof m->self, "%s", name);
+    snprintf(m->node, sizeof m->node, "%s", env_or("MANTA_NODE", ""));
+    manta_redis_addr addr;
+    if (manta_redis_url_parse(url, &addr, NULL, 0) || mn_redis_set_addr(m, &addr) ||
+        mn_redis_connect(m)) {
+        mn_log("%s %s: %s", role, name, manta_last_error());
+        _exit(3);
+    }
+    if (m->role == MN_ROLE_ACTOR) mn_actor_main(m);
+    mn_node_main(m);
+    _exit(0); /* not reached */
+}
+
+/* The driver's Redis: the parsed address, else the URL (options, then
+ * MANTA_REDIS), else an embedded server. */
+static int driver_redis(manta_ctx *m, const manta_options *opts)
+{
+    manta_redis_addr parsed;
+    const manta_redis_addr *a = opts->redis;
+    const char *url = opts->redis_url ? opts->redis_url : getenv("MANTA_REDIS");
+    if (!a && url && *url) {
+        int rc = manta_redis_url_parse(url, &parsed, NULL, 0);
+        if (rc) return rc;
+        a = &parsed;
+    }
+    if (!a || a->embedded) return mn_redis_start_embedded(m);
+    int rc = mn_redis_set_addr(m, a);
+    return rc ? rc : mn_redis_connect(m);
 }
 
 int manta_init(manta_ctx **out, const manta_options *opts)
@@ -66,66 +138,18 @@ int manta_init(manta_ctx **out, const manta_options *opts)
     if (out) *out = NULL;
     manta_ctx *m = calloc(1, sizeof *m);
     if (!m) return mn_fail(MANTA_ENOMEM, "manta_init: out of memory");
-    m->classes = opts->classes;
-    m->max_pending = opts->max_pending ? opts->max_pending : 10000;
-    m->max_message = opts->max_message ? opts->max_message : (size_t)1 << 30;
-    m->call_timeout_ms = opts->call_timeout_ms > 0 ? opts->call_timeout_ms : 60000;
-    const char *role = env_or("MANTA_ROLE", "driver");
-    m->transport = mn_strdup(env_or("MANTA_TRANSPORT", opts->transport ? opts->transport : "ipc"));
-    m->host = mn_strdup(env_or("MANTA_HOST", opts->host ? opts->host : "127.0.0.1"));
-    const char *logd = env_or("MANTA_LOG_DIR", opts->log_dir);
-    m->log_dir = logd ? mn_strdup(logd) : NULL;
-    if (getenv("MANTA_MAX_MESSAGE")) m->max_message = strtoull(getenv("MANTA_MAX_MESSAGE"), 0, 10);
-    if (strcmp(m->transport, "ipc") && strcmp(m->transport, "tcp")) {
-        int rc = mn_fail(MANTA_EINVAL, "transport '%s': expected ipc or tcp", m->transport);
+    int rc = init_settings(m, opts);
+    if (rc) {
         ctx_free(m);
         return rc;
     }
-    const char *job = env_or("MANTA_JOB", opts->job);
-    if (job) {
-        if (!valid_name(job, 40)) {
-            int rc = mn_fail(MANTA_EINVAL, "job name '%s': use 1..40 of [A-Za-z0-9._-]", job);
-            ctx_free(m);
-            return rc;
-        }
-        snprintf(m->job, sizeof m->job, "%s", job);
-    } else {
-        memcpy(m->job, "job-", 4);
-        mn_random_hex(m->job + 4, 8);
-    }
-    snprintf(m->rundir, sizeof m->rundir, "/tmp/manta-%s", m->job);
-    m->zmq = zmq_ctx_new();
-    if (!m->zmq) {
-        ctx_free(m);
-        return mn_fail(MANTA_EZMQ, "zmq_ctx_new failed");
-    }
-    zmq_ctx_set(m->zmq, ZMQ_BLOCKY, 0);
-
-    if (!strcmp(role, "actor") || !strcmp(role, "node")) {
-        m->role = role[0] == 'a' ? MN_ROLE_ACTOR : MN_ROLE_NODE;
-        const char *url = getenv("MANTA_REDIS");
-        const char *name = getenv("MANTA_NAME");
-        if (!url || !name || !job) {
-            mn_log("MANTA_ROLE=%s needs MANTA_REDIS, MANTA_JOB and MANTA_NAME", role);
-            _exit(3);
-        }
-        snprintf(m->self, sizeof m->self, "%s", name);
-        snprintf(m->node, sizeof m->node, "%s", env_or("MANTA_NODE", ""));
-        if (mn_redis_parse_url(m, url) || mn_redis_connect(m)) {
-            mn_log("%s %s: %s", role, name, manta_last_error());
-            _exit(3);
-        }
-        if (m->role == MN_ROLE_ACTOR) mn_actor_main(m);
-        mn_node_main(m);
-        _exit(0); /* not reached */
-    }
+    const char *role = env_or("MANTA_ROLE", "driver");
+    if (!strcmp(role, "actor") || !strcmp(role, "node")) run_role(m, role, opts);
 
     m->role = MN_ROLE_DRIVER;
     snprintf(m->self, sizeof m->self, "driver");
     mkdir(m->rundir, 0700);
-    const char *url = opts->redis_url ? opts->redis_url : getenv("MANTA_REDIS");
-    int rc = url && *url ? mn_redis_parse_url(m, url) : 0;
-    if (rc == 0) rc = url && *url ? mn_redis_connect(m) : mn_redis_start_embedded(m);
+    rc = driver_redis(m, opts);
     m->attached = opts->attach != 0;
     if (rc == 0 && !opts->no_local_node && !opts->attach) rc = mn_node_spawn_local(m);
     if (rc != 0) {
@@ -209,13 +233,11 @@ int manta_actor_lookup(manta_ctx *m, const char *name, manta_actor **out)
 /* The node agent's handle: not in the actor directory, so no owner. */
 static mn_peer *node_peer(manta_ctx *m, const char *node)
 {
-    char key[256], ep[192];
-    mn_key(m, key, sizeof key, "node", node);
-    if (mn_redis_hget_str(m, key, "endpoint", ep, sizeof ep) != 0) {
-        mn_fail(MANTA_ENOTFOUND, "no node '%s' in job %s", node, m->job);
-        return NULL;
-    }
-    return mn_peer_get(m, ep);
+    manta_reg_node rec;
+    int rc = manta_reg_node_read(m, node, &rec);
+    if (rc == 0 && !rec.endpoint[0])
+        rc = mn_fail(MANTA_ENOTFOUND, "node '%s' of job %s has no endpoint", node, m->job);
+    return rc ? NULL : mn_peer_get(m, rec.endpoint);
 }
 
 static int call_node(manta_ctx *m, const char *node, const char *method, const void *arg,
@@ -228,12 +250,12 @@ static int call_node(manta_ctx *m, const char *node, const char *method, const v
     const void *data;
     size_t n;
     int rc = manta_get(f, -1, &data, &n);
-    if (rc == 0 && out) {
-        if (n >= outlen) n = outlen - 1;
-        memcpy(out, data, n);
-        out[n] = 0;
-    }
-    if (rc)
+    if (rc == 0 && out && n >= outlen)
+        rc = mn_fail(MANTA_EPROTO, "node %s: %s: an answer of %zu bytes, more than %zu",
+                     node && *node ? node : m->node, method, n, outlen - 1);
+    else if (rc == 0 && out)
+        memcpy(out, data, n), out[n] = 0;
+    else if (rc)
         mn_fail(rc, "node %s: %s: %s", node && *node ? node : m->node, method,
                 manta_future_error(f));
     manta_future_free(f);
@@ -269,10 +291,9 @@ int manta_actor_create(manta_ctx *m, const manta_actor_options *o, manta_actor *
         mn_random_hex(hex, 8);
         snprintf(name, sizeof name, "%.60s-%s", o->cls, hex);
     }
-    char exe[512];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return mn_fail(MANTA_ESYS, "readlink /proc/self/exe: %s", strerror(errno));
-    exe[n] = 0;
+    char exe[PATH_MAX];
+    int rc = mn_self_exe(exe, sizeof exe);
+    if (rc) return rc;
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
@@ -291,7 +312,7 @@ int manta_actor_create(manta_ctx *m, const manta_actor_options *o, manta_actor *
     msgpack_pack_bin_body(&pk, o->args, o->args_len);
     /* The answer: "ENDPOINT" or "ENDPOINT\nLOCAL_ENDPOINT\nHOST" (multi-node). */
     char reply[600];
-    int rc = call_node(m, o->node, "spawn", sb.data, sb.size, 30000, reply, sizeof reply);
+    rc = call_node(m, o->node, "spawn", sb.data, sb.size, 30000, reply, sizeof reply);
     msgpack_sbuffer_destroy(&sb);
     if (rc) return rc;
     manta_actor_info where;
@@ -323,24 +344,22 @@ int manta_actor_wait_ready(manta_ctx *m, manta_actor *a, int timeout_ms)
     int64_t until = mn_now_ms() + timeout_ms;
     int step = 1;
     for (;;) {
-        manta_actor_info info;
-        int rc = mn_directory_read(m, a->name, &info);
-        if (rc == 0 && !strcmp(info.state, "alive")) {
-            if (info.incarnation > a->peer->incarnation) a->peer->incarnation = info.incarnation;
+        manta_reg_actor rec;
+        const manta_actor_info *info = &rec.info;
+        int rc = manta_reg_actor_read(m, a->name, &rec);
+        if (rc == 0 && info->state == MANTA_ACTOR_ALIVE) {
+            if (info->incarnation > a->peer->incarnation) a->peer->incarnation = info->incarnation;
             a->peer->dead = false;
             return mn_peer_connect(a->peer); /* now: the endpoint is bound */
         }
-        if (rc == 0 && (!strcmp(info.state, "failed") || !strcmp(info.state, "dead"))) {
-            char key[256], err[512] = "";
-            mn_key(m, key, sizeof key, "actor", a->name);
-            mn_redis_hget_str(m, key, "error", err, sizeof err);
-            return mn_fail(MANTA_ESPAWN, "actor %s %s: %s", a->name, info.state,
-                           err[0] ? err : "no reason recorded");
-        }
+        if (rc == 0 && (info->state == MANTA_ACTOR_FAILED || info->state == MANTA_ACTOR_DEAD))
+            return mn_fail(MANTA_ESPAWN, "actor %s %s: %s", a->name,
+                           manta_actor_state_name(info->state),
+                           rec.error[0] ? rec.error : "no reason recorded");
         if (rc && rc != MANTA_ENOTFOUND) return rc;
         if (mn_now_ms() > until)
             return mn_fail(MANTA_ETIMEDOUT, "actor %s not ready after %d ms (state %s)", a->name,
-                           timeout_ms, rc ? "unknown" : info.state);
+                           timeout_ms, rc ? "unknown" : manta_actor_state_name(info->state));
         /* Serve the loop meanwhile instead of sleeping. */
         mn_loop_once(m, step);
         if (step < 20) step *= 2;
@@ -383,29 +402,32 @@ int manta_actor_stop(manta_ctx *m, manta_actor *a, int timeout_ms)
  * and leave; they answer once their actors are gone. */
 static void shutdown_nodes(manta_ctx *m)
 {
-    char setkey[256];
-    mn_key(m, setkey, sizeof setkey, "nodes", NULL);
-    redisReply *r = mn_redis(m, "SMEMBERS %s", setkey);
-    if (!r) return;
-    manta_future *fs[64];
-    size_t n = 0;
-    for (size_t i = 0; i < r->elements && n < 64; i++) {
-        mn_peer *p = node_peer(m, r->element[i]->str);
-        if (p) fs[n++] = mn_call_peer(m, p, "shutdown", NULL, 0, 15000, NULL);
+    manta_reg_names ids;
+    if (manta_reg_node_ids(m, &ids) != 0) {
+        mn_log("shutdown: %s", manta_last_error());
+        return;
     }
-    freeReplyObject(r);
+    manta_future **fs = calloc(ids.n + 1, sizeof *fs);
+    size_t n = 0;
+    if (!fs) mn_log("shutdown: out of memory for %zu node agents", ids.n);
+    for (size_t i = 0; fs && i < ids.n; i++) {
+        mn_peer *p = node_peer(m, ids.v[i]);
+        if (p && (fs[n] = mn_call_peer(m, p, "shutdown", NULL, 0, 15000, NULL))) n++;
+    }
+    manta_reg_names_free(&ids);
     manta_wait(fs, n, n, 16000);
     for (size_t i = 0; i < n; i++) {
         if (manta_future_status(fs[i]) != 0)
             mn_log("shutdown: a node agent: %s", manta_future_error(fs[i]));
         manta_future_free(fs[i]);
     }
+    free(fs);
 }
 
 void manta_shutdown(manta_ctx *m)
 {
     if (!m) return;
-    if (m->role == MN_ROLE_DRIVER && !m->attached && (m->redis || m->redis_host)) shutdown_nodes(m);
+    if (m->role == MN_ROLE_DRIVER && !m->attached && m->redis_url) shutdown_nodes(m);
     if (m->role == MN_ROLE_DRIVER && m->node_pid > 0) {
         /* The agent gives its actors 3 s to run fini, then 2 s after SIGKILL. */
         int64_t until = mn_now_ms() + 8000;
@@ -422,7 +444,8 @@ void manta_shutdown(manta_ctx *m)
     }
     if (m->role == MN_ROLE_DRIVER) mn_objstore_free(m);
     if (m->role == MN_ROLE_DRIVER && !m->attached) {
-        if (m->redis || m->redis_host) mn_delete_job_keys(m);
+        if (m->redis_url && mn_delete_job_keys(m) != 0)
+            mn_log("shutdown: job %s's keys: %s", m->job, manta_last_error());
         mn_remove_dir(m->rundir);
     }
     mn_redis_stop_embedded(m);
@@ -433,33 +456,27 @@ void manta_shutdown(manta_ctx *m)
 
 int mn_node_spawn_local(manta_ctx *m)
 {
-    char exe[512];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return mn_fail(MANTA_ESYS, "readlink /proc/self/exe: %s", strerror(errno));
-    exe[n] = 0;
+    char exe[PATH_MAX];
+    int rc = mn_self_exe(exe, sizeof exe);
+    if (rc) return rc;
     char id[16] = "node-";
     mn_random_hex(id + 5, 6);
     snprintf(m->node, sizeof m->node, "%s", id);
-    char e_role[] = "MANTA_ROLE=node", e_redis[600], e_job[80], e_name[80], e_tr[40], e_host[80],
-         e_log[600], e_max[64];
-    snprintf(e_redis, sizeof e_redis, "MANTA_REDIS=%s", m->redis_url);
-    snprintf(e_job, sizeof e_job, "MANTA_JOB=%s", m->job);
-    snprintf(e_name, sizeof e_name, "MANTA_NAME=%s", id);
-    snprintf(e_tr, sizeof e_tr, "MANTA_TRANSPORT=%s", m->transport);
-    snprintf(e_host, sizeof e_host, "MANTA_HOST=%s", m->host);
-    snprintf(e_log, sizeof e_log, "MANTA_LOG_DIR=%s", m->log_dir ? m->log_dir : "");
-    snprintf(e_max, sizeof e_max, "MANTA_MAX_MESSAGE=%zu", m->max_message);
-    size_t nenv = 0;
-    while (environ[nenv]) nenv++;
-    char **envp = calloc(nenv + 10, sizeof *envp);
+    char maxm[32];
+    snprintf(maxm, sizeof maxm, "%zu", m->max_message);
+    static const char *const keep[] = {"MANTA_DEBUG=", "MANTA_RUN_DIR=", "MANTA_NODE_", NULL};
+    const mn_var vars[] = {
+        {"MANTA_ROLE", "node"},
+        {"MANTA_REDIS", m->redis_url},
+        {"MANTA_JOB", m->job},
+        {"MANTA_NAME", id},
+        {"MANTA_TRANSPORT", m->transport},
+        {"MANTA_HOST", m->host},
+        {"MANTA_LOG_DIR", m->log_dir ? m->log_dir : ""},
+        {"MANTA_MAX_MESSAGE", maxm},
+    };
+    char **envp = mn_child_env(keep, vars, sizeof vars / sizeof vars[0]);
     if (!envp) return MANTA_ENOMEM;
-    size_t k = 0;
-    for (size_t i = 0; i < nenv; i++)
-        if (strncmp(environ[i], "MANTA_", 6) != 0 || !strncmp(environ[i], "MANTA_DEBUG=", 12) ||
-            !strncmp(environ[i], "MANTA_RUN_DIR=", 14) || !strncmp(environ[i], "MANTA_NODE_", 11))
-            envp[k++] = environ[i];
-    envp[k++] = e_role, envp[k++] = e_redis, envp[k++] = e_job, envp[k++] = e_name;
-    envp[k++] = e_tr, envp[k++] = e_host, envp[k++] = e_log, envp[k++] = e_max;
     char *argv[] = {exe, NULL};
     pid_t parent = getpid();
     pid_t pid = fork();
@@ -476,12 +493,10 @@ int mn_node_spawn_local(manta_ctx *m)
     }
     free(envp);
     m->node_pid = pid;
-    char key[256], state[32];
-    mn_key(m, key, sizeof key, "node", id);
     int64_t until = mn_now_ms() + 10000;
     while (mn_now_ms() < until) {
-        if (mn_redis_hget_str(m, key, "state", state, sizeof state) == 0 && !strcmp(state, "alive"))
-            return 0;
+        manta_reg_node rec;
+        if (manta_reg_node_read(m, id, &rec) == 0 && rec.state == MANTA_ACTOR_ALIVE) return 0;
         int status;
         if (waitpid(pid, &status, WNOHANG) == pid) {
             m->node_pid = 0;

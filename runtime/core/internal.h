@@ -10,9 +10,11 @@
 #define MANTA_INTERNAL_H
 
 #include "manta.h"
+#include "manta_schema.h"
 
 #include <hiredis/hiredis.h>
 #include <msgpack.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <sys/types.h>
 #include <zmq.h>
@@ -33,6 +35,15 @@ int64_t mn_wall_ms(void); /* wall clock */
 void mn_random_hex(char *out, size_t nhex);
 void mn_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 char *mn_strdup(const char *s);
+/* The environment of a child process: ours without MANTA_* variables
+ * (except those starting with a prefix in keep, NULL-terminated), plus
+ * vars. One allocation: free() it. NULL if out of memory. */
+typedef struct mn_var {
+    const char *name, *value;
+} mn_var;
+char **mn_child_env(const char *const *keep, const mn_var *vars, size_t nvars);
+/* This program's path (/proc/self/exe) into out[n]; EINVAL if too long. */
+int mn_self_exe(char *out, size_t n);
 
 /* An open-addressing map from uint64 keys to pointers (key 0 is reserved). */
 typedef struct mn_idmap {
@@ -221,9 +232,9 @@ struct manta_ctx {
     mn_role role;
     void *zmq;
     redisContext *redis;
-    char *redis_url, *redis_host, *redis_password;
-    int redis_port, redis_db;
-    pid_t redis_pid; /* embedded server, driver only */
+    manta_redis_addr redis_addr; /* where Redis is (parsed once) */
+    char *redis_url;             /* the same as a URL, password included: for children */
+    pid_t redis_pid;             /* embedded server, driver only */
     char *redis_dir;
     char job[64];
     char self[128];
@@ -284,23 +295,27 @@ struct manta_ctx {
     manta_stats stats;
 };
 
-/* ---- registry.c: Redis ---- */
-int mn_redis_parse_url(manta_ctx *m, const char *url);
+/* ---- registry.c: the link to Redis (schema.c: the records) ---- */
+/* Take a parsed address as this ctx's Redis (its URL too). */
+int mn_redis_set_addr(manta_ctx *m, const manta_redis_addr *a);
 int mn_redis_connect(manta_ctx *m);
 int mn_redis_start_embedded(manta_ctx *m);
 void mn_redis_stop_embedded(manta_ctx *m);
 /* Run a command; returns the reply (caller frees) or NULL with mn_fail set. */
 redisReply *mn_redis(manta_ctx *m, const char *fmt, ...);
+redisReply *mn_redis_v(manta_ctx *m, const char *fmt, va_list ap);
 redisReply *mn_redis_argv(manta_ctx *m, int argc, const char **argv, const size_t *lens);
+/* Older spelling of manta_reg_key (kind as text); new code uses manta_schema.h. */
 void mn_key(const manta_ctx *m, char *out, size_t n, const char *kind, const char *name);
 int mn_redis_hget_str(manta_ctx *m, const char *key, const char *field, char *out, size_t n);
+/* An actor's manta_actor_info (manta_reg_actor_read's info). */
 int mn_directory_read(manta_ctx *m, const char *name, manta_actor_info *info);
 /* This machine (and mount namespace): hostname, boot id and /tmp's inode. */
 const char *mn_host_id(void);
 /* The endpoint a caller here should use: the local ipc one when the actor
  * is on this machine and has one, else its shared one. */
 const char *mn_pick_endpoint(const manta_actor_info *info);
-int mn_delete_job_keys(manta_ctx *m);
+int mn_delete_job_keys(manta_ctx *m); /* schema.c */
 /* Remove a folder and the files in it (one level: sockets, logs). */
 void mn_remove_dir(const char *dir);
 

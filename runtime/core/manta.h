@@ -155,11 +155,40 @@ typedef struct manta_class {
     const manta_method *methods; /* ends with {NULL, NULL} */
 } manta_class;
 
+/* ---- Redis addresses ------------------------------------------------------ */
+
+#define MANTA_REDIS_DEFAULT_PORT 6379 /* redis://host without a port */
+
+/* A parsed Redis address: the one form every part of Manta passes around
+ * (manta_options, the spec's `redis:`, the CLI's --redis). */
+typedef struct manta_redis_addr {
+    int embedded;       /* 1: "embedded", start a private redis-server */
+    char host[256];     /* hostname, IPv4, or IPv6 without brackets */
+    int port;           /* 1..65535; MANTA_REDIS_DEFAULT_PORT when not given */
+    int db;             /* /N suffix; 0 when not given */
+    char user[128];     /* ACL user ("" : the default user) */
+    char password[256]; /* "" for none; %XX escapes decoded */
+} manta_redis_addr;
+
+/* Parse "embedded" or redis://[[user]:password@]host[:port][/db] (IPv6 as
+ * [addr]; %XX escapes in the user and password). Returns 0, or MANTA_EINVAL
+ * with the reason alone (e.g. "port out of range") in why (may be NULL)
+ * and "redis URL 'URL': reason" in manta_last_error(). Thread-safe apart
+ * from manta_last_error, which is per thread. */
+int manta_redis_url_parse(const char *url, manta_redis_addr *out, char *why, size_t why_len);
+/* Write an address back as a URL, escaping what needs it; "embedded" for an
+ * embedded one. Returns 0, or MANTA_EINVAL if it does not fit in n bytes. */
+int manta_redis_url_format(const manta_redis_addr *a, char *out, size_t n);
+
 typedef struct manta_options {
     /* NULL: start a private redis-server on a free loopback port with a
      * generated password (the embedded default) and stop it at shutdown.
-     * Otherwise redis://[:password@]host:port[/db]. Env MANTA_REDIS too. */
+     * Otherwise a URL for manta_redis_url_parse() ("embedded" included).
+     * Env MANTA_REDIS too. Ignored when `redis` is set. */
     const char *redis_url;
+    /* The same, already parsed (a spec's `redis` is one); NULL: use
+     * redis_url. A user authenticates with AUTH user password. */
+    const manta_redis_addr *redis;
     const char *job;                   /* key namespace; NULL: generated */
     const manta_class *const *classes; /* NULL-terminated list */
     const char *transport;             /* "ipc" (default) or "tcp" */
@@ -238,8 +267,25 @@ int manta_actor_kill(manta_ctx *m, manta_actor *a, int restart);
  * leaves the directory. */
 int manta_actor_stop(manta_ctx *m, manta_actor *a, int timeout_ms);
 
+/* The life of an actor as its directory record tells it. */
+typedef enum manta_actor_state {
+    MANTA_ACTOR_UNKNOWN = 0, /* no record, or a state this build does not know */
+    MANTA_ACTOR_STARTING,    /* its process is starting; init has not returned */
+    MANTA_ACTOR_ALIVE,       /* init returned: it serves calls */
+    MANTA_ACTOR_RESTARTING,  /* crashed; its node agent starts a new incarnation */
+    MANTA_ACTOR_DEAD,        /* crashed past max_restarts, or its node died */
+    MANTA_ACTOR_FAILED,      /* init failed or the program would not start */
+    MANTA_ACTOR_STOPPED      /* stopped cleanly */
+} manta_actor_state;
+
+/* "starting", "alive", ... as stored in Redis; "unknown" for anything else.
+ * Static text, never NULL. Thread-safe. */
+const char *manta_actor_state_name(manta_actor_state s);
+/* The state a name stands for; MANTA_ACTOR_UNKNOWN if none. */
+manta_actor_state manta_actor_state_parse(const char *name);
+
 typedef struct manta_actor_info {
-    char state[16]; /* starting, alive, restarting, dead, failed, stopped */
+    manta_actor_state state;
     char node[64];
     char endpoint[128];       /* where any node reaches it (ipc:// on one machine, tcp://) */
     char endpoint_local[128]; /* ipc:// for callers on its machine (multi-node jobs), or "" */

@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +34,6 @@
 #include <arpa/inet.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-extern char **environ;
 
 typedef struct child {
     char name[128], cls[128], library[512], exe[512], endpoint[192];
@@ -64,48 +63,48 @@ static void on_term(int sig)
     got_term = 1;
 }
 
-static void actor_key(manta_ctx *m, const char *name, char *key, size_t n)
+/* A directory write that failed: the agent carries on (the record is
+ * advisory for callers, the process is what counts) but says so. */
+static void check(manta_ctx *m, int rc, const char *what, const char *name)
 {
-    mn_key(m, key, n, "actor", name);
+    if (rc) mn_log("node %s: %s of actor %s: %s", m->self, what, name, manta_last_error());
 }
 
 static int start_child(node *nd, child *c)
 {
     manta_ctx *m = nd->m;
-    char e_role[] = "MANTA_ROLE=actor", e_redis[600], e_job[80], e_name[160], e_class[160],
-         e_lib[560], e_ep[240], e_node[100], e_inc[40], e_tr[40], e_host[80], e_max[64];
-    snprintf(e_redis, sizeof e_redis, "MANTA_REDIS=%s", m->redis_url);
-    snprintf(e_job, sizeof e_job, "MANTA_JOB=%s", m->job);
-    snprintf(e_name, sizeof e_name, "MANTA_NAME=%s", c->name);
-    snprintf(e_class, sizeof e_class, "MANTA_CLASS=%s", c->cls);
-    snprintf(e_lib, sizeof e_lib, "MANTA_LIBRARY=%s", c->library);
-    snprintf(e_ep, sizeof e_ep, "MANTA_ENDPOINT=%s", c->endpoint);
-    char e_local[240];
-    snprintf(e_local, sizeof e_local, "MANTA_ENDPOINT_LOCAL=%s", c->local);
-    snprintf(e_node, sizeof e_node, "MANTA_NODE=%s", m->self);
-    snprintf(e_inc, sizeof e_inc, "MANTA_INCARNATION=%d", c->incarnation);
-    snprintf(e_tr, sizeof e_tr, "MANTA_TRANSPORT=%s", m->transport);
-    snprintf(e_host, sizeof e_host, "MANTA_HOST=%s", m->host);
-    snprintf(e_max, sizeof e_max, "MANTA_MAX_MESSAGE=%zu", m->max_message);
-    size_t nenv = 0;
-    while (environ[nenv]) nenv++;
-    char **envp = calloc(nenv + 16, sizeof *envp);
+    char inc[16], maxm[32];
+    snprintf(inc, sizeof inc, "%d", c->incarnation);
+    snprintf(maxm, sizeof maxm, "%zu", m->max_message);
+    static const char *const keep[] = {"MANTA_DEBUG=", "MANTA_RUN_DIR=", NULL};
+    const mn_var vars[] = {
+        {"MANTA_ROLE", "actor"},
+        {"MANTA_REDIS", m->redis_url},
+        {"MANTA_JOB", m->job},
+        {"MANTA_NAME", c->name},
+        {"MANTA_CLASS", c->cls},
+        {"MANTA_LIBRARY", c->library},
+        {"MANTA_ENDPOINT", c->endpoint},
+        {"MANTA_ENDPOINT_LOCAL", c->local},
+        {"MANTA_NODE", m->self},
+        {"MANTA_INCARNATION", inc},
+        {"MANTA_TRANSPORT", m->transport},
+        {"MANTA_HOST", m->host},
+        {"MANTA_MAX_MESSAGE", maxm},
+    };
+    char logf[PATH_MAX] = "";
+    if (m->log_dir && *m->log_dir &&
+        snprintf(logf, sizeof logf, "%s/%s.log", m->log_dir, c->name) >= (int)sizeof logf)
+        return mn_fail(MANTA_EINVAL, "log file of actor %s: path longer than %d bytes", c->name,
+                       PATH_MAX - 1);
+    char **envp = mn_child_env(keep, vars, sizeof vars / sizeof vars[0]);
     if (!envp) return MANTA_ENOMEM;
-    size_t k = 0;
-    for (size_t i = 0; i < nenv; i++)
-        if (strncmp(environ[i], "MANTA_", 6) != 0 || !strncmp(environ[i], "MANTA_DEBUG=", 12) ||
-            !strncmp(environ[i], "MANTA_RUN_DIR=", 14))
-            envp[k++] = environ[i];
-    char *vars[] = {e_role, e_redis, e_job, e_name, e_class, e_lib,  e_ep,
-                    e_node, e_inc,   e_tr,  e_host, e_max,   e_local};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) envp[k++] = vars[i];
-    char logf[700] = "";
-    if (m->log_dir && *m->log_dir) snprintf(logf, sizeof logf, "%s/%s.log", m->log_dir, c->name);
     char *argv[] = {c->exe, NULL};
-    char key[256];
-    actor_key(m, c->name, key, sizeof key);
-    freeReplyObject(mn_redis(m, "HSET %s incarnation %d restarts %d state starting", key,
-                             c->incarnation, c->restarts));
+    int rc = manta_reg_actor_incarnate(m, c->name, c->incarnation, c->restarts);
+    if (rc) {
+        free(envp);
+        return rc;
+    }
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
@@ -128,7 +127,7 @@ static int start_child(node *nd, child *c)
     /* Only the pid now: the state was set before the fork, and the child may
      * already have written "alive" (writing "starting" here lost that race
      * under load and left a live actor marked starting for ever). */
-    freeReplyObject(mn_redis(m, "HSET %s pid %d", key, (int)pid));
+    check(m, manta_reg_actor_set_pid(m, c->name, (int)pid), "pid", c->name);
     return 0;
 }
 
@@ -209,6 +208,44 @@ static int parse_spawn(const void *arg, size_t len, child *c, const char **args,
     return 0;
 }
 
+/* Check a spawn request before anything is written: the class (built-in
+ * ones here, library ones in the actor itself) and the program. */
+static int check_spawn(node *nd, manta_req *call, const child *c)
+{
+    manta_ctx *m = nd->m;
+    if (!c->library[0] && !mn_find_class(m, c->cls, NULL))
+        return manta_reply_error(call, MANTA_ENOCLASS, "node %s: %s", m->self, manta_last_error()),
+               MANTA_ENOCLASS;
+    if (access(c->exe, X_OK) != 0)
+        return manta_reply_error(call, MANTA_ESPAWN, "node %s: program %s is not executable here",
+                                 m->self, c->exe),
+               MANTA_ESPAWN;
+    return 0;
+}
+
+/* Claim the name (once per job: HSETNX) and write the directory record. */
+static int register_child(node *nd, manta_req *call, child *c, const void *args, size_t args_len)
+{
+    manta_ctx *m = nd->m;
+    int rc = manta_reg_actor_claim(m, c->name, c->cls);
+    if (rc) return manta_reply_error(call, rc, "node %s: %s", m->self, manta_last_error()), rc;
+    choose_endpoint(nd, c);
+    manta_reg_actor rec = {.max_restarts = c->max_restarts};
+    snprintf(rec.info.node, sizeof rec.info.node, "%s", m->self);
+    snprintf(rec.info.endpoint, sizeof rec.info.endpoint, "%s", c->endpoint);
+    snprintf(rec.library, sizeof rec.library, "%s", c->library);
+    if (c->local[0]) {
+        snprintf(rec.info.endpoint_local, sizeof rec.info.endpoint_local, "%s", c->local);
+        snprintf(rec.info.host, sizeof rec.info.host, "%s", mn_host_id());
+    }
+    rc = manta_reg_actor_create(m, c->name, &rec, args, args_len);
+    if (rc) {
+        manta_reply_error(call, rc, "node %s: %s", m->self, manta_last_error());
+        check(m, manta_reg_actor_forget(m, c->name), "cleanup", c->name);
+    }
+    return rc;
+}
+
 static void do_spawn(node *nd, manta_req *call, const void *arg, size_t len)
 {
     manta_ctx *m = nd->m;
@@ -222,57 +259,19 @@ static void do_spawn(node *nd, manta_req *call, const void *arg, size_t len)
     char err[300];
     msgpack_unpacked u;
     int rc = parse_spawn(arg, len, c, &args, &args_len, &u, err, sizeof err);
-    if (rc) {
-        manta_reply_error(call, rc, "%s", err);
-        goto fail;
-    }
-    /* A library class is checked by the actor itself; a built-in one here,
-     * so a typo fails the create at once with a clear message. */
-    if (!c->library[0] && !mn_find_class(m, c->cls, NULL)) {
-        manta_reply_error(call, MANTA_ENOCLASS, "node %s: %s", m->self, manta_last_error());
-        goto fail;
-    }
-    if (access(c->exe, X_OK) != 0) {
-        manta_reply_error(call, MANTA_ESPAWN, "node %s: program %s is not executable here", m->self,
-                          c->exe);
-        goto fail;
-    }
-    char key[256], setkey[256];
-    actor_key(m, c->name, key, sizeof key);
-    mn_key(m, setkey, sizeof setkey, "actors", NULL);
-    redisReply *r = mn_redis(m, "HSETNX %s class %s", key, c->cls);
-    if (!r) {
-        manta_reply_error(call, MANTA_EREDIS, "node %s: %s", m->self, manta_last_error());
-        goto fail;
-    }
-    long long fresh = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
-    freeReplyObject(r);
-    if (!fresh) {
-        manta_reply_error(call, MANTA_EEXIST, "an actor named '%s' already exists in job %s",
-                          c->name, m->job);
-        goto fail;
-    }
-    choose_endpoint(nd, c);
-    const char *argv[] = {
-        "HSET",        key,        "node",         m->self,    "endpoint", c->endpoint,
-        "state",       "starting", "max_restarts", NULL,       "restarts", "0",
-        "incarnation", "1",        "library",      c->library, "args",     args ? args : ""};
-    char maxr[16];
-    snprintf(maxr, sizeof maxr, "%d", c->max_restarts);
-    argv[9] = maxr;
-    size_t lens[18];
-    for (int i = 0; i < 18; i++) lens[i] = strlen(argv[i]);
-    lens[17] = args_len;
-    freeReplyObject(mn_redis_argv(m, 18, argv, lens));
-    if (c->local[0])
-        freeReplyObject(
-            mn_redis(m, "HSET %s endpoint_local %s host %s", key, c->local, mn_host_id()));
-    freeReplyObject(mn_redis(m, "SADD %s %s", setkey, c->name));
+    if (rc) manta_reply_error(call, rc, "%s", err);
+    if (rc == 0) rc = check_spawn(nd, call, c);
+    if (rc == 0) rc = register_child(nd, call, c, args, args_len);
     msgpack_unpacked_destroy(&u);
+    if (rc) {
+        free(c);
+        return;
+    }
     c->incarnation = 1;
     rc = start_child(nd, c);
     if (rc) {
-        freeReplyObject(mn_redis(m, "HSET %s state failed error %s", key, manta_last_error()));
+        check(m, manta_reg_actor_set_state(m, c->name, MANTA_ACTOR_FAILED, manta_last_error()),
+              "state", c->name);
         manta_reply_error(call, rc, "%s", manta_last_error());
         free(c);
         return;
@@ -284,10 +283,6 @@ static void do_spawn(node *nd, manta_req *call, const void *arg, size_t len)
                  ? snprintf(reply, sizeof reply, "%s\n%s\n%s", c->endpoint, c->local, mn_host_id())
                  : snprintf(reply, sizeof reply, "%s", c->endpoint);
     manta_reply(call, reply, (size_t)rn);
-    return;
-fail:
-    msgpack_unpacked_destroy(&u);
-    free(c);
 }
 
 static child *find_child(node *nd, const char *name)
@@ -299,18 +294,12 @@ static child *find_child(node *nd, const char *name)
 
 static void forget_actor(manta_ctx *m, const char *name)
 {
-    char key[256], setkey[256];
-    actor_key(m, name, key, sizeof key);
-    mn_key(m, setkey, sizeof setkey, "actors", NULL);
-    freeReplyObject(mn_redis(m, "DEL %s", key));
-    freeReplyObject(mn_redis(m, "SREM %s %s", setkey, name));
+    check(m, manta_reg_actor_forget(m, name), "removal", name);
 }
 
 static void child_exited(node *nd, child *c, int status)
 {
     manta_ctx *m = nd->m;
-    char key[256];
-    actor_key(m, c->name, key, sizeof key);
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     c->pid = 0;
@@ -322,21 +311,27 @@ static void child_exited(node *nd, child *c, int status)
         if (c->stop_call) manta_reply(c->stop_call, NULL, 0);
     } else if (code == 3 || code == 127) {
         /* Failed start: the actor wrote why; retrying would fail the same way. */
-        freeReplyObject(mn_redis(m, "HSET %s state failed", key));
-        if (code == 127)
-            freeReplyObject(mn_redis(m, "HSET %s error %s", key, "exec of the program failed"));
+        check(m,
+              manta_reg_actor_set_state(m, c->name, MANTA_ACTOR_FAILED,
+                                        code == 127 ? "exec of the program failed" : NULL),
+              "state", c->name);
     } else if (!c->no_restart && (c->max_restarts < 0 || c->restarts < c->max_restarts)) {
         c->restarts++;
         c->incarnation++;
         mn_log("node %s: actor %s (pid exit %d, signal %d) restarting as incarnation %d", m->self,
                c->name, code, sig, c->incarnation);
-        freeReplyObject(mn_redis(m, "HSET %s state restarting", key));
-        if (start_child(nd, c) == 0) remove = false;
+        check(m, manta_reg_actor_set_state(m, c->name, MANTA_ACTOR_RESTARTING, NULL), "state",
+              c->name);
+        if (start_child(nd, c) == 0)
+            remove = false;
+        else
+            check(m, manta_reg_actor_set_state(m, c->name, MANTA_ACTOR_DEAD, manta_last_error()),
+                  "state", c->name);
     } else {
         char why[128];
         snprintf(why, sizeof why, "exited with code %d signal %d after %d restarts", code, sig,
                  c->restarts);
-        freeReplyObject(mn_redis(m, "HSET %s state dead error %s", key, why));
+        check(m, manta_reg_actor_set_state(m, c->name, MANTA_ACTOR_DEAD, why), "state", c->name);
     }
     if (kill_call) manta_reply(kill_call, NULL, 0);
     if (remove) {
@@ -369,10 +364,26 @@ static void reap(void *arg)
 static void node_heartbeat(void *arg)
 {
     node *nd = arg;
-    char key[256];
-    mn_key(nd->m, key, sizeof key, "node", nd->m->self);
-    freeReplyObject(mn_redis(nd->m, "HSET %s hb %lld", key, (long long)mn_wall_ms()));
+    if (manta_reg_node_heartbeat(nd->m, nd->m->self) != 0)
+        mn_log("node %s: heartbeat: %s", nd->m->self, manta_last_error());
     manta_timer_add(nd->m, 1000, node_heartbeat, nd);
+}
+
+/* The agent's actors as "NAME CLASS PID INCARNATION RESTARTS" lines. */
+static void list_children(node *nd, manta_req *call)
+{
+    size_t cap = 1, n = 0;
+    for (child *c = nd->children; c; c = c->next) cap += strlen(c->name) + strlen(c->cls) + 40;
+    char *out = malloc(cap);
+    if (!out) {
+        manta_reply_error(call, MANTA_ENOMEM, "node %s: list: out of memory", nd->m->self);
+        return;
+    }
+    for (child *c = nd->children; c; c = c->next)
+        n += (size_t)snprintf(out + n, cap - n, "%s %s %d %d %d\n", c->name, c->cls, (int)c->pid,
+                              c->incarnation, c->restarts);
+    manta_reply(call, out, n);
+    free(out);
 }
 
 static int node_method(manta_ctx *m, manta_req *call, const mn_env *e, const void *arg, size_t len)
@@ -415,12 +426,7 @@ static int node_method(manta_ctx *m, manta_req *call, const mn_env *e, const voi
         return 0;
     }
     if (!strcmp(meth, "list")) {
-        char out[8192];
-        size_t n = 0;
-        for (child *c = nd->children; c && n < sizeof out - 300; c = c->next)
-            n += (size_t)snprintf(out + n, sizeof out - n, "%s %s %d %d %d\n", c->name, c->cls,
-                                  (int)c->pid, c->incarnation, c->restarts);
-        manta_reply(call, out, n);
+        list_children(nd, call);
         return 0;
     }
     if (!strcmp(meth, "shutdown")) {
@@ -453,6 +459,24 @@ static void stop_all(node *nd)
     }
 }
 
+/* Join the node set with this agent's record: resources offered for
+ * placement are the machine's unless MANTA_NODE_CPU/GPU/MEMORY say. */
+static int node_register(manta_ctx *m)
+{
+    manta_reg_node rec = {.pid = (int)getpid()};
+    snprintf(rec.endpoint, sizeof rec.endpoint, "%s", m->endpoint);
+    snprintf(rec.transport, sizeof rec.transport, "%s", m->transport);
+    if (gethostname(rec.host, sizeof rec.host - 1) != 0) snprintf(rec.host, sizeof rec.host, "?");
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *cpu = getenv("MANTA_NODE_CPU"), *gpu = getenv("MANTA_NODE_GPU"),
+               *mem = getenv("MANTA_NODE_MEMORY");
+    rec.cpu = cpu && *cpu ? atof(cpu) : (double)(ncpu > 0 ? ncpu : 1);
+    rec.gpu = gpu && *gpu ? atoi(gpu) : 0;
+    rec.memory = mem && *mem ? strtoull(mem, NULL, 10)
+                             : (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    return manta_reg_node_register(m, m->self, &rec);
+}
+
 int mn_node_main(manta_ctx *m)
 {
     node *nd = &the_node;
@@ -472,43 +496,18 @@ int mn_node_main(manta_ctx *m)
         _exit(3);
     }
     m->system_method = node_method;
-    char key[256], setkey[256], host[128] = "localhost";
-    gethostname(host, sizeof host - 1);
-    mn_key(m, key, sizeof key, "node", m->self);
-    mn_key(m, setkey, sizeof setkey, "nodes", NULL);
-    /* Join the node set before the record says "alive": whoever waits for
-     * "alive" (the driver) then finds this node when it places actors. */
-    freeReplyObject(mn_redis(m, "SADD %s %s", setkey, m->self));
-    /* Resources offered for placement: the machine's, unless set. */
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned long long mem =
-        (unsigned long long)sysconf(_SC_PHYS_PAGES) * (unsigned long long)sysconf(_SC_PAGESIZE);
-    const char *cpu_s = getenv("MANTA_NODE_CPU"), *gpu_s = getenv("MANTA_NODE_GPU"),
-               *mem_s = getenv("MANTA_NODE_MEMORY");
-    char cpu[32], gpu[32], memory[32];
-    snprintf(cpu, sizeof cpu, "%s", cpu_s && *cpu_s ? cpu_s : "");
-    if (!cpu[0]) snprintf(cpu, sizeof cpu, "%ld", ncpu > 0 ? ncpu : 1);
-    snprintf(gpu, sizeof gpu, "%s", gpu_s && *gpu_s ? gpu_s : "0");
-    snprintf(memory, sizeof memory, "%s", mem_s && *mem_s ? mem_s : "");
-    if (!memory[0]) snprintf(memory, sizeof memory, "%llu", mem);
-    redisReply *r = mn_redis(m,
-                             "HSET %s endpoint %s host %s pid %d state alive hb %lld cpu %s gpu %s "
-                             "memory %s transport %s",
-                             key, m->endpoint, host, (int)getpid(), (long long)mn_wall_ms(), cpu,
-                             gpu, memory, m->transport);
-    if (!r) {
+    if (node_register(m) != 0) {
         mn_log("node %s: register: %s", m->self, manta_last_error());
         _exit(3);
     }
-    freeReplyObject(r);
     manta_timer_add(m, 10, reap, nd);
     manta_timer_add(m, 1000, node_heartbeat, nd);
 
     while (!nd->shutdown && !got_term) mn_loop_once(m, 100);
 
     stop_all(nd);
-    freeReplyObject(mn_redis(m, "DEL %s", key));
-    freeReplyObject(mn_redis(m, "SREM %s %s", setkey, m->self));
+    if (manta_reg_node_forget(m, m->self) != 0)
+        mn_log("node %s: leave: %s", m->self, manta_last_error());
     if (nd->shutdown_call) manta_reply(nd->shutdown_call, NULL, 0);
     /* Let the reply leave before the sockets close. */
     mn_loop_free(m);

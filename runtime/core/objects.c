@@ -2,7 +2,9 @@
  * objects.c -- the object registry: put, get, references.
  *
  * An object is bytes with an id and a reference count, recorded in Redis as
- * manta:JOB:obj:ID {size, refs, data | owner}. Small objects (<= 64 KiB)
+ * manta:JOB:obj:ID {size, refs, data | owner} (schema.c). References
+ * change atomically in Redis (one Lua script each), so processes that ref
+ * and release the same object at once never lose a count. Small objects (<= 64 KiB)
  * live inline in that record. A large one stays in the memory of the
  * process that put it (its owner), and the record names the owner's object
  * endpoint; fetchers call that endpoint ("get" with the id) and receive the
@@ -221,11 +223,8 @@ void mn_objstore_free(manta_ctx *m)
     while (list) {
         obj *o = list;
         list = o->next;
-        if (m->redis) {
-            char key[256];
-            mn_key(m, key, sizeof key, "obj", o->id);
-            freeReplyObject(mn_redis(m, "DEL %s", key));
-        }
+        if (m->redis && manta_reg_obj_delete(m, o->id) != 0)
+            mn_log("object %s: %s", o->id, manta_last_error());
         pthread_mutex_lock(&s->mu);
         o->dropped = true; /* if ZeroMQ still holds it, release_pin frees it */
         bool free_it = o->pins == 0;
@@ -252,15 +251,7 @@ int manta_put(manta_ctx *m, const void *data, size_t len, manta_obj_id *id)
     if (!m || !id || (len && !data)) return mn_fail(MANTA_EINVAL, "manta_put: bad arguments");
     memcpy(id->s, "obj-", 4);
     mn_random_hex(id->s + 4, 32);
-    char key[256];
-    mn_key(m, key, sizeof key, "obj", id->s);
-    redisReply *r;
-    if (len <= MN_OBJ_INLINE_MAX) {
-        r = mn_redis(m, "HSET %s size %llu refs 1 data %b", key, (unsigned long long)len,
-                     data ? data : "", len);
-        freeReplyObject(r);
-        return r ? 0 : MANTA_EREDIS;
-    }
+    if (len <= MN_OBJ_INLINE_MAX) return manta_reg_obj_create(m, id->s, len, data, NULL);
     int rc = store_start(m);
     if (rc) return rc;
     pinned *p = calloc(1, sizeof *p);
@@ -276,14 +267,9 @@ int manta_put(manta_ctx *m, const void *data, size_t len, manta_obj_id *id)
     p->o.next = m->objs->objs;
     m->objs->objs = &p->o;
     pthread_mutex_unlock(&m->objs->mu);
-    r = mn_redis(m, "HSET %s size %llu refs 1 owner %s", key, (unsigned long long)len,
-                 m->objs->endpoint);
-    if (!r) {
-        drop(m->objs, id->s);
-        return MANTA_EREDIS;
-    }
-    freeReplyObject(r);
-    return 0;
+    rc = manta_reg_obj_create(m, id->s, len, NULL, m->objs->endpoint);
+    if (rc) drop(m->objs, id->s);
+    return rc;
 }
 
 static manta_future *resolved(manta_ctx *m, int status, const char *error)
@@ -299,40 +285,27 @@ static manta_future *resolved(manta_ctx *m, int status, const char *error)
 manta_future *manta_obj_fetch(manta_ctx *m, const manta_obj_id *id, int timeout_ms)
 {
     if (!m || !id) return resolved(m, MANTA_EINVAL, "manta_obj_fetch: bad arguments");
-    char key[256];
-    mn_key(m, key, sizeof key, "obj", id->s);
-    redisReply *r = mn_redis(m, "HMGET %s data owner", key);
-    if (!r) return resolved(m, MANTA_EREDIS, manta_last_error());
-    manta_future *f = NULL;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-        f = resolved(m, MANTA_EREDIS, "HMGET: unexpected reply");
-    } else if (r->element[0]->type == REDIS_REPLY_STRING) {
+    void *data;
+    size_t len;
+    char owner[192];
+    int rc = manta_reg_obj_locate(m, id->s, &data, &len, owner, sizeof owner);
+    if (rc) return resolved(m, rc, manta_last_error());
+    if (data) {
         /* Inline: the future keeps its own copy of the record's bytes. */
-        f = resolved(m, 0, NULL);
-        if (f) {
-            f->owned = malloc(r->element[0]->len ? r->element[0]->len : 1);
-            if (!f->owned) {
-                f->status = MANTA_ENOMEM;
-            } else {
-                memcpy(f->owned, r->element[0]->str, r->element[0]->len);
-                f->data = f->owned;
-                f->len = r->element[0]->len;
-            }
+        manta_future *f = resolved(m, 0, NULL);
+        if (!f) {
+            free(data);
+            return NULL;
         }
-    } else if (r->element[1]->type == REDIS_REPLY_STRING) {
-        /* Owner-held: one call to the owner's object thread; the reply's
-         * frame is the object, and the future keeps it. */
-        mn_peer *p = mn_peer_get(m, r->element[1]->str);
-        f = p ? mn_call_peer(m, p, "get", id->s, strlen(id->s), timeout_ms > 0 ? timeout_ms : 0,
-                             NULL)
-              : resolved(m, MANTA_EZMQ, manta_last_error());
-    } else {
-        char why[160];
-        snprintf(why, sizeof why, "no object %s in job %s", id->s, m->job);
-        f = resolved(m, MANTA_ENOTFOUND, why);
+        f->owned = data, f->data = data, f->len = len;
+        return f;
     }
-    freeReplyObject(r);
-    return f;
+    /* Owner-held: one call to the owner's object thread; the reply's frame
+     * is the object, and the future keeps it. */
+    mn_peer *p = mn_peer_get(m, owner);
+    return p ? mn_call_peer(m, p, "get", id->s, strlen(id->s), timeout_ms > 0 ? timeout_ms : 0,
+                            NULL)
+             : resolved(m, MANTA_EZMQ, manta_last_error());
 }
 
 int manta_obj_get(manta_ctx *m, const manta_obj_id *id, void **data, size_t *len, int timeout_ms)
@@ -362,45 +335,25 @@ int manta_obj_get(manta_ctx *m, const manta_obj_id *id, void **data, size_t *len
 
 int manta_obj_ref(manta_ctx *m, const manta_obj_id *id)
 {
-    if (!m || !id) return MANTA_EINVAL;
-    char key[256];
-    mn_key(m, key, sizeof key, "obj", id->s);
-    /* Only an existing object gains a reference. */
-    redisReply *r = mn_redis(m, "EXISTS %s", key);
-    if (!r) return MANTA_EREDIS;
-    long long ok = r->integer;
-    freeReplyObject(r);
-    if (!ok) return mn_fail(MANTA_ENOTFOUND, "no object %s", id->s);
-    freeReplyObject(mn_redis(m, "HINCRBY %s refs 1", key));
-    return 0;
+    if (!m || !id) return mn_fail(MANTA_EINVAL, "manta_obj_ref: bad arguments");
+    return manta_reg_obj_ref(m, id->s);
 }
 
 int manta_obj_release(manta_ctx *m, const manta_obj_id *id)
 {
-    if (!m || !id) return MANTA_EINVAL;
-    char key[256], owner[192] = "";
-    mn_key(m, key, sizeof key, "obj", id->s);
-    redisReply *r = mn_redis(m, "EXISTS %s", key);
-    if (!r) return MANTA_EREDIS;
-    long long ok = r->integer;
-    freeReplyObject(r);
-    if (!ok) return mn_fail(MANTA_ENOTFOUND, "no object %s", id->s);
-    r = mn_redis(m, "HINCRBY %s refs -1", key);
-    if (!r) return MANTA_EREDIS;
-    long long left = r->integer;
-    freeReplyObject(r);
-    if (left > 0) return 0;
-    mn_redis_hget_str(m, key, "owner", owner, sizeof owner);
-    freeReplyObject(mn_redis(m, "DEL %s", key));
-    if (!owner[0]) return 0;
+    if (!m || !id) return mn_fail(MANTA_EINVAL, "manta_obj_release: bad arguments");
+    char owner[192];
+    int freed;
+    int rc = manta_reg_obj_release(m, id->s, &freed, owner, sizeof owner);
+    if (rc || !freed || !owner[0]) return rc;
+    /* The last reference went: the record is gone; free the owner's buffer. */
     if (m->objs && !strcmp(owner, m->objs->endpoint)) {
         drop(m->objs, id->s);
         return 0;
     }
-    /* Tell the owner to free its buffer. */
     mn_peer *p = mn_peer_get(m, owner);
     if (!p) return MANTA_EZMQ;
-    int rc = mn_peer_connect(p);
+    rc = mn_peer_connect(p);
     return rc ? rc
               : mn_env_send(p->sock, NULL, 0, MN_CAST, 0, "free", 0, id->s, strlen(id->s), NULL);
 }

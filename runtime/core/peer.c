@@ -15,6 +15,7 @@
  * mailbox and its other peers meanwhile.
  */
 #include "internal.h"
+#include "manta_schema.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -242,34 +243,9 @@ static void release_held(manta_ctx *m, mn_peer *p)
 
 /* ---- the directory lookup ---- */
 
-/* The directory record (an HGETALL reply) as a manta_actor_info: the one
- * place the asynchronous lookup parses a record, so it follows the
- * registry's schema when that changes. */
-static int directory_from_reply(const redisReply *r, manta_actor_info *info)
+static bool ended(manta_actor_state st)
 {
-    memset(info, 0, sizeof *info);
-    if (r->type == REDIS_REPLY_ERROR) return MANTA_EREDIS;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) return MANTA_ENOTFOUND;
-    for (size_t i = 0; i + 1 < r->elements; i += 2) {
-        const char *k = r->element[i]->str, *v = r->element[i + 1]->str;
-        if (!k || !v) continue;
-        if (!strcmp(k, "state"))
-            snprintf(info->state, sizeof info->state, "%s", v);
-        else if (!strcmp(k, "endpoint"))
-            snprintf(info->endpoint, sizeof info->endpoint, "%s", v);
-        else if (!strcmp(k, "endpoint_local"))
-            snprintf(info->endpoint_local, sizeof info->endpoint_local, "%s", v);
-        else if (!strcmp(k, "host"))
-            snprintf(info->host, sizeof info->host, "%s", v);
-        else if (!strcmp(k, "incarnation"))
-            info->incarnation = atoi(v);
-    }
-    return 0;
-}
-
-static bool ended(const char *state)
-{
-    return !strcmp(state, "dead") || !strcmp(state, "failed") || !strcmp(state, "stopped");
+    return st == MANTA_ACTOR_DEAD || st == MANTA_ACTOR_FAILED || st == MANTA_ACTOR_STOPPED;
 }
 
 /* A new incarnation on another endpoint (tcp port, other node). */
@@ -293,7 +269,7 @@ static void apply_record(manta_ctx *m, mn_peer *p, int rc, const manta_actor_inf
         p->dead = true;
         char why[256];
         snprintf(why, sizeof why, "actor %s is %s", peer_name(p),
-                 rc ? "gone from the directory" : info->state);
+                 rc ? "gone from the directory" : manta_actor_state_name(info->state));
         mn_fail_peer_calls(m, p, MANTA_EDIED, why);
         return;
     }
@@ -304,7 +280,7 @@ static void apply_record(manta_ctx *m, mn_peer *p, int rc, const manta_actor_inf
      * so it counts only once the socket has connected again. Until then
      * calls still go (they queue for the next incarnation) and the record
      * is read again every 100 ms while any is pending. */
-    if (!strcmp(info->state, "alive") && p->reconnected) {
+    if (info->state == MANTA_ACTOR_ALIVE && p->reconnected) {
         set_suspect(m, p, false);
         p->incarnation = info->incarnation;
     }
@@ -314,8 +290,13 @@ static void on_record(manta_ctx *m, redisReply *r, void *arg)
 {
     mn_peer *p = arg;
     p->looking = false;
-    manta_actor_info info;
-    int rc = r ? directory_from_reply(r, &info) : MANTA_EREDIS;
+    manta_reg_actor rec;
+    memset(&rec, 0, sizeof rec);
+    char key[MANTA_REG_KEY_MAX] = "";
+    int rc = MANTA_EREDIS;
+    if (r && manta_reg_key(m, MANTA_REG_ACTOR, peer_name(p), key, sizeof key) == 0)
+        rc = manta_reg_actor_from_reply(key, r, &rec);
+    const manta_actor_info info = rec.info;
     if (rc == MANTA_EREDIS)
         mn_log("directory lookup of actor %s: %s", peer_name(p), r ? r->str : manta_last_error());
     apply_record(m, p, rc, &info);
@@ -327,9 +308,9 @@ static void on_record(manta_ctx *m, redisReply *r, void *arg)
 static int look_up(manta_ctx *m, mn_peer *p)
 {
     if (p->looking) return 0;
-    char key[256];
-    mn_key(m, key, sizeof key, "actor", p->owner->name);
-    int rc = mn_aredis_command(m, on_record, p, "HGETALL %s", key);
+    char key[MANTA_REG_KEY_MAX];
+    int rc = manta_reg_key(m, MANTA_REG_ACTOR, p->owner->name, key, sizeof key);
+    if (rc == 0) rc = mn_aredis_command(m, on_record, p, "HGETALL %s", key);
     if (rc == 0)
         p->looking = true;
     else

@@ -88,7 +88,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
 {
     struct mn_aredis *a = ac->data;
     if (status == REDIS_OK) return;
-    mn_log("async Redis link to %s:%d: %s", a->m->redis_host, a->m->redis_port, ac->errstr);
+    mn_log("async Redis link to %s:%d: %s", a->m->redis_addr.host, a->m->redis_addr.port, ac->errstr);
     a->ac = NULL; /* hiredis frees it */
 }
 
@@ -154,11 +154,11 @@ static int queue_v(struct mn_aredis *a, mn_aredis_fn fn, void *arg, const char *
  * (the same authentication and database as the blocking link). */
 static int link_open(manta_ctx *m, struct mn_aredis *a)
 {
-    if (!m->redis_host) return mn_fail(MANTA_EREDIS, "async Redis link: no Redis configured");
-    redisAsyncContext *ac = redisAsyncConnect(m->redis_host, m->redis_port);
+    if (!m->redis_addr.host[0]) return mn_fail(MANTA_EREDIS, "async Redis link: no Redis configured");
+    redisAsyncContext *ac = redisAsyncConnect(m->redis_addr.host, m->redis_addr.port);
     if (!ac || ac->err) {
-        int rc = mn_fail(MANTA_EREDIS, "async Redis link to %s:%d: %s", m->redis_host,
-                         m->redis_port, ac ? ac->errstr : "out of memory");
+        int rc = mn_fail(MANTA_EREDIS, "async Redis link to %s:%d: %s", m->redis_addr.host,
+                         m->redis_addr.port, ac ? ac->errstr : "out of memory");
         if (ac) redisAsyncFree(ac);
         return rc;
     }
@@ -177,9 +177,12 @@ static int link_open(manta_ctx *m, struct mn_aredis *a)
     a->ac = ac;
     a->why[0] = 0;
     int rc = 0;
-    if (m->redis_password && *m->redis_password)
-        rc = queue_v(a, NULL, NULL, "AUTH %s", m->redis_password);
-    if (rc == 0 && m->redis_db) rc = queue_v(a, NULL, NULL, "SELECT %d", m->redis_db);
+    const manta_redis_addr *ad = &m->redis_addr;
+    if (ad->user[0]) /* an ACL user, with or without a password */
+        rc = queue_v(a, NULL, NULL, "AUTH %s %s", ad->user, ad->password);
+    else if (ad->password[0])
+        rc = queue_v(a, NULL, NULL, "AUTH %s", ad->password);
+    if (rc == 0 && ad->db) rc = queue_v(a, NULL, NULL, "SELECT %d", ad->db);
     return rc;
 }
 
@@ -217,8 +220,8 @@ static int aredis_run(manta_ctx *m)
     struct mn_aredis *a = m->aredis;
     if (!a || !a->head || !a->ac || mn_now_ms() < a->head->sent + MN_AREDIS_TIMEOUT_MS) return 0;
     redisAsyncContext *ac = a->ac;
-    snprintf(a->why, sizeof a->why, "no answer from Redis at %s:%d within %d ms", m->redis_host,
-             m->redis_port, MN_AREDIS_TIMEOUT_MS);
+    snprintf(a->why, sizeof a->why, "no answer from Redis at %s:%d within %d ms", m->redis_addr.host,
+             m->redis_addr.port, MN_AREDIS_TIMEOUT_MS);
     mn_log("%s: dropping the async link", a->why);
     a->ac = NULL;
     redisAsyncFree(ac); /* answers every command in flight with NULL */

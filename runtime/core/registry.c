@@ -1,16 +1,11 @@
 /*
- * registry.c -- Redis: the control plane.
+ * registry.c -- the link to Redis, the control plane.
  *
- * Every key of a job lives under manta:JOB:, so one SCAN finds them all at
- * shutdown. The actor directory is one hash per actor,
- *
- *     manta:JOB:actor:NAME  {class, node, endpoint, pid, incarnation, state,
- *                            restarts, max_restarts, hb, error, ...}
- *
- * plus the set manta:JOB:actors of names; nodes are manta:JOB:node:ID with
- * the set manta:JOB:nodes; objects are manta:JOB:obj:ID. Redis is never on
- * the per-call path: it is read when a handle is made, when a peer went
- * away, and for heartbeats and objects.
+ * One hiredis connection per process, made from the parsed address
+ * (redis_url.c) with AUTH [user] password and SELECT db; a broken link is
+ * made again for the next command. Redis is never on the per-call path: it
+ * is read when a handle is made, when a peer went away, and for heartbeats
+ * and objects. The records themselves (keys, fields, states) are schema.c's.
  *
  * With no URL the driver starts its own redis-server (the embedded default)
  * on a free loopback port with a generated password, in a private folder,
@@ -33,71 +28,75 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-int mn_redis_parse_url(manta_ctx *m, const char *url)
+int mn_redis_set_addr(manta_ctx *m, const manta_redis_addr *a)
 {
-    /* redis://[[user]:password@]host:port[/db] */
-    if (strncmp(url, "redis://", 8) != 0)
-        return mn_fail(MANTA_EINVAL, "redis URL '%s': expected redis://[:password@]host:port", url);
-    const char *p = url + 8;
-    const char *at = strrchr(p, '@');
-    free(m->redis_password);
-    m->redis_password = NULL;
-    if (at) {
-        const char *colon = memchr(p, ':', (size_t)(at - p));
-        const char *pw = colon ? colon + 1 : p;
-        m->redis_password = strndup(pw, (size_t)(at - pw));
-        p = at + 1;
-    }
-    const char *colon = strrchr(p, ':');
-    if (!colon || colon == p) return mn_fail(MANTA_EINVAL, "redis URL '%s': no host:port", url);
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (port <= 0 || port > 65535 || (*end && *end != '/'))
-        return mn_fail(MANTA_EINVAL, "redis URL '%s': bad port", url);
-    m->redis_db = *end == '/' ? atoi(end + 1) : 0;
-    free(m->redis_host);
-    m->redis_host = strndup(p, (size_t)(colon - p));
-    m->redis_port = (int)port;
+    char url[1024];
+    int rc = manta_redis_url_format(a, url, sizeof url);
+    if (rc) return rc;
+    char *copy = mn_strdup(url);
+    if (!copy) return mn_fail(MANTA_ENOMEM, "redis URL: out of memory");
     free(m->redis_url);
-    m->redis_url = mn_strdup(url);
+    m->redis_url = copy;
+    m->redis_addr = *a;
     return 0;
+}
+
+/* Send AUTH [user] password and SELECT db on a fresh link. */
+static int redis_login(manta_ctx *m, redisContext *c)
+{
+    const manta_redis_addr *a = &m->redis_addr;
+    if (a->password[0]) {
+        redisReply *r = a->user[0] ? redisCommand(c, "AUTH %s %s", a->user, a->password)
+                                   : redisCommand(c, "AUTH %s", a->password);
+        int bad = !r || r->type == REDIS_REPLY_ERROR;
+        int rc =
+            bad ? mn_fail(MANTA_EREDIS, "Redis at %s:%d: AUTH as user '%s' failed: %s", a->host,
+                          a->port, a->user[0] ? a->user : "default", r ? r->str : c->errstr)
+                : 0;
+        freeReplyObject(r);
+        if (rc) return rc;
+    }
+    if (a->db) {
+        redisReply *r = redisCommand(c, "SELECT %d", a->db);
+        int bad = !r || r->type == REDIS_REPLY_ERROR;
+        int rc = bad ? mn_fail(MANTA_EREDIS, "Redis at %s:%d: SELECT %d failed: %s", a->host,
+                               a->port, a->db, r ? r->str : c->errstr)
+                     : 0;
+        freeReplyObject(r);
+        if (rc) return rc;
+    }
+    /* A user without a password (nopass) is named by AUTH too: ping to be
+     * sure the link works for us before we rely on it. */
+    redisReply *r = redisCommand(c, "PING");
+    int bad = !r || r->type == REDIS_REPLY_ERROR;
+    int rc =
+        bad ? mn_fail(MANTA_EREDIS, "Redis at %s:%d: %s", a->host, a->port, r ? r->str : c->errstr)
+            : 0;
+    freeReplyObject(r);
+    return rc;
 }
 
 int mn_redis_connect(manta_ctx *m)
 {
+    const manta_redis_addr *a = &m->redis_addr;
     struct timeval tv = {2, 0};
-    redisContext *c = redisConnectWithTimeout(m->redis_host, m->redis_port, tv);
+    redisContext *c = redisConnectWithTimeout(a->host, a->port, tv);
     if (!c || c->err) {
-        int rc = mn_fail(MANTA_EREDIS, "connect to Redis at %s:%d: %s", m->redis_host,
-                         m->redis_port, c ? c->errstr : "out of memory");
+        int rc = mn_fail(MANTA_EREDIS, "connect to Redis at %s:%d: %s", a->host, a->port,
+                         c ? c->errstr : "out of memory");
         redisFree(c);
         return rc;
     }
     /* A command never blocks the loop for long: Redis is local control plane. */
     struct timeval cmd = {5, 0};
     redisSetTimeout(c, cmd);
+    int rc = redis_login(m, c);
+    if (rc) {
+        redisFree(c);
+        return rc;
+    }
     m->redis = c;
-    if (m->redis_password && *m->redis_password) {
-        redisReply *r = redisCommand(c, "AUTH %s", m->redis_password);
-        int bad = !r || r->type == REDIS_REPLY_ERROR;
-        int rc = bad ? mn_fail(MANTA_EREDIS, "Redis AUTH failed: %s", r ? r->str : c->errstr) : 0;
-        freeReplyObject(r);
-        if (rc) goto fail;
-    }
-    if (m->redis_db) {
-        redisReply *r = redisCommand(c, "SELECT %d", m->redis_db);
-        int bad = !r || r->type == REDIS_REPLY_ERROR;
-        freeReplyObject(r);
-        if (bad) {
-            mn_fail(MANTA_EREDIS, "Redis SELECT %d failed", m->redis_db);
-            goto fail;
-        }
-    }
     return 0;
-fail:
-    redisFree(c);
-    m->redis = NULL;
-    return MANTA_EREDIS;
 }
 
 static redisReply *check_reply(manta_ctx *m, redisReply *r, const char *what)
@@ -120,14 +119,20 @@ static redisReply *check_reply(manta_ctx *m, redisReply *r, const char *what)
     return r;
 }
 
-redisReply *mn_redis(manta_ctx *m, const char *fmt, ...)
+redisReply *mn_redis_v(manta_ctx *m, const char *fmt, va_list ap)
 {
     if (!m->redis && mn_redis_connect(m) != 0) return NULL;
+    redisReply *r = redisvCommand(m->redis, fmt, ap);
+    return check_reply(m, r, fmt);
+}
+
+redisReply *mn_redis(manta_ctx *m, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = redisvCommand(m->redis, fmt, ap);
+    redisReply *r = mn_redis_v(m, fmt, ap);
     va_end(ap);
-    return check_reply(m, r, fmt);
+    return r;
 }
 
 redisReply *mn_redis_argv(manta_ctx *m, int argc, const char **argv, const size_t *lens)
@@ -160,39 +165,10 @@ int mn_redis_hget_str(manta_ctx *m, const char *key, const char *field, char *ou
 
 int mn_directory_read(manta_ctx *m, const char *name, manta_actor_info *info)
 {
-    char key[256];
-    mn_key(m, key, sizeof key, "actor", name);
-    redisReply *r = mn_redis(m, "HGETALL %s", key);
-    if (!r) return MANTA_EREDIS;
-    memset(info, 0, sizeof *info);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
-        freeReplyObject(r);
-        return mn_fail(MANTA_ENOTFOUND, "no actor named '%s' in job %s", name, m->job);
-    }
-    for (size_t i = 0; i + 1 < r->elements; i += 2) {
-        const char *k = r->element[i]->str, *v = r->element[i + 1]->str;
-        if (!k || !v) continue;
-        if (!strcmp(k, "state"))
-            snprintf(info->state, sizeof info->state, "%s", v);
-        else if (!strcmp(k, "node"))
-            snprintf(info->node, sizeof info->node, "%s", v);
-        else if (!strcmp(k, "endpoint"))
-            snprintf(info->endpoint, sizeof info->endpoint, "%s", v);
-        else if (!strcmp(k, "endpoint_local"))
-            snprintf(info->endpoint_local, sizeof info->endpoint_local, "%s", v);
-        else if (!strcmp(k, "host"))
-            snprintf(info->host, sizeof info->host, "%s", v);
-        else if (!strcmp(k, "pid"))
-            info->pid = atoi(v);
-        else if (!strcmp(k, "incarnation"))
-            info->incarnation = atoi(v);
-        else if (!strcmp(k, "restarts"))
-            info->restarts = atoi(v);
-        else if (!strcmp(k, "hb"))
-            info->heartbeat_ms = atoll(v);
-    }
-    freeReplyObject(r);
-    return 0;
+    manta_reg_actor rec = {0};
+    int rc = manta_reg_actor_read(m, name, &rec);
+    *info = rec.info;
+    return rc;
 }
 
 const char *mn_host_id(void)
@@ -221,29 +197,6 @@ const char *mn_pick_endpoint(const manta_actor_info *info)
 {
     if (info->endpoint_local[0] && !strcmp(info->host, mn_host_id())) return info->endpoint_local;
     return info->endpoint;
-}
-
-int mn_delete_job_keys(manta_ctx *m)
-{
-    char pattern[160];
-    snprintf(pattern, sizeof pattern, "manta:%s:*", m->job);
-    char cursor[32] = "0";
-    do {
-        redisReply *r = mn_redis(m, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
-        if (!r) return MANTA_EREDIS;
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-            freeReplyObject(r);
-            return mn_fail(MANTA_EREDIS, "SCAN: unexpected reply");
-        }
-        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
-        redisReply *keys = r->element[1];
-        for (size_t i = 0; i < keys->elements; i++) {
-            redisReply *d = mn_redis(m, "DEL %b", keys->element[i]->str, keys->element[i]->len);
-            freeReplyObject(d);
-        }
-        freeReplyObject(r);
-    } while (strcmp(cursor, "0") != 0);
-    return 0;
 }
 
 /* ---- the embedded redis-server ---- */
@@ -308,9 +261,11 @@ int mn_redis_start_embedded(manta_ctx *m)
             _exit(127);
         }
         m->redis_pid = pid;
-        char url[128];
-        snprintf(url, sizeof url, "redis://:%s@127.0.0.1:%d", pw, port);
-        mn_redis_parse_url(m, url);
+        manta_redis_addr addr = {.port = port};
+        snprintf(addr.host, sizeof addr.host, "127.0.0.1");
+        snprintf(addr.password, sizeof addr.password, "%s", pw);
+        int rc = mn_redis_set_addr(m, &addr);
+        if (rc) return rc;
         int64_t until = mn_now_ms() + 5000;
         while (mn_now_ms() < until) {
             int status;
@@ -368,54 +323,4 @@ void mn_redis_stop_embedded(manta_ctx *m)
         free(m->redis_dir);
         m->redis_dir = NULL;
     }
-}
-
-/* ---- job values ---- */
-
-static int kv_key(manta_ctx *m, const char *key, char *out, size_t n)
-{
-    size_t len = key ? strlen(key) : 0;
-    if (!m || len == 0 || len > 100)
-        return mn_fail(MANTA_EINVAL, "value key '%s': 1..100 characters", key ? key : "");
-    for (size_t i = 0; i < len; i++) {
-        char c = key[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '-' || c == '_' || c == '.'))
-            return mn_fail(MANTA_EINVAL, "value key '%s': use [A-Za-z0-9._-]", key);
-    }
-    mn_key(m, out, n, "kv", key);
-    return 0;
-}
-
-int manta_kv_set(manta_ctx *m, const char *key, const void *val, size_t len)
-{
-    char k[256];
-    int rc = kv_key(m, key, k, sizeof k);
-    if (rc) return rc;
-    if (len && !val) return mn_fail(MANTA_EINVAL, "manta_kv_set %s: no value", key);
-    redisReply *r = mn_redis(m, "SET %s %b", k, val ? val : "", len);
-    freeReplyObject(r);
-    return r ? 0 : MANTA_EREDIS;
-}
-
-int manta_kv_get(manta_ctx *m, const char *key, void **val, size_t *len)
-{
-    char k[256];
-    if (!val || !len) return mn_fail(MANTA_EINVAL, "manta_kv_get: bad arguments");
-    *val = NULL, *len = 0;
-    int rc = kv_key(m, key, k, sizeof k);
-    if (rc) return rc;
-    redisReply *r = mn_redis(m, "GET %s", k);
-    if (!r) return MANTA_EREDIS;
-    if (r->type != REDIS_REPLY_STRING) {
-        freeReplyObject(r);
-        return mn_fail(MANTA_ENOTFOUND, "no value '%s' in job %s", key, m->job);
-    }
-    *val = malloc(r->len + 1);
-    if (!*val)
-        rc = MANTA_ENOMEM;
-    else
-        memcpy(*val, r->str, r->len), ((char *)*val)[r->len] = 0, *len = r->len;
-    freeReplyObject(r);
-    return rc;
 }

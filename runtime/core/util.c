@@ -52,10 +52,14 @@ const char *manta_last_error(void)
 
 int mn_fail(int code, const char *fmt, ...)
 {
+    /* Format aside first: callers often wrap the last message, passing
+     * manta_last_error() itself as an argument. */
+    char msg[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(last_error, msg, sizeof msg);
     return code;
 }
 
@@ -189,4 +193,43 @@ void mn_idmap_free(mn_idmap *t)
 {
     free(t->keys), free(t->vals);
     memset(t, 0, sizeof *t);
+}
+
+char **mn_child_env(const char *const *keep, const mn_var *vars, size_t nvars)
+{
+    extern char **environ;
+    size_t nenv = 0, bytes = 0;
+    while (environ[nenv]) nenv++;
+    for (size_t i = 0; i < nvars; i++) bytes += strlen(vars[i].name) + strlen(vars[i].value) + 2;
+    /* One block: the pointer array, then the new NAME=value strings. */
+    size_t slots = nenv + nvars + 1;
+    char **envp = malloc(slots * sizeof *envp + bytes);
+    if (!envp) {
+        mn_fail(MANTA_ENOMEM, "environment of a child process: out of memory");
+        return NULL;
+    }
+    char *text = (char *)(envp + slots);
+    size_t k = 0;
+    for (size_t i = 0; i < nenv; i++) {
+        bool pass = strncmp(environ[i], "MANTA_", 6) != 0;
+        for (size_t j = 0; !pass && keep && keep[j]; j++)
+            pass = !strncmp(environ[i], keep[j], strlen(keep[j]));
+        if (pass) envp[k++] = environ[i];
+    }
+    for (size_t i = 0; i < nvars; i++) {
+        envp[k++] = text;
+        text += sprintf(text, "%s=%s", vars[i].name, vars[i].value) + 1;
+    }
+    envp[k] = NULL;
+    return envp;
+}
+
+int mn_self_exe(char *out, size_t n)
+{
+    ssize_t len = readlink("/proc/self/exe", out, n);
+    if (len <= 0) return mn_fail(MANTA_ESYS, "readlink /proc/self/exe: %s", strerror(errno));
+    if ((size_t)len >= n)
+        return mn_fail(MANTA_EINVAL, "this program's path is longer than %zu bytes", n - 1);
+    out[len] = 0;
+    return 0;
 }

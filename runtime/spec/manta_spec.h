@@ -68,12 +68,11 @@ extern "C" {
 
 /* ---- Limits ---------------------------------------------------------------- */
 
-#define MANTA_SPEC_MAX_ERRORS   32       /* errors kept per manta_spec_errors */
-#define MANTA_SPEC_MAX_DEPTH    64       /* nesting of mappings and sequences */
-#define MANTA_SPEC_MAX_NODES    200000   /* nodes per tree, aliases expanded */
-#define MANTA_SPEC_MAX_FILE     16777216 /* bytes of a spec file (16 MiB) */
-#define MANTA_SPEC_MAX_NAME     40       /* job and group names */
-#define MANTA_SPEC_DEFAULT_PORT 6379     /* redis:// without a port */
+#define MANTA_SPEC_MAX_ERRORS 32       /* errors kept per manta_spec_errors */
+#define MANTA_SPEC_MAX_DEPTH  64       /* nesting of mappings and sequences */
+#define MANTA_SPEC_MAX_NODES  200000   /* nodes per tree, aliases expanded */
+#define MANTA_SPEC_MAX_FILE   16777216 /* bytes of a spec file (16 MiB) */
+#define MANTA_SPEC_MAX_NAME   40       /* job and group names */
 
 /* ---- Errors ---------------------------------------------------------------- */
 
@@ -210,22 +209,6 @@ int manta_spec_parse_size(const char *text, uint64_t *out);
 /* Write a byte count for humans: "2GiB", "1536MiB", "1000B". Returns buf. */
 char *manta_spec_format_size(uint64_t bytes, char *buf, size_t len);
 
-/* ---- Redis address --------------------------------------------------------- */
-
-typedef struct manta_spec_redis {
-    bool embedded;      /* "embedded": start a private redis-server */
-    char host[256];     /* hostname, IPv4, or IPv6 without brackets */
-    int port;           /* 1..65535; 6379 when not given */
-    int db;             /* /N suffix; 0 when not given */
-    char user[128];     /* "" unless redis://user:password@... */
-    char password[256]; /* "" for none; %XX escapes decoded */
-} manta_spec_redis;
-
-/* Parse "embedded" or redis://[[user]:password@]host[:port][/db]. On error
- * returns -1 and writes the reason (e.g. "port out of range") into why.
- * Used for the spec's `redis:` and for the CLI's --redis. */
-int manta_spec_parse_redis(const char *url, manta_spec_redis *out, char *why, size_t why_len);
-
 /* ---- The typed spec -------------------------------------------------------- */
 
 typedef struct manta_spec_group {
@@ -254,12 +237,12 @@ typedef struct manta_spec_capacity {
 } manta_spec_capacity;
 
 typedef struct manta_spec {
-    const char *file;      /* as given to load (or the buffer's name) */
-    const char *job;       /* [a-z0-9_-]{1,40} */
-    const char *redis_url; /* as written; "embedded" when absent */
-    manta_spec_redis redis;
-    const char *log_dir; /* NULL when absent */
-    size_t n_groups;     /* >= 1, in file order */
+    const char *file;       /* as given to load (or the buffer's name) */
+    const char *job;        /* [a-z0-9_-]{1,40} */
+    const char *redis_url;  /* as written; "embedded" when absent */
+    manta_redis_addr redis; /* parsed by manta_redis_url_parse (manta.h) */
+    const char *log_dir;    /* NULL when absent */
+    size_t n_groups;        /* >= 1, in file order */
     manta_spec_group *groups;
     size_t n_nodes; /* 0 when there is no `nodes` section */
     manta_spec_capacity *nodes;

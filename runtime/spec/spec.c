@@ -1078,105 +1078,6 @@ char *manta_spec_format_size(uint64_t bytes, char *buf, size_t len)
     return buf;
 }
 
-/* ---- Redis address ---------------------------------------------------------------- */
-
-static int hexval(int ch)
-{
-    if (ch >= '0' && ch <= '9') return ch - '0';
-    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
-    return -1;
-}
-
-/* Copy [s, e) into out[cap] decoding %XX. False on a bad escape or overflow. */
-static bool pct_decode(const char *s, const char *e, char *out, size_t cap)
-{
-    size_t o = 0;
-    while (s < e) {
-        int ch = (unsigned char)*s++;
-        if (ch == '%') {
-            if (e - s < 2 || hexval(s[0]) < 0 || hexval(s[1]) < 0) return false;
-            ch = hexval(s[0]) * 16 + hexval(s[1]);
-            s += 2;
-            if (ch == 0) return false;
-        }
-        if (o + 1 >= cap) return false;
-        out[o++] = (char)ch;
-    }
-    out[o] = '\0';
-    return true;
-}
-
-#define REDIS_FAIL(msg)                                                                            \
-    do {                                                                                           \
-        if (why && why_len) snprintf(why, why_len, "%s", msg);                                     \
-        return -1;                                                                                 \
-    } while (0)
-
-int manta_spec_parse_redis(const char *url, manta_spec_redis *out, char *why, size_t why_len)
-{
-    memset(out, 0, sizeof *out);
-    out->port = MANTA_SPEC_DEFAULT_PORT;
-    if (why && why_len) why[0] = '\0';
-    if (!url) REDIS_FAIL("no address");
-    if (!strcmp(url, "embedded")) {
-        out->embedded = true;
-        return 0;
-    }
-    if (strncmp(url, "redis://", 8) != 0) REDIS_FAIL("not \"embedded\" and not a redis:// URL");
-    const char *p = url + 8, *end = p + strlen(p);
-    const char *at = strrchr(p, '@');
-    if (at) {
-        const char *colon = memchr(p, ':', (size_t)(at - p));
-        if (colon) {
-            if (!pct_decode(p, colon, out->user, sizeof out->user) ||
-                !pct_decode(colon + 1, at, out->password, sizeof out->password))
-                REDIS_FAIL("bad user or password (too long, or a bad %XX escape)");
-        } else if (!pct_decode(p, at, out->user, sizeof out->user)) {
-            REDIS_FAIL("bad user (too long, or a bad %XX escape)");
-        }
-        p = at + 1;
-    }
-    const char *hs = p, *he;
-    if (*p == '[') {
-        he = strchr(p, ']');
-        if (!he) REDIS_FAIL("unclosed [ in the IPv6 address");
-        hs = p + 1;
-        p = he + 1;
-    } else {
-        while (*p && *p != ':' && *p != '/') p++;
-        he = p;
-    }
-    if (he == hs) REDIS_FAIL("no host");
-    if ((size_t)(he - hs) >= sizeof out->host) REDIS_FAIL("host name too long");
-    for (const char *q = hs; q < he; q++)
-        if (!isalnum((unsigned char)*q) && !strchr(".-_:", *q)) REDIS_FAIL("bad host name");
-    memcpy(out->host, hs, (size_t)(he - hs));
-    out->host[he - hs] = '\0';
-    if (*p == ':') {
-        p++;
-        long port = 0;
-        if (!isdigit((unsigned char)*p)) REDIS_FAIL("no port after ':'");
-        for (; isdigit((unsigned char)*p); p++) {
-            port = port * 10 + (*p - '0');
-            if (port > 65535) REDIS_FAIL("port out of range");
-        }
-        if (port < 1) REDIS_FAIL("port out of range");
-        out->port = (int)port;
-    }
-    if (*p == '/') {
-        p++;
-        long db = 0;
-        for (; isdigit((unsigned char)*p); p++) {
-            db = db * 10 + (*p - '0');
-            if (db > 1000000) REDIS_FAIL("database number out of range");
-        }
-        out->db = (int)db;
-    }
-    if (p != end) REDIS_FAIL("unexpected characters after host:port");
-    return 0;
-}
-
 /* ---- Names and suggestions ----------------------------------------------------------- */
 
 static bool name_ok(const char *s, size_t len, size_t max, bool upper_dot)
@@ -1672,11 +1573,13 @@ static void check_redis(manta_spec_errors *e, manta_spec *s, const manta_spec_no
     char gotbuf[128], why[128];
     const char *url;
     if (is_null_node(v)) return;
-    if (!(url = want_str(e, v, "\"embedded\" or redis://[:password@]host:port"))) return;
-    if (manta_spec_parse_redis(url, &s->redis, why, sizeof why) != 0) {
-        node_err(e, v, "expected \"embedded\" or redis://[:password@]host:port, got %s (%s)",
+    if (!(url = want_str(e, v, "\"embedded\" or redis://[[user]:password@]host[:port][/db]")))
+        return;
+    if (manta_redis_url_parse(url, &s->redis, why, sizeof why) != 0) {
+        node_err(e, v,
+                 "expected \"embedded\" or redis://[[user]:password@]host[:port][/db], got %s (%s)",
                  GOT(v), why);
-        manta_spec_parse_redis("embedded", &s->redis, NULL, 0);
+        manta_redis_url_parse("embedded", &s->redis, NULL, 0);
     } else {
         s->redis_url = url;
     }
@@ -1722,7 +1625,7 @@ static void validate(ctx *c, spec_impl *si, const manta_spec_options *o)
     size_t before = e->count + e->dropped;
     const manta_spec_node *job = NULL, *groups = NULL, *nodes = NULL, *nodes_key = NULL;
     s->redis_url = "embedded";
-    manta_spec_parse_redis("embedded", &s->redis, NULL, 0);
+    manta_redis_url_parse("embedded", &s->redis, NULL, 0);
     for (size_t i = 0; i < root->count; i++) {
         const manta_spec_node *k = root->keys[i], *v = root->items[i];
         if (!strcmp(k->text, "job")) {

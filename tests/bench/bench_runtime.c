@@ -694,33 +694,23 @@ static void large(bench *b)
 
 /* ---- small objects against raw Redis ------------------------------------------------------ */
 
-/* redis://[:password@]host:port -> a connected, authenticated hiredis client. */
+/* A Redis URL (manta_redis_url_parse) -> a connected, authenticated hiredis client. */
 static redisContext *redis_connect_url(const char *url)
 {
-    char pw[256] = "", host[256] = "127.0.0.1";
-    int port = 6379;
-    const char *p = strstr(url, "://");
-    p = p ? p + 3 : url;
-    const char *at = strchr(p, '@');
-    if (at) {
-        const char *colon = memchr(p, ':', (size_t)(at - p));
-        const char *pws = colon ? colon + 1 : p;
-        snprintf(pw, sizeof pw, "%.*s", (int)(at - pws), pws);
-        p = at + 1;
+    manta_redis_addr a;
+    if (manta_redis_url_parse(url, &a, NULL, 0) != 0) {
+        fprintf(stderr, "bench_runtime: %s\n", manta_last_error());
+        return NULL;
     }
-    const char *colon = strrchr(p, ':');
-    if (colon) {
-        snprintf(host, sizeof host, "%.*s", (int)(colon - p), p);
-        port = atoi(colon + 1);
-    }
-    redisContext *c = redisConnect(host, port);
+    redisContext *c = redisConnect(a.host, a.port);
     if (!c || c->err) {
-        fprintf(stderr, "bench_runtime: redis %s:%d: %s\n", host, port, c ? c->errstr : "oom");
+        fprintf(stderr, "bench_runtime: redis %s:%d: %s\n", a.host, a.port, c ? c->errstr : "oom");
         redisFree(c);
         return NULL;
     }
-    if (pw[0]) {
-        redisReply *r = redisCommand(c, "AUTH %s", pw);
+    if (a.password[0]) {
+        redisReply *r = a.user[0] ? redisCommand(c, "AUTH %s %s", a.user, a.password)
+                                  : redisCommand(c, "AUTH %s", a.password);
         int ok = r && r->type != REDIS_REPLY_ERROR;
         freeReplyObject(r);
         if (!ok) {

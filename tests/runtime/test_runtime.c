@@ -577,7 +577,7 @@ static void test_crash_restart(void **unused)
     t0 = test_now();
     for (;;) {
         assert_int_equal(manta_actor_info_get(m, a, &info), 0);
-        if (!strcmp(info.state, "dead")) break;
+        if (info.state == MANTA_ACTOR_DEAD) break;
         assert_true(test_now() - t0 < 5);
         manta_poll(m, 10);
     }

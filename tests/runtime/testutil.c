@@ -37,6 +37,26 @@ static int free_port(void)
 
 void test_redis_start(test_redis *r)
 {
+    test_redis_start_args(r, NULL);
+}
+
+/* Can an unauthenticated client talk to it (or is it at least up and
+ * answering, with NOAUTH when the default user is off)? */
+static int redis_answers(int port)
+{
+    redisContext *c = redisConnect("127.0.0.1", port);
+    int up = 0;
+    if (c && !c->err) {
+        redisReply *rep = redisCommand(c, "PING");
+        up = rep != NULL;
+        freeReplyObject(rep);
+    }
+    redisFree(c);
+    return up;
+}
+
+void test_redis_start_args(test_redis *r, const char *const *extra)
+{
     snprintf(r->dir, sizeof r->dir, "/tmp/manta-test-redis-XXXXXX");
     if (!mkdtemp(r->dir)) {
         perror("mkdtemp");
@@ -51,20 +71,22 @@ void test_redis_start(test_redis *r)
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             int devnull = open("/dev/null", 1);
             if (devnull >= 0) dup2(devnull, 1);
-            execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save",
-                   "", "--appendonly", "no", "--dir", r->dir, (char *)NULL);
+            const char *argv[64] = {"redis-server", "--port", port,  "--bind",
+                                    "127.0.0.1",    "--save", "",    "--appendonly",
+                                    "no",           "--dir",  r->dir};
+            size_t n = 11;
+            for (size_t i = 0; extra && extra[i] && n < 63; i++) argv[n++] = extra[i];
+            argv[n] = NULL;
+            execvp("redis-server", (char *const *)argv);
             _exit(127);
         }
         for (int i = 0; i < 500; i++) {
             int status;
             if (waitpid(r->pid, &status, WNOHANG) == r->pid) break;
-            redisContext *c = redisConnect("127.0.0.1", r->port);
-            if (c && !c->err) {
-                redisFree(c);
+            if (redis_answers(r->port)) {
                 snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", r->port);
                 return;
             }
-            redisFree(c);
             usleep(10000);
         }
         kill(r->pid, SIGKILL);

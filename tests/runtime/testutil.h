@@ -18,6 +18,9 @@ typedef struct test_redis {
 
 /* Start redis-server; aborts the test program with a message on failure. */
 void test_redis_start(test_redis *r);
+/* The same with extra redis-server arguments (NULL-terminated), such as
+ * "--user", "alice", "on", ">pw", "~*", "&*", "+@all" (one argument per word). */
+void test_redis_start_args(test_redis *r, const char *const *extra);
 void test_redis_stop(test_redis *r);
 /* Number of keys matching a pattern. */
 long test_redis_count(const test_redis *r, const char *pattern);

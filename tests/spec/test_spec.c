@@ -573,22 +573,22 @@ static void test_sizes(void **state)
 
 static void test_redis_urls(void **state)
 {
-    manta_spec_redis r;
+    manta_redis_addr r;
     char why[128];
-    assert_int_equal(manta_spec_parse_redis("embedded", &r, why, sizeof why), 0);
+    assert_int_equal(manta_redis_url_parse("embedded", &r, why, sizeof why), 0);
     assert_true(r.embedded);
-    assert_int_equal(manta_spec_parse_redis("redis://h", &r, why, sizeof why), 0);
+    assert_int_equal(manta_redis_url_parse("redis://h", &r, why, sizeof why), 0);
     assert_false(r.embedded);
     assert_string_equal(r.host, "h");
     assert_int_equal(r.port, 6379);
     assert_string_equal(r.password, "");
-    assert_int_equal(manta_spec_parse_redis("redis://:p%40ss@10.0.0.1:7000/3", &r, why, sizeof why),
+    assert_int_equal(manta_redis_url_parse("redis://:p%40ss@10.0.0.1:7000/3", &r, why, sizeof why),
                      0);
     assert_string_equal(r.password, "p@ss");
     assert_string_equal(r.host, "10.0.0.1");
     assert_int_equal(r.port, 7000);
     assert_int_equal(r.db, 3);
-    assert_int_equal(manta_spec_parse_redis("redis://bob:pw@[::1]:6390", &r, why, sizeof why), 0);
+    assert_int_equal(manta_redis_url_parse("redis://bob:pw@[::1]:6390", &r, why, sizeof why), 0);
     assert_string_equal(r.user, "bob");
     assert_string_equal(r.password, "pw");
     assert_string_equal(r.host, "::1");
@@ -607,7 +607,7 @@ static void test_redis_urls(void **state)
         {"redis://h o:1", "bad host name"},
     };
     for (size_t i = 0; i < N(bad); i++) {
-        assert_int_equal(manta_spec_parse_redis(bad[i].url, &r, why, sizeof why), -1);
+        assert_int_equal(manta_redis_url_parse(bad[i].url, &r, why, sizeof why), MANTA_EINVAL);
         assert_string_equal(why, bad[i].why);
     }
 }
@@ -619,7 +619,8 @@ static void test_error_schema_file(void **state)
     static const char *const want[] = {
         "schema_errors.yaml:1:6: job: expected a name of 1 to 40 characters from a-z, 0-9, - and "
         "_, got \"Calc Agent\"",
-        "schema_errors.yaml:2:8: redis: expected \"embedded\" or redis://[:password@]host:port, "
+        "schema_errors.yaml:2:8: redis: expected \"embedded\" or "
+        "redis://[[user]:password@]host[:port][/db], "
         "got \"redis://:pw@host:99999\" (port out of range)",
         "schema_errors.yaml:6:15: groups.rollout.replicas: expected a non-negative integer, got "
         "\"two\"",
@@ -750,9 +751,9 @@ static void test_error_cases(void **state)
          "sequence, got \"bar\""},
         {G "  a: {class: x}\nnode: {a: {cpu: 1}}\n",
          "inline.yaml:4:1: node: unknown top-level key (did you mean \"nodes\"?)"},
-        {G "  a: {class: x}\nredis: [1]\n",
-         "inline.yaml:4:8: redis: expected \"embedded\" or redis://[:password@]host:port, got a "
-         "sequence"},
+        {G "  a: {class: x}\nredis: [1]\n", "inline.yaml:4:8: redis: expected \"embedded\" or "
+                                            "redis://[[user]:password@]host[:port][/db], got a "
+                                            "sequence"},
         {G "  a: {class: x}\nlog_dir: {a: 1}\n",
          "inline.yaml:4:10: log_dir: expected a folder path, got a mapping"},
         {G "  a: {class: x}\nnodes: {}\n",
