@@ -133,7 +133,5 @@ int mn_actor_main(manta_ctx *m)
     mn_objstore_free(m);
     mn_loop_free(m);
     zmq_ctx_term(m->zmq);
-    fflush(stdout);
-    fflush(stderr);
-    _exit(0);
+    mn_exit(0);
 }

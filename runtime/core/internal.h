@@ -34,6 +34,13 @@ int64_t mn_now_ms(void);  /* monotonic */
 int64_t mn_wall_ms(void); /* wall clock */
 void mn_random_hex(char *out, size_t nhex);
 void mn_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* End this process (an actor, a node agent, a forked helper) without running
+ * atexit handlers: flush stdio, and in a sanitizer build first run
+ * LeakSanitizer's check (which _exit skips) when code is 0; leaks found make
+ * the exit code MN_EXIT_LEAKED and the report goes where ASAN_OPTIONS sends
+ * it. */
+#define MN_EXIT_LEAKED 23
+_Noreturn void mn_exit(int code);
 char *mn_strdup(const char *s);
 /* The environment of a child process: ours without MANTA_* variables
  * (except those starting with a prefix in keep, NULL-terminated), plus

@@ -303,6 +303,9 @@ static void child_exited(node *nd, child *c, int status)
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     c->pid = 0;
+    if (code == MN_EXIT_LEAKED)
+        mn_log("node %s: actor %s leaked memory (LeakSanitizer's report is in its log)", m->self,
+               c->name);
     bool remove = true;
     manta_req *kill_call = c->kill_call;
     c->kill_call = NULL;
@@ -512,5 +515,5 @@ int mn_node_main(manta_ctx *m)
     /* Let the reply leave before the sockets close. */
     mn_loop_free(m);
     zmq_ctx_term(m->zmq);
-    _exit(0);
+    mn_exit(0);
 }

@@ -100,6 +100,21 @@ void mn_random_hex(char *out, size_t nhex)
     out[nhex] = 0;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#define MN_LSAN 1
+#endif
+
+_Noreturn void mn_exit(int code)
+{
+    fflush(stdout);
+    fflush(stderr);
+#ifdef MN_LSAN
+    if (code == 0 && __lsan_do_recoverable_leak_check()) code = MN_EXIT_LEAKED;
+#endif
+    _exit(code);
+}
+
 void mn_log(const char *fmt, ...)
 {
     char buf[1024];
