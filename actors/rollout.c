@@ -393,11 +393,15 @@ static void poll_tool(rollout_state *s, int k)
         return;
     }
     if (!manta_future_done(sl->fut)) return;
+    /* The slot lets go of the answer first: appending the observation may
+     * end the episode, and finish() then parks the reward call in sl->fut. */
+    manta_future *f = sl->fut;
+    sl->fut = NULL;
     const void *d;
     size_t n;
-    int rc = manta_get(sl->fut, 0, &d, &n);
+    int rc = manta_get(f, 0, &d, &n);
     if (rc && sl->tool_tries++ < 4) {
-        manta_future_free(sl->fut);
+        manta_future_free(f);
         s->last_discover = 0;
         send_tool(s, k);
         return;
@@ -416,8 +420,7 @@ static void poll_tool(rollout_state *s, int k)
         observe_error(s, k, "error: bad answer");
     }
     msgpack_unpacked_destroy(&u);
-    manta_future_free(sl->fut);
-    sl->fut = NULL;
+    manta_future_free(f);
 }
 
 /* A slot being scored: the reward (or the failure) goes into the
