@@ -257,10 +257,11 @@ static int start_replica(manta_job_t *j, size_t g, int replica, const char *node
                                 grp->cpu, grp->gpu, (unsigned long long)grp->memory_bytes));
 }
 
-static int wait_all_ready(manta_job_t *j, manta_actor **actors, size_t n)
+/* Wait until all n are ready, up to timeout_ms (<= 0: ready_timeout_s). */
+static int wait_all_ready(manta_job_t *j, manta_actor **actors, size_t n, int timeout_ms)
 {
     double tmo = j->o.ready_timeout_s > 0 ? j->o.ready_timeout_s : DEFAULT_READY_S;
-    int64_t until = mn_now_ms() + (int64_t)(tmo * 1000);
+    int64_t until = mn_now_ms() + (timeout_ms > 0 ? timeout_ms : (int64_t)(tmo * 1000));
     for (size_t i = 0; i < n; i++) {
         int64_t left = until - mn_now_ms();
         int rc = manta_actor_wait_ready(j->m, actors[i], left > 0 ? (int)left : 1);
@@ -622,7 +623,7 @@ static int start_all_replicas(manta_job_t *j)
     for (size_t g = 0; g < s->n_groups && rc == 0 && total; g++)
         for (int r = 0; r < s->groups[g].replicas && rc == 0; r++, k++)
             rc = start_replica(j, g, r, nl.ids[node_of[k]], &actors[k]);
-    if (rc == 0) rc = wait_all_ready(j, actors, total);
+    if (rc == 0) rc = wait_all_ready(j, actors, total, 0);
     if (rc == 0)
         say(j, "job %s: %zu actors ready in %.2f s on %zu node(s)", s->job, total,
             (double)(mn_now_ms() - t0) / 1000, j->nodes);
@@ -767,7 +768,7 @@ static int replicas_present(manta_job_t *j, const char *group, int **out, size_t
 }
 
 /* Add `add` replicas at the lowest free indices. */
-static int grow(manta_job_t *j, size_t g, const int *have, size_t nhave, int add)
+static int grow(manta_job_t *j, size_t g, const int *have, size_t nhave, int add, int timeout_ms)
 {
     const manta_spec_group *grp = &j->spec->groups[g];
     manta_spec_demand d = {grp->name, add, grp->cpu, grp->gpu, grp->memory_bytes};
@@ -783,7 +784,7 @@ static int grow(manta_job_t *j, size_t g, const int *have, size_t nhave, int add
         rc = start_replica(j, g, idx, nl.ids[node_of[n]], &made[n]);
         if (rc == 0) n++;
     }
-    if (rc == 0) rc = wait_all_ready(j, made, n);
+    if (rc == 0) rc = wait_all_ready(j, made, n, timeout_ms);
     nodes_free(&nl);
     free(node_of), free(made);
     return rc;
@@ -835,7 +836,7 @@ int manta_job_scale(manta_job_t *job, const char *group, int n, int timeout_ms)
     int rc = replicas_present(job, group, &have, &nhave);
     if (rc) return rc;
     if ((size_t)n > nhave)
-        rc = grow(job, g, have, nhave, n - (int)nhave);
+        rc = grow(job, g, have, nhave, n - (int)nhave, timeout_ms);
     else if ((size_t)n < nhave)
         rc = shrink(job, group, have, nhave, (int)nhave - n,
                     timeout_ms > 0 ? timeout_ms : DEFAULT_DRAIN_MS);
@@ -844,6 +845,18 @@ int manta_job_scale(manta_job_t *job, const char *group, int n, int timeout_ms)
     char gk[256];
     mn_key(job->m, gk, sizeof gk, "group", group);
     return redis_write(job, gk, mn_redis(job->m, "HSET %s wanted %d", gk, n));
+}
+
+int manta_job_replicas(manta_job_t *job, const char *group)
+{
+    if (!job || !group) return mn_fail(MANTA_EINVAL, "manta_job_replicas: NULL argument");
+    if (group_index(job->spec, group) == job->spec->n_groups)
+        return mn_fail(MANTA_ENOTFOUND, "job %s has no group '%s'", job->spec->job, group);
+    int *have = NULL;
+    size_t n = 0;
+    int rc = replicas_present(job, group, &have, &n);
+    free(have);
+    return rc ? rc : (int)n;
 }
 
 int manta_job_drain(manta_job_t *job, const char *actor, int timeout_ms)

@@ -117,15 +117,19 @@ int manta_job_attach(manta_ctx *m, const manta_spec_options *so, manta_spec_erro
 
 /* Make GROUP have n replicas. Growing places the new replicas (the lowest
  * free indices) on nodes with room, starts them with the spec's settings
- * and waits until they are ready (ready_timeout_s). Shrinking asks the
- * highest-numbered replicas to `drain` (a class without that method is
- * stopped at once) all at once, waiting up to timeout_ms (<= 0: 120 s),
- * then stops them. On success the group's wanted count is recorded.
+ * and waits until they are ready, up to timeout_ms (<= 0: ready_timeout_s).
+ * Shrinking asks the highest-numbered replicas to `drain` (a class without
+ * that method is stopped at once) all at once, waiting up to timeout_ms
+ * (<= 0: 120 s), then stops them. On success the group's wanted count is recorded.
  * Returns 0, MANTA_EINVAL (n < 0), MANTA_ENOTFOUND (no such group),
  * MANTA_ESPAWN (no room; an actor could not start), MANTA_ETIMEDOUT (not
  * ready, or a drain ran out), the error of a failed drain or stop,
  * MANTA_EREDIS, MANTA_ENOMEM. Works on attached jobs. */
 int manta_job_scale(manta_job_t *job, const char *group, int n, int timeout_ms);
+
+/* How many replicas GROUP has in the directory now (any state), or
+ * MANTA_EINVAL, MANTA_ENOTFOUND (no such group), MANTA_EREDIS. */
+int manta_job_replicas(manta_job_t *job, const char *group);
 
 /* Drain one actor of the job by name (its `drain` method, if the class has
  * one, within timeout_ms; <= 0: 120 s), then stop it.
