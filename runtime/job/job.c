@@ -249,7 +249,7 @@ static int start_replica(manta_job_t *j, size_t g, int replica, const char *node
                              .no_wait = 1};
     int rc = manta_actor_create(j->m, &o, out);
     free(payload);
-    if (rc) return mn_fail(rc, "%s: %s", name, manta_last_error());
+    if (rc) return rc; /* the message names the actor */
     char key[256];
     mn_key(j->m, key, sizeof key, "actor", name);
     return redis_write(j, key,

@@ -10,7 +10,7 @@
  * reward: exact, numeric tolerance, and the HTTP service (including a
  * service that is down: ok = false, no crash).
  */
-#include "launch.h"
+#include "calc_server.h"
 
 #include <manta_actors.h>
 
