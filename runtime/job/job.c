@@ -49,6 +49,7 @@ struct manta_job {
     uint64_t watchdog; /* timer id; 0: none */
     manta_future *run; /* the run method's call, once made */
     bool stopped;
+    bool recorded; /* manta_job_start wrote the records: free removes them */
     size_t nodes;
 };
 
@@ -605,6 +606,20 @@ static int record_job(manta_job_t *j)
     return rc;
 }
 
+/* Undo record_job after a failed start, so that the name can start again. */
+static void unrecord_job(manta_job_t *j)
+{
+    char key[256];
+    mn_key(j->m, key, sizeof key, "driver", NULL);
+    freeReplyObject(mn_redis(j->m, "DEL %s", key));
+    mn_key(j->m, key, sizeof key, "groups", NULL);
+    freeReplyObject(mn_redis(j->m, "DEL %s", key));
+    for (size_t g = 0; g < j->spec->n_groups; g++) {
+        mn_key(j->m, key, sizeof key, "group", j->spec->groups[g].name);
+        freeReplyObject(mn_redis(j->m, "DEL %s", key));
+    }
+}
+
 /* Place every replica, then start them all at once and wait for them. */
 static int start_all_replicas(manta_job_t *j)
 {
@@ -658,11 +673,18 @@ int manta_job_start(manta_ctx *m, const manta_spec *spec, const manta_job_option
     manta_job_t *j = job_new(m, spec, o);
     if (!j) return MANTA_ENOMEM;
     int rc = record_job(j);
-    if (rc == 0 && !j->o.no_services) rc = start_services(j);
-    if (rc == 0) rc = start_all_replicas(j);
     if (rc) {
         manta_job_free(j);
         return rc;
+    }
+    j->recorded = true;
+    if (!j->o.no_services) rc = start_services(j);
+    if (rc == 0) rc = start_all_replicas(j);
+    if (rc) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", manta_last_error());
+        manta_job_free(j);
+        return mn_fail(rc, "%s", why);
     }
     /* While the job runs, nodes that stop heart-beating are declared dead
      * and their actors re-created on nodes with room. */
@@ -963,6 +985,7 @@ void manta_job_free(manta_job_t *job)
 {
     if (!job) return;
     if (job->watchdog) manta_timer_cancel(job->m, job->watchdog);
+    if (job->recorded) unrecord_job(job);
     stop_services(job);
     manta_future_free(job->run);
     manta_spec_free(job->owned);

@@ -100,7 +100,8 @@ typedef struct manta_job_options {
  *   MANTA_ETIMEDOUT an actor was not ready within ready_timeout_s
  *   MANTA_ECLOSED  interrupted (o->interrupt)
  *   MANTA_ENOMEM   out of memory
- * Actors started before a failure stay until manta_shutdown(m). */
+ * After a failure the job's records are removed again (the same name can
+ * start later); actors started before it stay until manta_shutdown(m). */
 int manta_job_start(manta_ctx *m, const manta_spec *spec, const manta_job_options *o,
                     manta_job_t **out);
 
@@ -157,9 +158,11 @@ int manta_job_wait(manta_job_t *job, int timeout_ms, const void **reply, size_t 
 /* Ask manta_job_wait to return (from a tick, a timer or a method). */
 void manta_job_stop(manta_job_t *job);
 
-/* Stop the watchdog and the services, free the job (and the spec it owns).
- * The actors stay: they belong to the ctx. NULL is a no-op. Call before
- * manta_shutdown() of the job's ctx. */
+/* Stop the watchdog and the services, remove the job's records if
+ * manta_job_start wrote them (the job no longer runs: the name can start
+ * again), free the job (and the spec it owns). The actors stay: they belong
+ * to the ctx. NULL is a no-op. Call before manta_shutdown() of the job's
+ * ctx. */
 void manta_job_free(manta_job_t *job);
 
 const manta_spec *manta_job_spec(const manta_job_t *job);
