@@ -446,32 +446,43 @@ static int64_t node_timeout_ms(const manta_job_t *j)
 
 /* What re-creating an actor needs, from its own directory record. */
 typedef struct actor_record {
-    char cls[128], lib[512], group[64];
+    char *cls, *lib, *group; /* lib: "" for a built-in class */
     char *args;
     size_t args_len;
     int max_restarts;
     manta_spec_demand d;
 } actor_record;
 
+static void actor_record_free(actor_record *ar)
+{
+    free(ar->cls), free(ar->lib), free(ar->group), free(ar->args);
+}
+
+static char *dup_field(const redisReply *r)
+{
+    return strdup(r->str ? r->str : "");
+}
+
 static int read_actor_record(manta_ctx *m, const char *name, actor_record *ar)
 {
     char key[256];
     mn_key(m, key, sizeof key, "actor", name);
+    memset(ar, 0, sizeof *ar);
     redisReply *r =
         mn_redis(m, "HMGET %s class library args max_restarts group cpu gpu memory", key);
     if (!r || r->elements != 8 || !r->element[0]->str) {
         freeReplyObject(r);
         return mn_fail(MANTA_ENOTFOUND, "actor %s has no directory record", name);
     }
-    memset(ar, 0, sizeof *ar);
-    snprintf(ar->cls, sizeof ar->cls, "%s", r->element[0]->str);
-    snprintf(ar->lib, sizeof ar->lib, "%s", r->element[1]->str ? r->element[1]->str : "");
-    snprintf(ar->group, sizeof ar->group, "%s", r->element[4]->str ? r->element[4]->str : "");
+    ar->cls = dup_field(r->element[0]);
+    ar->lib = dup_field(r->element[1]);
+    ar->group = dup_field(r->element[4]);
     ar->args_len = r->element[2]->str ? r->element[2]->len : 0;
     ar->args = malloc(ar->args_len ? ar->args_len : 1);
-    if (!ar->args) {
+    if (!ar->cls || !ar->lib || !ar->group || !ar->args) {
         freeReplyObject(r);
-        return mn_fail(MANTA_ENOMEM, "init arguments of %s", name);
+        actor_record_free(ar);
+        return mn_fail(MANTA_ENOMEM, "directory record of %s", name);
     }
     if (ar->args_len) memcpy(ar->args, r->element[2]->str, ar->args_len);
     ar->max_restarts = r->element[3]->str ? atoi(r->element[3]->str) : 0;
@@ -503,7 +514,7 @@ static void move_actor(manta_job_t *j, const char *name, const char *dead_node)
                     mn_redis(m, "HSET %s class %s state dead node %s error %s", key, ar.cls,
                              dead_node, "its node died and no other node had room"));
         redis_write(j, setkey, mn_redis(m, "SADD %s %s", setkey, name));
-        free(ar.args);
+        actor_record_free(&ar);
         return;
     }
     manta_actor_options o = {.cls = ar.cls,
@@ -524,7 +535,7 @@ static void move_actor(manta_job_t *j, const char *name, const char *dead_node)
         say(j, "node %s died; restarting actor %s: %s", dead_node, name, manta_last_error());
     }
     nodes_free(&nl);
-    free(ar.args);
+    actor_record_free(&ar);
 }
 
 /* Declare node `id` dead and move its actors. */
