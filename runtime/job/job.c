@@ -390,7 +390,8 @@ static int service_wait_port(manta_job_t *j, const service_def *d, service *s)
                            d->name, (long long)d->port, j->o.log_dir ? "; see its log in " : "",
                            j->o.log_dir ? j->o.log_dir : "");
         }
-        if (mn_now_ms() > until || interrupted(j))
+        if (interrupted(j)) return mn_fail(MANTA_ECLOSED, "service %s: interrupted", d->name);
+        if (mn_now_ms() > until)
             return mn_fail(MANTA_ESPAWN, "service %s did not come up on port %lld within %g s%s%s",
                            d->name, (long long)d->port, d->ready_s,
                            j->o.log_dir ? "; see its log in " : "",
@@ -587,11 +588,18 @@ static int record_job(manta_job_t *j)
     manta_ctx *m = j->m;
     char key[256], pidbuf[16];
     mn_key(m, key, sizeof key, "driver", NULL);
-    if (mn_redis_hget_str(m, key, "pid", pidbuf, sizeof pidbuf) == 0) {
+    /* Claim the job atomically: of two drivers starting it, one wins. */
+    redisReply *claim = mn_redis(m, "HSETNX %s pid %d", key, (int)getpid());
+    if (!claim || claim->type != REDIS_REPLY_INTEGER) return redis_write(j, key, claim);
+    bool won = claim->integer == 1;
+    freeReplyObject(claim);
+    if (!won) {
+        if (mn_redis_hget_str(m, key, "pid", pidbuf, sizeof pidbuf) != 0) strcpy(pidbuf, "?");
         m->attached = true; /* not ours to tear down */
         return mn_fail(MANTA_EEXIST, "job %s is already running (driver pid %s); stop it first",
                        j->spec->job, pidbuf);
     }
+    j->recorded = true;
     size_t slen = 1;
     for (size_t i = 0; i < j->o.n_sets; i++) slen += strlen(j->o.sets[i]) + 1;
     char *sets = malloc(slen), host[128] = "localhost";
@@ -684,12 +692,7 @@ int manta_job_start(manta_ctx *m, const manta_spec *spec, const manta_job_option
     manta_job_t *j = job_new(m, spec, o);
     if (!j) return MANTA_ENOMEM;
     int rc = record_job(j);
-    if (rc) {
-        manta_job_free(j);
-        return rc;
-    }
-    j->recorded = true;
-    if (!j->o.no_services) rc = start_services(j);
+    if (rc == 0 && !j->o.no_services) rc = start_services(j);
     if (rc == 0) rc = start_all_replicas(j);
     if (rc) {
         char why[1024];
