@@ -266,7 +266,7 @@ static int wait_all_ready(manta_job_t *j, manta_actor **actors, size_t n, int ti
     for (size_t i = 0; i < n; i++) {
         int64_t left = until - mn_now_ms();
         int rc = manta_actor_wait_ready(j->m, actors[i], left > 0 ? (int)left : 1);
-        if (rc) return mn_fail(rc, "actor %s: %s", manta_actor_name(actors[i]), manta_last_error());
+        if (rc) return rc; /* the message names the actor */
         if (interrupted(j)) return mn_fail(MANTA_ECLOSED, "job %s: interrupted", j->spec->job);
     }
     return 0;
