@@ -69,7 +69,7 @@ static const char *usage_text =
     "  --job NAME        which job (status, scale, stop, logs); default: the last one run here\n"
     "  --detach          run: return once every actor is ready; the job keeps running\n"
     "  --log-dir DIR     run: where run folders go (default: the spec's log_dir, else runs/)\n"
-    "  --timeout SEC     run: readiness wait (60); scale: drain wait (120)\n"
+    "  --timeout SEC     run: readiness wait (60); scale: readiness (60) or drain (120) wait\n"
     "  --follow, -f      logs: keep printing what the actor writes\n"
     "  --verbose, -v     status: one line per actor too\n"
     "  --host ADDR       node: address other machines reach this one at (tcp)\n"
