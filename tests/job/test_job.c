@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -292,6 +293,91 @@ static void test_life(void **st)
     manta_spec_free(s);
 }
 
+/* Start this program as the node agent NAME of the job with 2 CPUs, as
+ * `manta node` does on another machine. */
+static pid_t start_node(const char *name)
+{
+    extern char **environ;
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **env = calloc(n + 8, sizeof *env), vars[7][700];
+    snprintf(vars[0], sizeof vars[0], "MANTA_ROLE=node");
+    snprintf(vars[1], sizeof vars[1], "MANTA_NAME=%s", name);
+    snprintf(vars[2], sizeof vars[2], "MANTA_JOB=%s", manta_job(ctx));
+    snprintf(vars[3], sizeof vars[3], "MANTA_REDIS=%s", manta_redis_url(ctx));
+    snprintf(vars[4], sizeof vars[4], "MANTA_NODE_CPU=2");
+    /* over tcp, as `manta node` runs: ipc endpoints are per machine */
+    snprintf(vars[5], sizeof vars[5], "MANTA_TRANSPORT=tcp");
+    snprintf(vars[6], sizeof vars[6], "MANTA_HOST=127.0.0.1");
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "MANTA_", 6)) env[k++] = environ[i];
+    for (int i = 0; i < 7; i++) env[k++] = vars[i];
+    char self[64];
+    snprintf(self, sizeof self, "/proc/%d/exe", (int)getpid());
+    pid_t parent = getpid(), pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failing test leaves no agent behind */
+        if (getppid() != parent) _exit(1);
+        execle(self, self, (char *)NULL, env);
+        _exit(127);
+    }
+    free(env);
+    return pid;
+}
+
+static void actor_node(const char *name, char *node, size_t n, int *is_alive)
+{
+    manta_actor *a;
+    manta_actor_info info;
+    node[0] = 0;
+    *is_alive = 0;
+    if (manta_actor_lookup(ctx, name, &a) != 0 || manta_actor_info_get(ctx, a, &info) != 0) return;
+    snprintf(node, n, "%s", info.node);
+    *is_alive = !strcmp(info.state, "alive");
+}
+
+/* A C driver gets the node watchdog: a node killed mid-job is declared dead
+ * and its actor re-created on a node with room. The local node has 1 CPU
+ * (main), so `big` (2 CPUs) goes to n2 first, then to n3. */
+static void test_failover(void **st)
+{
+    pid_t n2 = start_node("n2"), n3 = start_node("n3");
+    assert_true(n2 > 0 && n3 > 0);
+    const char *y = "job: job-failover\n"
+                    "groups: {big: {class: worker, resources: {cpu: 2}}}\n";
+    manta_spec_errors errs;
+    manta_spec_errors_init(&errs);
+    manta_spec *s = manta_spec_load_buffer(y, strlen(y), "failover.yaml", NULL, &errs);
+    manta_spec_errors_destroy(&errs);
+    assert_non_null(s);
+    manta_job_t *job = NULL;
+    manta_job_options o = {.node_timeout_ms = 3000};
+    int rc = MANTA_ESPAWN;
+    /* until both nodes have registered, there is no room for `big` */
+    for (int t = 0; t < 100 && rc == MANTA_ESPAWN; t++)
+        if ((rc = manta_job_start(ctx, s, &o, &job)) == MANTA_ESPAWN) manta_poll(ctx, 100);
+    check(rc, "start on three nodes");
+    assert_int_equal(manta_job_node_count(job), 3);
+    char node[64];
+    int up;
+    actor_node("big-0", node, sizeof node, &up);
+    assert_string_equal(node, "n2");
+    kill(n2, SIGKILL);
+    waitpid(n2, NULL, 0);
+    for (int t = 0; t < 300 && !(up && !strcmp(node, "n3")); t++) {
+        manta_poll(ctx, 100); /* the watchdog runs on this loop */
+        actor_node("big-0", node, sizeof node, &up);
+    }
+    assert_string_equal(node, "n3");
+    assert_true(up);
+    ping("big-0");
+    manta_job_free(job);
+    manta_spec_free(s);
+    kill(n3, SIGTERM);
+    waitpid(n3, NULL, 0);
+}
+
 /* The errors of the calls, each with a message naming the cause. */
 static void test_errors(void **st)
 {
@@ -333,6 +419,8 @@ static void test_errors(void **st)
 int main(int argc, char **argv)
 {
     if (argc == 5 && !getenv("MANTA_ROLE")) return child(argv);
+    /* the local node offers 1 CPU, so test_failover's group does not fit */
+    if (!getenv("MANTA_ROLE")) setenv("MANTA_NODE_CPU", "1", 1);
     if (manta_init(&ctx, &(manta_options){.classes = classes, .job = "job-test"}) != 0) {
         fprintf(stderr, "manta_init: %s\n", manta_last_error());
         return 1;
@@ -340,7 +428,8 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     snprintf(spec_path, sizeof spec_path, "/tmp/manta-test-job-%d.yaml", (int)getpid());
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_service_port_taken),
-                                       cmocka_unit_test(test_life), cmocka_unit_test(test_errors)};
+                                       cmocka_unit_test(test_life), cmocka_unit_test(test_failover),
+                                       cmocka_unit_test(test_errors)};
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     manta_shutdown(ctx);
     unlink(spec_path);
