@@ -561,10 +561,30 @@ static void node_died(manta_job_t *j, const char *id, int64_t silent_ms)
     freeReplyObject(mn_redis(m, "DEL %s", key));
 }
 
+/* A service that exits while the job runs is said once (the job goes on:
+ * what it does without the service is the actors' business). */
+static void watch_services(manta_job_t *j)
+{
+    for (size_t i = 0; i < j->nsv; i++) {
+        service *s = &j->sv[i];
+        int status;
+        if (s->pid <= 0 || waitpid(s->pid, &status, WNOHANG) != s->pid) continue;
+        s->pid = 0;
+        char hint[PATH_MAX + 80] = "";
+        if (j->o.log_dir) snprintf(hint, sizeof hint, "; see %s/%s.log", j->o.log_dir, s->name);
+        if (WIFSIGNALED(status))
+            say(j, "service %s was killed by signal %d%s", s->name, WTERMSIG(status), hint);
+        else
+            say(j, "service %s exited with status %d%s", s->name, WEXITSTATUS(status), hint);
+    }
+}
+
+/* The watchdog: services, then nodes; every WATCH_EVERY_MS. */
 static void watch_nodes(void *arg)
 {
     manta_job_t *j = arg;
     manta_ctx *m = j->m;
+    watch_services(j);
     char setkey[256], key[256];
     mn_key(m, setkey, sizeof setkey, "nodes", NULL);
     redisReply *r = mn_redis(m, "SMEMBERS %s", setkey);

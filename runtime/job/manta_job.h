@@ -11,8 +11,8 @@
  * While the job runs, a node watchdog (a timer on the ctx's loop) declares
  * nodes whose heartbeat stopped dead and re-creates their actors on nodes
  * with room; it runs whenever the loop turns (manta_job_wait, manta_get,
- * manta_poll ...). Groups grow and shrink with manta_job_scale(), also from
- * another process that attached to the job (manta_job_attach).
+ * manta_poll ...); it also says when a service exits. Groups grow and shrink with
+ * manta_job_scale(), also from another process that attached to the job (manta_job_attach).
  *
  *     manta_ctx *m;
  *     if (manta_init(&m, &(manta_options){.classes = my_classes, .job = spec->job}) != 0)

@@ -238,7 +238,8 @@ static void test_life(void **st)
     int port = free_port();
     manta_spec *s = load(port, "job-test");
     manta_job_t *job;
-    manta_job_options o = {.spec_path = spec_path, .ready_timeout_s = 60};
+    FILE *log = tmpfile();
+    manta_job_options o = {.spec_path = spec_path, .ready_timeout_s = 60, .log = log};
     check(manta_job_start(ctx, s, &o, &job), "start");
     assert_true(port_open(port)); /* the service is up */
     assert_int_equal(manta_job_node_count(job), 1);
@@ -288,8 +289,23 @@ static void test_life(void **st)
     assert_true(drained("worker-2"));
     assert_int_equal(manta_job_drain(job, "worker-9", 0), MANTA_ENOTFOUND);
 
+    /* a service that dies mid-job is reported in the log */
+    char line[256], text[4096] = "";
+    int svc = 0;
+    rewind(log);
+    while (fgets(line, sizeof line, log))
+        if (sscanf(line, "manta: service web started (pid %d)", &svc) == 1) break;
+    assert_true(svc > 0);
+    kill(svc, SIGTERM);
+    for (int t = 0; t < 40 && !strstr(text, "service web was"); t++) {
+        manta_poll(ctx, 100); /* the watchdog looks every second */
+        fflush(log), rewind(log);
+        text[fread(text, 1, sizeof text - 1, log)] = 0;
+    }
+    assert_non_null(strstr(text, "service web was killed by signal 15"));
     manta_job_free(job);
-    assert_false(port_open(port)); /* the service went with the job */
+    fclose(log);
+    assert_false(port_open(port)); /* nothing listens after the job */
     manta_spec_free(s);
 }
 
