@@ -1,21 +1,24 @@
 /*
- * cli.c -- the `manta` command: run, status, scale, stop, logs, node.
+ * cli.c -- the `manta` command: run, status, scale, stop, logs, node. It
+ * parses arguments, calls the job library (runtime/job/manta_job.h) and
+ * prints; it holds no orchestration of its own.
  *
- * `manta run SPEC` is a driver: it loads the spec (runtime/spec.c), starts
- * or joins Redis, starts a local node agent, records the job in Redis
- * (manta:JOB:driver, manta:JOB:group:NAME, the list manta:JOB:groups) and in
- * a small state file (so later commands find the job by name), places every
- * replica on a node with room, starts them all at once and waits until all
- * are ready. If the spec has a `run: {group, method, timeout_s}` section it
- * calls that method on GROUP-0 and prints the answer; otherwise it serves
- * until `manta stop` or Ctrl-C. Then it tears everything down.
+ * `manta run SPEC` is a driver: it loads the spec (runtime/spec), makes the
+ * run folder, starts or joins Redis and a local node agent (manta_init),
+ * and hands the job to manta_job_start (records, services, placement,
+ * replicas, readiness, node watchdog), then to manta_job_wait (the spec's
+ * `run:` method, whose answer it prints, or serving until `manta stop` or
+ * Ctrl-C). A small state file per job (MANTA_STATE_DIR, else
+ * /tmp/manta-state-UID) lets later commands find the job by name.
  *
- * The other commands attach to a running job (manta_options.attach): they
- * read the records, create or drain actors through the node agents, and
- * leave without touching what they did not make.
+ * The other commands attach to a running job (manta_options.attach):
+ * status reads the records, scale calls manta_job_attach and
+ * manta_job_scale, stop signals the driver; none touches what it did not
+ * make.
  */
 #include "internal.h"
 #include "manta_cli.h"
+#include "manta_job.h"
 #include "manta_spec.h"
 
 #include <errno.h>
@@ -25,12 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t g_signal;
@@ -71,7 +69,7 @@ static const char *usage_text =
     "  --job NAME        which job (status, scale, stop, logs); default: the last one run here\n"
     "  --detach          run: return once every actor is ready; the job keeps running\n"
     "  --log-dir DIR     run: where run folders go (default: the spec's log_dir, else runs/)\n"
-    "  --timeout SEC     run: readiness wait (60); scale: drain wait (120)\n"
+    "  --timeout SEC     run: readiness wait (60); scale: readiness (60) or drain (120) wait\n"
     "  --follow, -f      logs: keep printing what the actor writes\n"
     "  --verbose, -v     status: one line per actor too\n"
     "  --host ADDR       node: address other machines reach this one at (tcp)\n"
@@ -236,120 +234,6 @@ static int attach(cli *c, manta_ctx **m, job_state *st)
     return 0;
 }
 
-/* Nodes of the job with their capacity, for placement. */
-typedef struct node_list {
-    size_t n;
-    char ids[64][64];
-    manta_spec_capacity cap[64];
-} node_list;
-
-static int read_nodes(manta_ctx *m, node_list *nl)
-{
-    char setkey[256], key[256];
-    nl->n = 0;
-    mn_key(m, setkey, sizeof setkey, "nodes", NULL);
-    redisReply *r = mn_redis(m, "SMEMBERS %s", setkey);
-    if (!r) return MANTA_EREDIS;
-    for (size_t i = 0; i < r->elements && nl->n < 64; i++) {
-        size_t k = nl->n;
-        snprintf(nl->ids[k], sizeof nl->ids[k], "%s", r->element[i]->str);
-        mn_key(m, key, sizeof key, "node", nl->ids[k]);
-        redisReply *h = mn_redis(m, "HMGET %s cpu gpu memory state", key);
-        if (!h) continue;
-        if (h->elements == 4 && h->element[3]->str && !strcmp(h->element[3]->str, "alive")) {
-            nl->cap[k].name = nl->ids[k];
-            nl->cap[k].cpu = h->element[0]->str ? atof(h->element[0]->str) : 1;
-            nl->cap[k].gpu = h->element[1]->str ? atoi(h->element[1]->str) : 0;
-            nl->cap[k].memory_bytes = h->element[2]->str ? strtoull(h->element[2]->str, 0, 10) : 0;
-            nl->n++;
-        }
-        freeReplyObject(h);
-    }
-    freeReplyObject(r);
-    /* Placement is first-fit: make the order deterministic, node ids in
-     * order, with the local (driver's) node first so it fills before others. */
-    for (size_t i = 1; i < nl->n; i++) {
-        for (size_t j = i; j > 0 && strcmp(nl->ids[j - 1], nl->ids[j]) > 0; j--) {
-            char tmp[64];
-            manta_spec_capacity c = nl->cap[j];
-            memcpy(tmp, nl->ids[j], 64);
-            memcpy(nl->ids[j], nl->ids[j - 1], 64);
-            nl->cap[j] = nl->cap[j - 1];
-            memcpy(nl->ids[j - 1], tmp, 64);
-            nl->cap[j - 1] = c;
-        }
-    }
-    for (size_t i = 1; i < nl->n; i++) {
-        if (!strcmp(nl->ids[i], m->node)) {
-            char tmp[64];
-            manta_spec_capacity c = nl->cap[i];
-            memcpy(tmp, nl->ids[i], 64);
-            memcpy(nl->ids[i], nl->ids[0], 64);
-            nl->cap[i] = nl->cap[0];
-            memcpy(nl->ids[0], tmp, 64);
-            nl->cap[0] = c;
-        }
-    }
-    for (size_t i = 0; i < nl->n; i++) nl->cap[i].name = nl->ids[i];
-    return 0;
-}
-
-/* Subtract what running actors already use on each node. */
-static void subtract_usage(manta_ctx *m, node_list *nl)
-{
-    char setkey[256], key[256];
-    mn_key(m, setkey, sizeof setkey, "actors", NULL);
-    redisReply *r = mn_redis(m, "SMEMBERS %s", setkey);
-    if (!r) return;
-    for (size_t i = 0; i < r->elements; i++) {
-        mn_key(m, key, sizeof key, "actor", r->element[i]->str);
-        redisReply *h = mn_redis(m, "HMGET %s node cpu gpu memory", key);
-        if (!h) continue;
-        for (size_t k = 0; h->elements == 4 && h->element[0]->str && k < nl->n; k++) {
-            if (strcmp(nl->ids[k], h->element[0]->str)) continue;
-            if (h->element[1]->str) nl->cap[k].cpu -= atof(h->element[1]->str);
-            if (h->element[2]->str) nl->cap[k].gpu -= atoi(h->element[2]->str);
-            if (h->element[3]->str) {
-                uint64_t mem = strtoull(h->element[3]->str, 0, 10);
-                nl->cap[k].memory_bytes =
-                    nl->cap[k].memory_bytes > mem ? nl->cap[k].memory_bytes - mem : 0;
-            }
-        }
-        freeReplyObject(h);
-    }
-    freeReplyObject(r);
-}
-
-/* Start replica `replica` of group g on node `node` without waiting. */
-static int start_replica(manta_ctx *m, const manta_spec *s, size_t g, int replica, const char *node,
-                         manta_actor **out)
-{
-    const manta_spec_group *grp = &s->groups[g];
-    char *payload = NULL, name[128];
-    size_t len = 0;
-    if (manta_spec_init_payload(s, g, replica, &payload, &len) != 0)
-        return mn_fail(MANTA_ENOMEM, "init payload of %s-%d", grp->name, replica);
-    snprintf(name, sizeof name, "%s-%d", grp->name, replica);
-    manta_actor_options o = {.cls = grp->class_name,
-                             .name = name,
-                             .args = payload,
-                             .args_len = len,
-                             .max_restarts = grp->max_restarts,
-                             .node = node,
-                             .library = grp->library_path,
-                             .no_wait = 1};
-    int rc = manta_actor_create(m, &o, out);
-    free(payload);
-    if (rc == 0) {
-        /* What it holds, so placement later knows what is used where. */
-        char key[256];
-        mn_key(m, key, sizeof key, "actor", name);
-        freeReplyObject(mn_redis(m, "HSET %s group %s cpu %g gpu %d memory %llu", key, grp->name,
-                                 grp->cpu, grp->gpu, (unsigned long long)grp->memory_bytes));
-    }
-    return rc;
-}
-
 static manta_spec *load_spec(cli *c, const char *path, const char *const *sets, size_t nsets)
 {
     manta_spec_errors errs;
@@ -364,463 +248,194 @@ static manta_spec *load_spec(cli *c, const char *path, const char *const *sets, 
     return s;
 }
 
-/* ---- services (run) ----
- *
- * A spec may name processes the job needs that are not actors, such as the
- * external tool servers an agent calls:
- *
- *   services:
- *     - {name: calc, command: "python3 examples/calc_server.py --port 8000",
- *        port: 8000, ready_timeout_s: 20}
- *
- * `manta run` starts each with /bin/sh -c in the directory it was started
- * from, output to RUN_DIR/logs/NAME.log, waits until it accepts TCP
- * connections on 127.0.0.1:PORT (when a port is given), and stops it
- * (SIGTERM to its process group, then SIGKILL) when the job ends. A port
- * already taken is an error: the job would talk to a stranger. */
-
-typedef struct service {
-    char name[64];
-    pid_t pid;
-} service;
-
-static int port_open(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return 0;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
-    close(fd);
-    return ok;
-}
-
-static void stop_services(service *sv, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (sv[i].pid > 0) kill(-sv[i].pid, SIGTERM);
-    int64_t until = mn_now_ms() + 3000;
-    for (int i = 0; i < n; i++) {
-        if (sv[i].pid <= 0) continue;
-        int status;
-        while (waitpid(sv[i].pid, &status, WNOHANG) == 0 && mn_now_ms() < until)
-            usleep(10000); /* a child's exit: nothing to poll but time */
-        if (waitpid(sv[i].pid, &status, WNOHANG) == 0) {
-            kill(-sv[i].pid, SIGKILL);
-            waitpid(sv[i].pid, &status, 0);
-        }
-        sv[i].pid = 0;
-    }
-}
-
-/* Start the spec's services; returns how many are running, or -1. */
-static int start_services(const manta_spec *s, const char *logs, service *sv, int max)
-{
-    const manta_spec_node *seq = NULL;
-    manta_spec_errors errs;
-    manta_spec_errors_init(&errs);
-    if (manta_spec_get_seq(s->root, "services", &seq, &errs) < 0) {
-        manta_spec_errors_print(&errs, stderr);
-        manta_spec_errors_destroy(&errs);
-        return -1;
-    }
-    int n = 0;
-    for (size_t i = 0; seq && i < manta_spec_len(seq); i++) {
-        const manta_spec_node *it = manta_spec_at(seq, i);
-        const char *name = NULL, *cmd = NULL;
-        int64_t port = 0;
-        double ready_s = 20;
-        if (manta_spec_get_str(it, "name", NULL, &name, &errs) != 0 ||
-            manta_spec_get_str(it, "command", NULL, &cmd, &errs) != 0 ||
-            manta_spec_get_int(it, "port", 0, &port, &errs) < 0 ||
-            manta_spec_get_double(it, "ready_timeout_s", 20, &ready_s, &errs) < 0 || n == max) {
-            if (!errs.count)
-                manta_spec_errors_add(&errs, s->file, it->line, it->col, "services",
-                                      "each service needs a name and a command (at most %d)", max);
-            manta_spec_errors_print(&errs, stderr);
-            manta_spec_errors_destroy(&errs);
-            stop_services(sv, n);
-            return -1;
-        }
-        if (port > 0 && port_open((int)port)) {
-            fprintf(stderr,
-                    "manta run: service %s: port %lld is already taken by another process; stop "
-                    "it or change the spec\n",
-                    name, (long long)port);
-            manta_spec_errors_destroy(&errs);
-            stop_services(sv, n);
-            return -1;
-        }
-        char logf[PATH_MAX + 80];
-        snprintf(logf, sizeof logf, "%s/%s.log", logs, name);
-        snprintf(sv[n].name, sizeof sv[n].name, "%s", name);
-        pid_t parent = getpid();
-        pid_t pid = fork();
-        if (pid == 0) {
-            setpgid(0, 0);
-            prctl(PR_SET_PDEATHSIG, SIGTERM);
-            if (getppid() != parent) _exit(1);
-            int fd = open(logf, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-            execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-            _exit(127);
-        }
-        if (pid < 0) {
-            stop_services(sv, n);
-            return -1;
-        }
-        sv[n++].pid = pid;
-        int64_t until = mn_now_ms() + (int64_t)(ready_s * 1000);
-        while (port > 0 && !port_open((int)port)) {
-            int status;
-            if (waitpid(pid, &status, WNOHANG) == pid || mn_now_ms() > until) {
-                fprintf(stderr, "manta run: service %s did not come up on port %lld (see %s)\n",
-                        name, (long long)port, logf);
-                sv[n - 1].pid = waitpid(pid, &status, WNOHANG) == 0 ? pid : 0;
-                stop_services(sv, n);
-                manta_spec_errors_destroy(&errs);
-                return -1;
-            }
-            usleep(20000); /* another process binding a port: poll it */
-        }
-        fprintf(stderr, "manta: service %s started (pid %d)\n", name, (int)pid);
-    }
-    manta_spec_errors_destroy(&errs);
-    return n;
-}
-
-/* ---- node watchdog (run) ---- */
-
-/* A node whose heartbeat is older than this is declared dead (ms). */
-static int64_t node_timeout_ms(void)
-{
-    const char *v = getenv("MANTA_NODE_TIMEOUT_MS");
-    return v && atoll(v) > 0 ? atoll(v) : 5000;
-}
-
-/* Re-create one actor of a dead node on a node with room, from its own
- * directory record (class, library, init bytes, restarts allowed). */
-static void move_actor(manta_ctx *m, const char *name, const char *dead_node)
-{
-    char key[256], setkey[256];
-    mn_key(m, key, sizeof key, "actor", name);
-    mn_key(m, setkey, sizeof setkey, "actors", NULL);
-    redisReply *r =
-        mn_redis(m, "HMGET %s class library args max_restarts group cpu gpu memory", key);
-    if (!r || r->elements != 8 || !r->element[0]->str) {
-        freeReplyObject(r);
-        return;
-    }
-    char cls[128], lib[512], group[64];
-    snprintf(cls, sizeof cls, "%s", r->element[0]->str);
-    snprintf(lib, sizeof lib, "%s", r->element[1]->str ? r->element[1]->str : "");
-    snprintf(group, sizeof group, "%s", r->element[4]->str ? r->element[4]->str : "");
-    size_t args_len = r->element[2]->str ? r->element[2]->len : 0;
-    char *args = malloc(args_len ? args_len : 1);
-    if (args_len) memcpy(args, r->element[2]->str, args_len);
-    int max_restarts = r->element[3]->str ? atoi(r->element[3]->str) : 0;
-    manta_spec_demand d = {group, 1, r->element[5]->str ? atof(r->element[5]->str) : 0,
-                           r->element[6]->str ? atoi(r->element[6]->str) : 0,
-                           r->element[7]->str ? strtoull(r->element[7]->str, 0, 10) : 0};
-    freeReplyObject(r);
-    /* The old record goes; the name is taken again by the new incarnation. */
-    freeReplyObject(mn_redis(m, "DEL %s", key));
-    freeReplyObject(mn_redis(m, "SREM %s %s", setkey, name));
-    node_list nl;
-    read_nodes(m, &nl);
-    subtract_usage(m, &nl);
-    size_t where = 0;
-    char why[512];
-    manta_actor *a;
-    if (nl.n == 0 || manta_spec_place(&d, 1, nl.cap, nl.n, MANTA_SPEC_FIRST_FIT, false, &where, why,
-                                      sizeof why) != 0) {
-        fprintf(stderr, "manta: node %s died; no room for actor %s elsewhere: %s\n", dead_node,
-                name, nl.n ? why : "no node left");
-        freeReplyObject(mn_redis(m, "HSET %s class %s state dead node %s error %s", key, cls,
-                                 dead_node, "its node died and no other node had room"));
-        freeReplyObject(mn_redis(m, "SADD %s %s", setkey, name));
-        free(args);
-        return;
-    }
-    manta_actor_options o = {.cls = cls,
-                             .name = name,
-                             .args = args,
-                             .args_len = args_len,
-                             .max_restarts = max_restarts,
-                             .node = nl.ids[where],
-                             .library = lib[0] ? lib : NULL,
-                             .no_wait = 1};
-    if (manta_actor_create(m, &o, &a) == 0) {
-        freeReplyObject(mn_redis(m, "HSET %s group %s cpu %g gpu %d memory %llu", key, group, d.cpu,
-                                 d.gpu, (unsigned long long)d.memory_bytes));
-        fprintf(stderr, "manta: node %s died; actor %s restarted on node %s\n", dead_node, name,
-                nl.ids[where]);
-    } else {
-        fprintf(stderr, "manta: node %s died; restarting actor %s: %s\n", dead_node, name,
-                manta_last_error());
-    }
-    free(args);
-}
-
-static void watch_nodes(void *arg)
-{
-    manta_ctx *m = arg;
-    char setkey[256], asetkey[256], key[256];
-    mn_key(m, setkey, sizeof setkey, "nodes", NULL);
-    mn_key(m, asetkey, sizeof asetkey, "actors", NULL);
-    redisReply *r = mn_redis(m, "SMEMBERS %s", setkey);
-    int64_t now = mn_wall_ms(), limit = node_timeout_ms();
-    for (size_t i = 0; r && i < r->elements; i++) {
-        const char *id = r->element[i]->str;
-        mn_key(m, key, sizeof key, "node", id);
-        char hb[32] = "";
-        if (mn_redis_hget_str(m, key, "hb", hb, sizeof hb) != 0 || now - atoll(hb) <= limit)
-            continue;
-        fprintf(stderr, "manta: node %s: no heartbeat for %.1f s: declared dead\n", id,
-                (double)(now - atoll(hb)) / 1000);
-        freeReplyObject(mn_redis(m, "HSET %s state dead", key));
-        freeReplyObject(mn_redis(m, "SREM %s %s", setkey, id));
-        redisReply *names = mn_redis(m, "SMEMBERS %s", asetkey);
-        for (size_t k = 0; names && k < names->elements; k++) {
-            char ak[256], node[64] = "";
-            mn_key(m, ak, sizeof ak, "actor", names->element[k]->str);
-            if (mn_redis_hget_str(m, ak, "node", node, sizeof node) == 0 && !strcmp(node, id))
-                move_actor(m, names->element[k]->str, id);
-        }
-        freeReplyObject(names);
-        freeReplyObject(mn_redis(m, "DEL %s", key));
-    }
-    freeReplyObject(r);
-    manta_timer_add(m, 1000, watch_nodes, m);
-}
-
 /* ---- run ---- */
 
-static int wait_all_ready(manta_ctx *m, manta_actor **actors, size_t n, double timeout_s)
-{
-    int64_t until = mn_now_ms() + (int64_t)(timeout_s * 1000);
-    for (size_t i = 0; i < n; i++) {
-        int64_t left = until - mn_now_ms();
-        int rc = manta_actor_wait_ready(m, actors[i], left > 0 ? (int)left : 1);
-        if (rc) {
-            fprintf(stderr, "manta: actor %s: %s\n", manta_actor_name(actors[i]),
-                    manta_last_error());
-            return rc == MANTA_ETIMEDOUT ? MANTA_EXIT_TIMEOUT : MANTA_EXIT_RUNTIME;
-        }
-        if (g_signal) return MANTA_EXIT_INTERRUPTED;
-    }
-    return 0;
-}
+/* What `manta run` prepares before the job starts. */
+typedef struct run_setup {
+    manta_spec *spec;
+    char spec_path[PATH_MAX], run_dir[PATH_MAX], logs[PATH_MAX + 8];
+    int ready_pipe[2]; /* --detach: the driver tells its caller the verdict */
+} run_setup;
 
-static int cmd_run(cli *c)
+/* Load the spec and make RUN_DIR/logs (RUN_DIR = LOG_DIR/JOB). */
+static int run_prepare(cli *c, run_setup *r)
 {
     if (c->nargs != 1) {
         fprintf(stderr, "manta run: give one spec file\n%s", command_help("run"));
         return MANTA_EXIT_USAGE;
     }
-    char spec_path[PATH_MAX];
-    if (!realpath(c->args[0], spec_path)) {
+    if (!realpath(c->args[0], r->spec_path)) {
         fprintf(stderr, "manta run: %s: %s\n", c->args[0], strerror(errno));
         return MANTA_EXIT_USAGE;
     }
-    manta_spec *s = load_spec(c, spec_path, c->sets, (size_t)c->nsets);
-    if (!s) return MANTA_EXIT_USAGE;
-    const char *log_root = c->log_dir ? c->log_dir : s->log_dir ? s->log_dir : "runs";
-    char rel_dir[PATH_MAX], run_dir[PATH_MAX], logs[PATH_MAX + 8];
-    snprintf(rel_dir, sizeof rel_dir, "%s/%s", log_root, s->job);
-    if (mkdirs(rel_dir) != 0 || !realpath(rel_dir, run_dir)) {
+    if (!(r->spec = load_spec(c, r->spec_path, c->sets, (size_t)c->nsets))) return MANTA_EXIT_USAGE;
+    const char *log_root = c->log_dir ? c->log_dir : r->spec->log_dir ? r->spec->log_dir : "runs";
+    char rel_dir[PATH_MAX];
+    snprintf(rel_dir, sizeof rel_dir, "%s/%s", log_root, r->spec->job);
+    if (mkdirs(rel_dir) != 0 || !realpath(rel_dir, r->run_dir)) {
         fprintf(stderr, "manta run: run folder %s: %s\n", rel_dir, strerror(errno));
-        manta_spec_free(s);
         return MANTA_EXIT_USAGE;
     }
-    snprintf(logs, sizeof logs, "%s/logs", run_dir);
-    mkdirs(logs);
-    setenv("MANTA_RUN_DIR", run_dir, 1);
+    snprintf(r->logs, sizeof r->logs, "%s/logs", r->run_dir);
+    mkdirs(r->logs);
+    setenv("MANTA_RUN_DIR", r->run_dir, 1);
+    return 0;
+}
 
-    int ready_pipe[2] = {-1, -1};
-    if (c->detach) {
-        if (pipe(ready_pipe) != 0) return MANTA_EXIT_RUNTIME;
-        pid_t pid = fork();
-        if (pid < 0) return MANTA_EXIT_RUNTIME;
-        if (pid > 0) { /* the caller's process: wait for the verdict */
-            close(ready_pipe[1]);
-            char code = MANTA_EXIT_RUNTIME;
-            if (read(ready_pipe[0], &code, 1) != 1) code = MANTA_EXIT_RUNTIME;
-            if (code == 0)
-                printf("job %s running in the background (driver pid %d); run folder %s\n"
-                       "  manta status --job %s; manta stop --job %s\n",
-                       s->job, (int)pid, run_dir, s->job, s->job);
-            else
-                fprintf(stderr, "manta run: the job did not start; see %s/driver.log\n", run_dir);
-            manta_spec_free(s);
-            return code;
-        }
-        close(ready_pipe[0]);
-        setsid();
-        char dlog[PATH_MAX + 16];
-        snprintf(dlog, sizeof dlog, "%s/driver.log", run_dir);
-        int fd = open(dlog, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) dup2(fd, 1), dup2(fd, 2), close(fd);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0) dup2(devnull, 0), close(devnull);
+/* --detach: fork; the caller's process waits for the driver's verdict on
+ * the pipe and returns it (*parent set); the driver goes on in the child,
+ * output to RUN_DIR/driver.log. */
+static int run_detach(run_setup *r, bool *parent)
+{
+    *parent = false;
+    if (pipe(r->ready_pipe) != 0) return MANTA_EXIT_RUNTIME;
+    pid_t pid = fork();
+    if (pid < 0) return MANTA_EXIT_RUNTIME;
+    if (pid > 0) {
+        *parent = true;
+        close(r->ready_pipe[1]);
+        char code = MANTA_EXIT_RUNTIME;
+        if (read(r->ready_pipe[0], &code, 1) != 1) code = MANTA_EXIT_RUNTIME;
+        if (code == 0)
+            printf("job %s running in the background (driver pid %d); run folder %s\n"
+                   "  manta status --job %s; manta stop --job %s\n",
+                   r->spec->job, (int)pid, r->run_dir, r->spec->job, r->spec->job);
+        else
+            fprintf(stderr, "manta run: the job did not start; see %s/driver.log\n", r->run_dir);
+        return code;
     }
-#define DONE(code)                                                                                 \
-    do {                                                                                           \
-        rc = (code);                                                                               \
-        goto out;                                                                                  \
-    } while (0)
-    int rc = 0;
-    manta_ctx *m = NULL;
-    manta_actor **actors = NULL;
-    service services[16];
-    int nservices = 0;
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    close(r->ready_pipe[0]);
+    setsid();
+    char dlog[PATH_MAX + 16];
+    snprintf(dlog, sizeof dlog, "%s/driver.log", r->run_dir);
+    int fd = open(dlog, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) dup2(fd, 1), dup2(fd, 2), close(fd);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0), close(devnull);
+    return 0;
+}
+
+/* Tell a --detach caller the verdict (0: running), once. */
+static void run_verdict(run_setup *r, int code)
+{
+    if (r->ready_pipe[1] < 0) return;
+    char b = (char)code;
+    if (write(r->ready_pipe[1], &b, 1) != 1) { /* the caller went away; run anyway */
+    }
+    close(r->ready_pipe[1]);
+    r->ready_pipe[1] = -1;
+}
+
+/* The exit code for a job library error. */
+static int exit_code(int rc)
+{
+    switch (rc) {
+    case 0:
+        return MANTA_EXIT_OK;
+    case MANTA_ETIMEDOUT:
+    case MANTA_EPENDING:
+        return MANTA_EXIT_TIMEOUT;
+    case MANTA_ENOTFOUND:
+        return MANTA_EXIT_NOT_FOUND;
+    case MANTA_EEXIST:
+    case MANTA_EINVAL:
+        return MANTA_EXIT_USAGE;
+    case MANTA_ECLOSED:
+        return g_signal ? MANTA_EXIT_INTERRUPTED : MANTA_EXIT_RUNTIME;
+    default:
+        return MANTA_EXIT_RUNTIME;
+    }
+}
+
+/* Start the runtime and the job: Redis, the local node, the state file,
+ * then manta_job_start (services, placement, replicas, readiness). */
+static int run_start(cli *c, run_setup *r, manta_ctx **m, manta_job_t **job)
+{
+    const manta_spec *s = r->spec;
     const char *redis = c->redis ? c->redis : s->redis.embedded ? NULL : s->redis_url;
     manta_options o = {.redis_url = redis,
                        .job = s->job,
                        .classes = c->classes,
-                       .log_dir = logs,
+                       .log_dir = r->logs,
                        .transport = c->transport,
                        .host = c->host};
-    if (manta_init(&m, &o) != 0) {
+    if (manta_init(m, &o) != 0) {
         fprintf(stderr, "manta run: %s\n", manta_last_error());
-        DONE(MANTA_EXIT_RUNTIME);
+        return MANTA_EXIT_RUNTIME;
     }
-    char key[256], pidbuf[16];
-    mn_key(m, key, sizeof key, "driver", NULL);
-    if (mn_redis_hget_str(m, key, "pid", pidbuf, sizeof pidbuf) == 0) {
-        fprintf(stderr, "manta run: job %s is already running (driver pid %s); stop it first\n",
-                s->job, pidbuf);
-        m->attached = true; /* not ours to tear down */
-        DONE(MANTA_EXIT_USAGE);
-    }
-    char host[128] = "localhost", sets[4096] = "";
-    gethostname(host, sizeof host - 1);
-    for (int i = 0; i < c->nsets; i++) {
-        strncat(sets, c->sets[i], sizeof sets - strlen(sets) - 2);
-        strcat(sets, "\n");
-    }
-    freeReplyObject(mn_redis(m, "HSET %s pid %d host %s spec %s sets %s run_dir %s started %lld",
-                             key, (int)getpid(), host, spec_path, sets, run_dir,
-                             (long long)mn_wall_ms()));
-    char gl[256];
-    mn_key(m, gl, sizeof gl, "groups", NULL);
-    for (size_t g = 0; g < s->n_groups; g++) {
-        char gk[256];
-        mn_key(m, gk, sizeof gk, "group", s->groups[g].name);
-        freeReplyObject(mn_redis(m, "HSET %s class %s wanted %d", gk, s->groups[g].class_name,
-                                 s->groups[g].replicas));
-        freeReplyObject(mn_redis(m, "RPUSH %s %s", gl, s->groups[g].name));
+    manta_job_options jo = {.spec_path = r->spec_path,
+                            .sets = c->sets,
+                            .n_sets = (size_t)c->nsets,
+                            .run_dir = r->run_dir,
+                            .log_dir = r->logs,
+                            .ready_timeout_s = c->timeout_s,
+                            .interrupt = &g_signal};
+    int rc = manta_job_start(*m, s, &jo, job);
+    if (rc) {
+        fprintf(stderr, "manta run: %s\n", manta_last_error());
+        return exit_code(rc);
     }
     job_state st = {.pid = getpid()};
     snprintf(st.job, sizeof st.job, "%s", s->job);
-    snprintf(st.redis, sizeof st.redis, "%s", manta_redis_url(m));
-    snprintf(st.run_dir, sizeof st.run_dir, "%s", run_dir);
+    snprintf(st.redis, sizeof st.redis, "%s", manta_redis_url(*m));
+    snprintf(st.run_dir, sizeof st.run_dir, "%s", r->run_dir);
     if (state_write(&st) != 0) fprintf(stderr, "manta run: warning: cannot write the state file\n");
+    fprintf(stderr, "manta: job %s running; run folder %s\n", s->job, r->run_dir);
+    return 0;
+}
 
-    if ((nservices = start_services(s, logs, services, 16)) < 0) {
-        nservices = 0;
-        DONE(MANTA_EXIT_RUNTIME);
-    }
-
-    /* Place every replica, then start them all at once. */
-    node_list nl;
-    read_nodes(m, &nl);
-    manta_spec_demand *dem = calloc(s->n_groups, sizeof *dem);
-    manta_spec_demands(s, dem);
-    size_t total = manta_spec_total_replicas(dem, s->n_groups);
-    size_t *node_of = calloc(total ? total : 1, sizeof *node_of);
-    actors = calloc(total ? total : 1, sizeof *actors);
-    char why[512];
-    if (!dem || !node_of || !actors ||
-        manta_spec_place(dem, s->n_groups, nl.cap, nl.n, MANTA_SPEC_FIRST_FIT, true, node_of, why,
-                         sizeof why) != 0) {
-        fprintf(stderr, "manta run: placement: %s\n", why);
-        free(dem), free(node_of);
-        DONE(MANTA_EXIT_RUNTIME);
-    }
-    size_t k = 0;
-    int64_t t0 = mn_now_ms();
-    for (size_t g = 0; g < s->n_groups; g++) {
-        for (int r = 0; r < s->groups[g].replicas; r++, k++) {
-            if (start_replica(m, s, g, r, nl.ids[node_of[k]], &actors[k]) != 0) {
-                fprintf(stderr, "manta run: %s-%d: %s\n", s->groups[g].name, r, manta_last_error());
-                free(dem), free(node_of);
-                DONE(MANTA_EXIT_RUNTIME);
-            }
-        }
-    }
-    free(dem), free(node_of);
-    double tmo = c->timeout_s > 0 ? c->timeout_s : 60;
-    if ((rc = wait_all_ready(m, actors, total, tmo)) != 0) DONE(rc);
-    fprintf(stderr, "manta: job %s: %zu actors ready in %.2f s on %zu node(s); run folder %s\n",
-            s->job, total, (double)(mn_now_ms() - t0) / 1000, nl.n, run_dir);
-    if (c->detach) {
-        char zero = 0;
-        if (write(ready_pipe[1], &zero, 1) != 1) { /* the caller went away; run anyway */
-        }
-        close(ready_pipe[1]);
-        ready_pipe[1] = -1;
-    }
-
-    /* While the job runs, nodes that stop heart-beating are declared dead
-     * and their actors re-created on nodes with room. */
-    manta_timer_add(m, 1000, watch_nodes, m);
-    const manta_spec_node *run = manta_spec_find(s->root, "run");
-    if (run) {
-        const char *group = NULL, *method = NULL;
-        double timeout_s = 3600;
-        manta_spec_get_str(run, "group", NULL, &group, NULL);
-        manta_spec_get_str(run, "method", "run", &method, NULL);
-        manta_spec_get_double(run, "timeout_s", 3600, &timeout_s, NULL);
-        char name[128];
-        snprintf(name, sizeof name, "%s-0", group ? group : "");
-        manta_actor *a;
-        if (!group || manta_actor_lookup(m, name, &a) != 0) {
-            fprintf(stderr, "manta run: run: no actor %s to call\n", name);
-            DONE(MANTA_EXIT_USAGE);
-        }
-        manta_future *f = manta_call_timeout(m, a, method, NULL, 0, (int)(timeout_s * 1000));
-        int st2 = MANTA_EPENDING;
-        while (st2 == MANTA_EPENDING && !g_signal) st2 = manta_get(f, 200, NULL, NULL);
-        if (g_signal) {
-            fprintf(stderr, "manta: interrupted; tearing down\n");
-            rc = MANTA_EXIT_INTERRUPTED;
-        } else if (st2 == 0) {
-            const void *d;
-            size_t n;
-            manta_get(f, 0, &d, &n);
-            fwrite(d, 1, n, stdout);
-            if (n && ((const char *)d)[n - 1] != '\n') fputc('\n', stdout);
-            fflush(stdout);
-        } else {
-            fprintf(stderr, "manta run: %s.%s: %s: %s\n", name, method, manta_strerror(st2),
-                    manta_future_error(f));
-            rc = st2 == MANTA_ETIMEDOUT ? MANTA_EXIT_TIMEOUT : MANTA_EXIT_JOB_FAILED;
-        }
-        manta_future_free(f);
-    } else {
+/* Run the job: its run method (the answer goes to stdout), or serve until
+ * `manta stop` (SIGTERM: exit 0) or Ctrl-C (130). */
+static int run_job(manta_job_t *job, const manta_spec *s)
+{
+    if (!manta_spec_find(s->root, "run"))
         fprintf(stderr, "manta: job %s serving; `manta stop --job %s` or Ctrl-C to end\n", s->job,
                 s->job);
-        while (!g_signal) manta_poll(m, 200);
-        rc = g_signal == SIGTERM ? 0 : MANTA_EXIT_INTERRUPTED;
+    const void *d;
+    size_t n;
+    int rc = manta_job_wait(job, -1, &d, &n);
+    if (rc == 0) {
+        fwrite(d, 1, n, stdout);
+        if (n && ((const char *)d)[n - 1] != '\n') fputc('\n', stdout);
+        fflush(stdout);
+        return 0;
     }
-out:
-    if (c->detach && ready_pipe[1] >= 0) {
-        char code = (char)(rc ? rc : MANTA_EXIT_RUNTIME);
-        if (write(ready_pipe[1], &code, 1) != 1) {
-        }
-        close(ready_pipe[1]);
+    if (rc == MANTA_ECLOSED && g_signal == SIGTERM && !manta_spec_find(s->root, "run")) return 0;
+    if (rc == MANTA_ECLOSED) {
+        fprintf(stderr, "manta: interrupted; tearing down\n");
+        return MANTA_EXIT_INTERRUPTED;
     }
-    free(actors);
-    if (m && !m->attached) state_remove(s->job);
+    fprintf(stderr, "manta run: %s\n", manta_last_error());
+    if (rc == MANTA_ETIMEDOUT) return MANTA_EXIT_TIMEOUT;
+    return rc == MANTA_ENOTFOUND ? MANTA_EXIT_USAGE : MANTA_EXIT_JOB_FAILED;
+}
+
+static int cmd_run(cli *c)
+{
+    run_setup r = {.ready_pipe = {-1, -1}};
+    int rc = run_prepare(c, &r);
+    bool parent = false;
+    if (rc == 0 && c->detach) rc = run_detach(&r, &parent);
+    if (rc || parent) {
+        manta_spec_free(r.spec);
+        return rc;
+    }
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    manta_ctx *m = NULL;
+    manta_job_t *job = NULL;
+    rc = run_start(c, &r, &m, &job);
+    if (rc == 0) {
+        run_verdict(&r, 0);
+        rc = run_job(job, r.spec);
+    }
+    run_verdict(&r, rc ? rc : MANTA_EXIT_RUNTIME);
+    manta_job_free(job);
+    if (m && !m->attached) state_remove(r.spec->job);
     manta_shutdown(m);
-    stop_services(services, nservices);
-    manta_spec_free(s);
+    manta_spec_free(r.spec);
     return rc;
-#undef DONE
 }
 
 /* ---- status ---- */
@@ -831,84 +446,107 @@ static int64_t hget_int(manta_ctx *m, const char *key, const char *field)
     return mn_redis_hget_str(m, key, field, buf, sizeof buf) == 0 ? atoll(buf) : -1;
 }
 
-static int cmd_status(cli *c)
+static int str_cmp(const void *a, const void *b)
 {
-    manta_ctx *m;
-    job_state st;
-    int rc = attach(c, &m, &st);
-    if (rc) return rc;
-    char key[256];
-    mn_key(m, key, sizeof key, "driver", NULL);
-    int64_t pid = hget_int(m, key, "pid");
-    if (pid < 0) {
-        fprintf(stderr, "manta status: job %s is not running\n", st.job);
-        manta_shutdown(m);
-        return MANTA_EXIT_NOT_FOUND;
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Live nodes with their resources and heartbeat age, by id. */
+static void status_nodes(manta_ctx *m, int64_t now)
+{
+    char setkey[256], nk[256];
+    mn_key(m, setkey, sizeof setkey, "nodes", NULL);
+    redisReply *r = mn_redis(m, "SMEMBERS %s", setkey);
+    size_t n = r ? r->elements : 0, live = 0;
+    char **ids = calloc(n + 1, sizeof *ids);
+    for (size_t i = 0; ids && i < n; i++) {
+        mn_key(m, nk, sizeof nk, "node", r->element[i]->str);
+        char state[16] = "";
+        if (mn_redis_hget_str(m, nk, "state", state, sizeof state) == 0 && !strcmp(state, "alive"))
+            ids[live++] = r->element[i]->str;
     }
-    int64_t now = mn_wall_ms();
-    printf("job %s: driver pid %lld, up %.0f s, run folder %s\n", st.job, (long long)pid,
-           (double)(now - hget_int(m, key, "started")) / 1000, st.run_dir);
-    node_list nl;
-    read_nodes(m, &nl);
-    printf("nodes: %zu\n", nl.n);
-    for (size_t i = 0; i < nl.n; i++) {
-        char nk[256], hostn[128] = "?";
-        mn_key(m, nk, sizeof nk, "node", nl.ids[i]);
+    if (ids) qsort(ids, live, sizeof *ids, str_cmp);
+    printf("nodes: %zu\n", live);
+    for (size_t i = 0; i < live; i++) {
+        char hostn[128] = "?", cpu[32] = "1", mem[32];
+        mn_key(m, nk, sizeof nk, "node", ids[i]);
         mn_redis_hget_str(m, nk, "host", hostn, sizeof hostn);
-        char mem[32];
-        manta_spec_format_size(nl.cap[i].memory_bytes, mem, sizeof mem);
-        printf("  %-16s host %-20s cpu %g gpu %d memory %s heartbeat %.1f s ago\n", nl.ids[i],
-               hostn, nl.cap[i].cpu, nl.cap[i].gpu, mem,
+        mn_redis_hget_str(m, nk, "cpu", cpu, sizeof cpu);
+        int64_t gpu = hget_int(m, nk, "gpu"), bytes = hget_int(m, nk, "memory");
+        manta_spec_format_size(bytes > 0 ? (uint64_t)bytes : 0, mem, sizeof mem);
+        printf("  %-16s host %-20s cpu %g gpu %lld memory %s heartbeat %.1f s ago\n", ids[i], hostn,
+               atof(cpu), (long long)(gpu > 0 ? gpu : 0), mem,
                (double)(now - hget_int(m, nk, "hb")) / 1000);
     }
-    /* Two samples of every actor's served-call counter give the rates. */
-    char setkey[256];
+    free(ids);
+    freeReplyObject(r);
+}
+
+/* Every actor's served-call counter (-1: none), in `names` order. */
+static int64_t *status_calls(manta_ctx *m, const redisReply *names)
+{
+    size_t na = names ? names->elements : 0;
+    int64_t *calls = calloc(na + 1, sizeof *calls);
+    for (size_t i = 0; calls && i < na; i++) {
+        char key[256];
+        mn_key(m, key, sizeof key, "actor", names->element[i]->str);
+        calls[i] = hget_int(m, key, "calls");
+    }
+    return calls;
+}
+
+/* One line per group: ready/wanted, restarts, calls per second between two
+ * samples dt seconds apart (c0, c1); with -v one line per actor. */
+static void status_group(cli *c, manta_ctx *m, const char *gname, const redisReply *names,
+                         const int64_t *c0, const int64_t *c1, double dt)
+{
+    char gk[256];
+    mn_key(m, gk, sizeof gk, "group", gname);
+    int64_t wanted = hget_int(m, gk, "wanted");
+    int ready = 0, restarts = 0;
+    double rate = 0;
+    size_t glen = strlen(gname);
+    for (size_t i = 0; names && i < names->elements; i++) {
+        const char *an = names->element[i]->str;
+        if (strncmp(an, gname, glen) || an[glen] != '-') continue;
+        manta_actor_info info;
+        if (mn_directory_read(m, an, &info) != 0) continue;
+        ready += info.state == MANTA_ACTOR_ALIVE;
+        restarts += info.restarts;
+        if (c0 && c1 && c0[i] >= 0 && c1[i] >= c0[i]) rate += (double)(c1[i] - c0[i]) / dt;
+        if (c->verbose)
+            printf("    %-20s %-10s node %-14s pid %-7d incarnation %d restarts %d\n", an,
+                   manta_actor_state_name(info.state), info.node, info.pid, info.incarnation, info.restarts);
+    }
+    printf("  %-12s ready %d/%lld  restarts %d  calls %.1f/s\n", gname, ready, (long long)wanted,
+           restarts, rate);
+}
+
+static void status_groups(cli *c, manta_ctx *m)
+{
+    char setkey[256], gl[256];
     mn_key(m, setkey, sizeof setkey, "actors", NULL);
     redisReply *names = mn_redis(m, "SMEMBERS %s", setkey);
-    size_t na = names ? names->elements : 0;
-    int64_t *c0 = calloc(na + 1, sizeof *c0);
-    for (size_t i = 0; i < na; i++) {
-        mn_key(m, key, sizeof key, "actor", names->element[i]->str);
-        c0[i] = hget_int(m, key, "calls");
-    }
+    int64_t *c0 = status_calls(m, names);
     int64_t t0 = mn_now_ms();
     manta_poll(m, 1100); /* heartbeats (with the counters) come every second */
     double dt = (double)(mn_now_ms() - t0) / 1000;
-    char gl[256];
+    int64_t *c1 = status_calls(m, names);
     mn_key(m, gl, sizeof gl, "groups", NULL);
     redisReply *groups = mn_redis(m, "LRANGE %s 0 -1", gl);
     printf("groups:\n");
-    for (size_t g = 0; groups && g < groups->elements; g++) {
-        const char *gname = groups->element[g]->str;
-        char gk[256];
-        mn_key(m, gk, sizeof gk, "group", gname);
-        int64_t wanted = hget_int(m, gk, "wanted");
-        int ready = 0, restarts = 0;
-        double rate = 0;
-        for (size_t i = 0; i < na; i++) {
-            const char *an = names->element[i]->str;
-            size_t gl2 = strlen(gname);
-            if (strncmp(an, gname, gl2) || an[gl2] != '-') continue;
-            manta_actor_info info;
-            if (mn_directory_read(m, an, &info) != 0) continue;
-            ready += info.state == MANTA_ACTOR_ALIVE;
-            restarts += info.restarts;
-            mn_key(m, key, sizeof key, "actor", an);
-            int64_t c1 = hget_int(m, key, "calls");
-            if (c0[i] >= 0 && c1 >= c0[i]) rate += (double)(c1 - c0[i]) / dt;
-            if (c->verbose)
-                printf("    %-20s %-10s node %-14s pid %-7d incarnation %d restarts %d\n", an,
-                       manta_actor_state_name(info.state), info.node, info.pid, info.incarnation, info.restarts);
-        }
-        printf("  %-12s ready %d/%lld  restarts %d  calls %.1f/s\n", gname, ready,
-               (long long)wanted, restarts, rate);
-    }
+    for (size_t g = 0; groups && g < groups->elements; g++)
+        status_group(c, m, groups->element[g]->str, names, c0, c1, dt);
     freeReplyObject(groups);
     freeReplyObject(names);
-    free(c0);
-    /* What the job publishes (manta_kv_set): printed when it is text. */
+    free(c0), free(c1);
+}
+
+/* What the job publishes (manta_kv_set): printed when it is text. */
+static void status_values(manta_ctx *m, const char *job)
+{
     char pattern[160], cursor[32] = "0";
-    snprintf(pattern, sizeof pattern, "manta:%s:kv:*", st.job);
+    snprintf(pattern, sizeof pattern, "manta:%s:kv:*", job);
     bool header = false;
     do {
         redisReply *r = mn_redis(m, "SCAN %s MATCH %s COUNT 100", cursor, pattern);
@@ -935,6 +573,28 @@ static int cmd_status(cli *c)
         }
         freeReplyObject(r);
     } while (strcmp(cursor, "0") != 0);
+}
+
+static int cmd_status(cli *c)
+{
+    manta_ctx *m;
+    job_state st;
+    int rc = attach(c, &m, &st);
+    if (rc) return rc;
+    char key[256];
+    mn_key(m, key, sizeof key, "driver", NULL);
+    int64_t pid = hget_int(m, key, "pid");
+    if (pid < 0) {
+        fprintf(stderr, "manta status: job %s is not running\n", st.job);
+        manta_shutdown(m);
+        return MANTA_EXIT_NOT_FOUND;
+    }
+    int64_t now = mn_wall_ms();
+    printf("job %s: driver pid %lld, up %.0f s, run folder %s\n", st.job, (long long)pid,
+           (double)(now - hget_int(m, key, "started")) / 1000, st.run_dir);
+    status_nodes(m, now);
+    status_groups(c, m);
+    status_values(m, st.job);
     manta_shutdown(m);
     return 0;
 }
@@ -958,125 +618,34 @@ static int cmd_scale(cli *c)
     job_state st;
     int rc = attach(c, &m, &st);
     if (rc) return rc;
-    char key[256], spec_path[PATH_MAX] = "", sets[4096] = "";
-    mn_key(m, key, sizeof key, "driver", NULL);
-    if (mn_redis_hget_str(m, key, "spec", spec_path, sizeof spec_path) != 0) {
-        fprintf(stderr, "manta scale: job %s is not running\n", st.job);
+    /* The spec as launched (same overrides, then these), so new replicas
+     * get the same init. */
+    manta_spec_options so = {.sets = c->sets,
+                             .n_sets = (size_t)c->nsets,
+                             .class_exists = cli_class_exists,
+                             .user = (void *)c->classes};
+    manta_spec_errors errs;
+    manta_spec_errors_init(&errs);
+    manta_job_t *job;
+    rc = manta_job_attach(m, &so, &errs, &job);
+    if (rc) {
+        if (errs.count) manta_spec_errors_print(&errs, stderr);
+        fprintf(stderr, "manta scale: %s\n", manta_last_error());
+        manta_spec_errors_destroy(&errs);
         manta_shutdown(m);
-        return MANTA_EXIT_NOT_FOUND;
+        return exit_code(rc);
     }
-    mn_redis_hget_str(m, key, "sets", sets, sizeof sets);
-    /* The spec as launched (same overrides), so new replicas get the same init. */
-    const char *setv[70];
-    size_t nset = 0;
-    for (char *p = sets, *nl; *p && nset < 64; p = nl + 1) {
-        nl = strchr(p, '\n');
-        if (!nl) break;
-        *nl = 0;
-        setv[nset++] = p;
-    }
-    for (int i = 0; i < c->nsets && nset < 70; i++) setv[nset++] = c->sets[i];
-    manta_spec *s = load_spec(c, spec_path, setv, nset);
-    if (!s) {
-        manta_shutdown(m);
-        return MANTA_EXIT_USAGE;
-    }
-    size_t g = 0;
-    while (g < s->n_groups && strcmp(s->groups[g].name, group)) g++;
-    if (g == s->n_groups) {
-        fprintf(stderr, "manta scale: job %s has no group '%s'\n", st.job, group);
-        manta_spec_free(s);
-        manta_shutdown(m);
-        return MANTA_EXIT_NOT_FOUND;
-    }
-    /* Which replicas exist now: GROUP-I in the directory. */
-    char setkey[256];
-    mn_key(m, setkey, sizeof setkey, "actors", NULL);
-    redisReply *names = mn_redis(m, "SMEMBERS %s", setkey);
-    int have_max = -1, count = 0;
-    bool present[10001] = {false};
-    size_t glen = strlen(group);
-    for (size_t i = 0; names && i < names->elements; i++) {
-        const char *an = names->element[i]->str;
-        if (strncmp(an, group, glen) || an[glen] != '-') continue;
-        char *e2;
-        long idx = strtol(an + glen + 1, &e2, 10);
-        if (*e2 || idx < 0 || idx > 10000) continue;
-        present[idx] = true;
-        count++;
-        if (idx > have_max) have_max = (int)idx;
-    }
-    freeReplyObject(names);
+    manta_spec_errors_destroy(&errs);
     int64_t t0 = mn_now_ms();
-    rc = 0;
-    if (want > count) {
-        node_list nl;
-        read_nodes(m, &nl);
-        subtract_usage(m, &nl);
-        manta_spec_demand d = {group, (int)(want - count), s->groups[g].cpu, s->groups[g].gpu,
-                               s->groups[g].memory_bytes};
-        size_t *node_of = calloc((size_t)d.replicas, sizeof *node_of);
-        manta_actor **made = calloc((size_t)d.replicas, sizeof *made);
-        char why[512];
-        if (manta_spec_place(&d, 1, nl.cap, nl.n, MANTA_SPEC_FIRST_FIT, false, node_of, why,
-                             sizeof why) != 0) {
-            fprintf(stderr, "manta scale: placement: %s\n", why);
-            rc = MANTA_EXIT_RUNTIME;
-        }
-        int idx = 0, n = 0;
-        for (int k = 0; rc == 0 && k < d.replicas; k++) {
-            while (present[idx]) idx++;
-            present[idx] = true;
-            if (start_replica(m, s, g, idx, nl.ids[node_of[k]], &made[n]) != 0) {
-                fprintf(stderr, "manta scale: %s-%d: %s\n", group, idx, manta_last_error());
-                rc = MANTA_EXIT_RUNTIME;
-                break;
-            }
-            n++;
-        }
-        if (rc == 0) rc = wait_all_ready(m, made, (size_t)n, c->timeout_s > 0 ? c->timeout_s : 60);
-        free(node_of);
-        free(made);
-    } else if (want < count) {
-        /* Drain the highest-numbered first, all at once, then stop them. */
-        manta_actor *victims[10001];
-        manta_future *fs[10001];
-        int nv = 0;
-        for (int idx = have_max; idx >= 0 && count - nv > want; idx--) {
-            if (!present[idx]) continue;
-            char an[128];
-            snprintf(an, sizeof an, "%s-%d", group, idx);
-            if (manta_actor_lookup(m, an, &victims[nv]) == 0) {
-                fs[nv] = manta_call_timeout(m, victims[nv], "drain", NULL, 0,
-                                            (int)((c->timeout_s > 0 ? c->timeout_s : 120) * 1000));
-                nv++;
-            }
-        }
-        manta_wait(fs, (size_t)nv, (size_t)nv, -1);
-        for (int i = 0; i < nv; i++) {
-            int st2 = manta_future_status(fs[i]);
-            if (st2 != 0 && st2 != MANTA_ENOMETHOD) {
-                fprintf(stderr, "manta scale: drain %s: %s: %s\n", manta_actor_name(victims[i]),
-                        manta_strerror(st2), manta_future_error(fs[i]));
-                rc = st2 == MANTA_ETIMEDOUT ? MANTA_EXIT_TIMEOUT : MANTA_EXIT_RUNTIME;
-            }
-            manta_future_free(fs[i]);
-            int sr = manta_actor_stop(m, victims[i], 30000);
-            if (sr && rc == 0) {
-                fprintf(stderr, "manta scale: stop %s: %s\n", manta_actor_name(victims[i]),
-                        manta_last_error());
-                rc = MANTA_EXIT_RUNTIME;
-            }
-        }
-    }
-    char gk[256];
-    mn_key(m, gk, sizeof gk, "group", group);
-    if (rc == 0) freeReplyObject(mn_redis(m, "HSET %s wanted %ld", gk, want));
-    printf("%s: %d -> %ld replicas in %.2f s%s\n", group, count, want,
-           (double)(mn_now_ms() - t0) / 1000, rc ? " (with errors)" : "");
-    manta_spec_free(s);
+    int before = manta_job_replicas(job, group);
+    rc = before < 0 ? before : manta_job_scale(job, group, (int)want, (int)(c->timeout_s * 1000));
+    if (rc) fprintf(stderr, "manta scale: %s\n", manta_last_error());
+    if (before >= 0)
+        printf("%s: %d -> %ld replicas in %.2f s%s\n", group, before, want,
+               (double)(mn_now_ms() - t0) / 1000, rc ? " (with errors)" : "");
+    manta_job_free(job);
     manta_shutdown(m);
-    return rc;
+    return exit_code(rc);
 }
 
 /* ---- stop, logs ---- */

@@ -22,10 +22,11 @@
  * own embedded Redis, its own calc server) started as `bench_rl --one ...`;
  * the program is also its own actors (manta_init re-executes it).
  */
-#include "launch.h"
+#include "calc_server.h"
 
 #include <manta_actors.h>
 #include <manta_collective.h>
+#include <manta_job.h>
 
 #include <cjson/cJSON.h>
 #include <msgpack.h>
@@ -233,10 +234,24 @@ static int one_rl(manta_ctx *m, int argc, char **argv)
     sets[n++] = "rl.eval_problems=0";
     sets[n++] = "rl.eval_every=0";
     for (int i = 1; i < argc && n < 60; i++) sets[n++] = argv[i];
-    rl_launch_opts o = {
-        .spec_path = SOURCE_DIR "/examples/calc_agent.yaml", .sets = sets, .n_sets = n};
-    char *summary = NULL;
-    int rc = rl_launch(m, &o, &summary);
+    /* The job through the job library, the calc server above in place of
+     * the spec's service (a free port). */
+    manta_spec_errors errs;
+    manta_spec_errors_init(&errs);
+    manta_spec_options so = {.sets = sets, .n_sets = n};
+    manta_spec *spec = manta_spec_load_file(SOURCE_DIR "/examples/calc_agent.yaml", &so, &errs);
+    manta_spec_errors_print(&errs, stderr);
+    manta_spec_errors_destroy(&errs);
+    manta_job_t *job = NULL;
+    const void *reply = NULL;
+    size_t len = 0;
+    int rc = spec ? manta_job_start(m, spec, &(manta_job_options){.no_services = 1}, &job)
+                  : MANTA_EINVAL;
+    if (rc == 0) rc = manta_job_wait(job, -1, &reply, &len);
+    if (rc) fprintf(stderr, "bench_rl: %s\n", manta_last_error());
+    char *summary = rc == 0 ? strndup(reply, len) : NULL;
+    manta_job_free(job);
+    manta_spec_free(spec);
     rl_stop_process(pid);
     if (rc || !summary) return 1;
     cJSON *j = cJSON_Parse(summary);

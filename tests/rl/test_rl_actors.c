@@ -14,7 +14,7 @@
  * message, naming the spec key, is on the actor's log) instead of running
  * with defaults.
  */
-#include "launch.h"
+#include "calc_server.h"
 
 #include <manta_actors.h>
 

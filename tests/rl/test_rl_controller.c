@@ -15,9 +15,8 @@
  * admitted 40 = trained 32 + stale 8 + error 0 + in flight 0.
  * The program is also its own actors.
  */
-#include "launch.h"
-
 #include <manta_actors.h>
+#include <manta_job.h>
 
 #include <cjson/cJSON.h>
 #include <setjmp.h>
@@ -138,32 +137,30 @@ static manta_ctx *ctx;
 
 static void test_bound_drops_ledger(void **st)
 {
-    const char *sets[] = {"rl.eta=0",
-                          "rl.batch_episodes=16",
-                          "rl.group_size=8",
-                          "rl.max_versions=2",
-                          "rl.eval_problems=0",
-                          "rl.warmup_steps=0",
-                          "rl.max_time_s=120",
-                          "rl.run_dir=/tmp/manta-rl-ctl-test",
+    const char *sets[] = {"rl.eta=0", "rl.batch_episodes=16", "rl.group_size=8",
+                          "rl.max_versions=2", "rl.eval_problems=0", "rl.warmup_steps=0",
+                          "rl.max_time_s=120", "rl.run_dir=/tmp/manta-rl-ctl-test",
                           "task.train=" SOURCE_DIR "/examples/calc/train.jsonl",
                           "task.heldout=" SOURCE_DIR "/examples/calc/heldout.jsonl",
-                          "task.demos=" SOURCE_DIR "/examples/calc/demos.jsonl"};
+                          "task.demos=" SOURCE_DIR "/examples/calc/demos.jsonl",
+                          /* the controller and the learners only: the script
+                           * below plays the rollouts */
+                          "rollout.replicas=0", "env.replicas=0", "groups.reward.replicas=0"};
     manta_spec_errors errs;
     manta_spec_errors_init(&errs);
     manta_spec_options so = {.sets = sets, .n_sets = sizeof sets / sizeof *sets};
     manta_spec *spec = manta_spec_load_file(SOURCE_DIR "/examples/calc_agent.yaml", &so, &errs);
     assert_non_null(spec);
     manta_spec_errors_destroy(&errs);
-    assert_int_equal(rl_launch_replica(ctx, spec, "controller", 0), 0);
-    assert_int_equal(rl_launch_replica(ctx, spec, "learner", 0), 0);
-    assert_int_equal(rl_launch_replica(ctx, spec, "learner", 1), 0);
-    manta_actor *script, *ctl;
+    manta_job_t *job;
+    if (manta_job_start(ctx, spec, &(manta_job_options){.no_services = 1}, &job) != 0)
+        fail_msg("start: %s", manta_last_error());
+    manta_actor *script;
     assert_int_equal(
         manta_actor_create(ctx, &(manta_actor_options){.cls = "script", .name = "script"}, &script),
         0);
-    assert_int_equal(manta_actor_lookup(ctx, "controller-0", &ctl), 0);
-    manta_future *run = manta_call_timeout(ctx, ctl, "run", "", 0, 120000);
+    manta_future *run;
+    assert_int_equal(manta_job_run_method(job, &run), 0);
     manta_future *drive = manta_call_timeout(ctx, script, "drive", "", 0, 120000);
     const void *d;
     size_t n;
@@ -192,6 +189,7 @@ static void test_bound_drops_ledger(void **st)
     cJSON_Delete(j);
     manta_future_free(run);
     manta_future_free(drive);
+    manta_job_free(job);
     manta_spec_free(spec);
 }
 

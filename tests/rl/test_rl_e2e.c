@@ -12,11 +12,14 @@
  *                        version being trained (staleness 0), nothing dropped
  *                        as stale.
  *
- * The program is also its own actors (manta_init re-executes it).
+ * The job starts through the job library (manta_job.h) from the example
+ * spec, with the calc server on a free port instead of its `services:`
+ * entry. The program is also its own actors (manta_init re-executes it).
  */
-#include "launch.h"
+#include "calc_server.h"
 
 #include <manta_actors.h>
+#include <manta_job.h>
 
 #include <cjson/cJSON.h>
 #include <msgpack.h>
@@ -72,13 +75,17 @@ static long policy_version(manta_ctx *m)
  * time, so that it falls in the RL phase however slow the machine (the
  * warm-up and the first evaluation take seconds under ASan); the kill comes
  * before the drain, which waits for in-flight episodes. */
-static void scale_tick(manta_ctx *m, const manta_spec *spec, double t, void *arg)
+static void scale_tick(manta_job_t *job, double t, void *arg)
 {
+    (void)t;
     int *stage = arg;
+    manta_ctx *m = manta_job_ctx(job);
     long v = policy_version(m);
     if (*stage == 0 && v >= 10) {
         *stage = 1;
-        assert_int_equal(rl_launch_replica(m, spec, "rollout", 2), 0);
+        assert_int_equal(manta_job_scale(job, "rollout", 3, 60000), 0);
+        manta_actor *a;
+        assert_int_equal(manta_actor_lookup(m, "rollout-2", &a), 0);
     } else if (*stage == 1 && v >= 25) {
         /* a rollout dies mid-run: its episodes must come back */
         *stage = 2;
@@ -87,12 +94,7 @@ static void scale_tick(manta_ctx *m, const manta_spec *spec, double t, void *arg
         assert_int_equal(manta_actor_kill(m, a, 0), 0);
     } else if (*stage == 2 && v >= 40) {
         *stage = 3;
-        manta_actor *a;
-        assert_int_equal(manta_actor_lookup(m, "rollout-0", &a), 0);
-        manta_future *f = manta_call_timeout(m, a, "drain", "", 0, 60000);
-        assert_int_equal(manta_get(f, -1, NULL, NULL), 0);
-        manta_future_free(f);
-        assert_int_equal(manta_actor_stop(m, a, 10000), 0);
+        assert_int_equal(manta_job_drain(job, "rollout-0", 60000), 0);
     }
 }
 
@@ -171,14 +173,23 @@ static void test_e2e(void **st)
                           "rl.eval_problems=100",
                           sync_mode ? "rl.max_versions=8" : "rl.warmup_steps=70"};
     int stage = sync_mode ? 3 : 0;
-    rl_launch_opts o = {.spec_path = SOURCE_DIR "/examples/calc_agent.yaml",
-                        .sets = sets,
-                        .n_sets = sizeof sets / sizeof *sets,
-                        .tick = scale_tick,
-                        .arg = &stage};
-    char *summary = NULL;
-    assert_int_equal(rl_launch(ctx, &o, &summary), 0);
+    manta_spec_errors errs;
+    manta_spec_errors_init(&errs);
+    manta_spec_options so = {.sets = sets, .n_sets = sizeof sets / sizeof *sets};
+    manta_spec *spec = manta_spec_load_file(SOURCE_DIR "/examples/calc_agent.yaml", &so, &errs);
+    manta_spec_errors_print(&errs, stderr);
+    manta_spec_errors_destroy(&errs);
+    assert_non_null(spec);
+    manta_job_t *job;
+    manta_job_options jo = {.no_services = 1, .tick = scale_tick, .tick_arg = &stage};
+    if (manta_job_start(ctx, spec, &jo, &job) != 0) fail_msg("start: %s", manta_last_error());
+    const void *reply;
+    size_t len;
+    if (manta_job_wait(job, -1, &reply, &len) != 0) fail_msg("run: %s", manta_last_error());
+    char *summary = strndup(reply, len);
     assert_non_null(summary);
+    manta_job_free(job);
+    manta_spec_free(spec);
     printf("%s\n", summary);
     cJSON *j = cJSON_Parse(summary);
     assert_non_null(j);

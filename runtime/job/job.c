@@ -1,0 +1,1042 @@
+/*
+ * job.c -- a spec's job as a library (manta_job.h): records, services,
+ * placement, replicas, readiness, the node watchdog and failover, scale and
+ * drain, the run method.
+ *
+ * The job's records in Redis, under the ctx's job namespace:
+ *   driver       hash: pid host spec sets run_dir started (sets: one
+ *                override a line), what `manta scale` and `status` read
+ *   group:NAME   hash: class wanted
+ *   groups       list of group names in spec order
+ *   actor:NAME   the directory record, to which start_replica adds what the
+ *                replica holds (group cpu gpu memory) so that placement
+ *                later knows what is used where, and failover can re-create
+ *                it elsewhere from its own record
+ *
+ * Placement is first-fit over the live nodes, local node first, then node
+ * ids in order (manta_spec_place). Every wait turns the ctx's loop, so the
+ * watchdog (a one-second timer) runs during all of them.
+ */
+#include "internal.h"
+#include "manta_job.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct service {
+    char *name;
+    pid_t pid;
+} service;
+
+struct manta_job {
+    manta_ctx *m;
+    const manta_spec *spec;
+    manta_spec *owned; /* the spec manta_job_attach loaded */
+    manta_job_options o;
+    service *sv;
+    size_t nsv;
+    uint64_t watchdog; /* timer id; 0: none */
+    manta_future *run; /* the run method's call, once made */
+    bool stopped;
+    bool recorded; /* manta_job_start wrote the records: free removes them */
+    size_t nodes;
+};
+
+#define DEFAULT_READY_S      60
+#define DEFAULT_DRAIN_MS     120000
+#define STOP_MS              30000 /* a drained actor's fini */
+#define WATCH_EVERY_MS       1000
+#define SERVICE_STOP_MS      3000 /* SIGTERM to SIGKILL */
+#define DEFAULT_SERVICE_UP_S 20
+
+static void say(const manta_job_t *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(const manta_job_t *j, const char *fmt, ...)
+{
+    FILE *f = j->o.log ? j->o.log : stderr;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("manta: ", f);
+    vfprintf(f, fmt, ap);
+    fputc('\n', f);
+    va_end(ap);
+    fflush(f);
+}
+
+static bool interrupted(const manta_job_t *j)
+{
+    return j->o.interrupt && *j->o.interrupt;
+}
+
+/* A Redis write: 0, or MANTA_EREDIS with the message naming the key. */
+static int redis_write(manta_job_t *j, const char *what, redisReply *r)
+{
+    int ok = r && r->type != REDIS_REPLY_ERROR;
+    if (!ok && r) mn_fail(MANTA_EREDIS, "job %s: writing %s: %s", j->spec->job, what, r->str);
+    if (!r) mn_fail(MANTA_EREDIS, "job %s: writing %s: %s", j->spec->job, what, manta_last_error());
+    freeReplyObject(r);
+    return ok ? 0 : MANTA_EREDIS;
+}
+
+/* ---- nodes and placement ---- */
+
+/* The job's live nodes with what is free on each, in placement order. */
+typedef struct node_list {
+    size_t n, cap;
+    char **ids;
+    manta_spec_capacity *free;
+} node_list;
+
+static void nodes_free(node_list *nl)
+{
+    for (size_t i = 0; i < nl->n; i++) free(nl->ids[i]);
+    free(nl->ids);
+    free(nl->free);
+    memset(nl, 0, sizeof *nl);
+}
+
+static int nodes_push(node_list *nl, const char *id, manta_spec_capacity c)
+{
+    if (nl->n == nl->cap) {
+        size_t cap = nl->cap ? 2 * nl->cap : 16;
+        char **ids = realloc(nl->ids, cap * sizeof *ids);
+        if (ids) nl->ids = ids;
+        manta_spec_capacity *f = ids ? realloc(nl->free, cap * sizeof *f) : NULL;
+        if (!f) return mn_fail(MANTA_ENOMEM, "node list of %zu nodes", cap);
+        nl->free = f;
+        nl->cap = cap;
+    }
+    if (!(nl->ids[nl->n] = strdup(id))) return mn_fail(MANTA_ENOMEM, "node id %s", id);
+    nl->free[nl->n++] = c;
+    return 0;
+}
+
+/* Does node a come before node b? The local (driver's) node first, so it
+ * fills before the others, then node ids in order. */
+static bool node_before(const char *a, const char *b, const char *local)
+{
+    bool la = !strcmp(a, local), lb = !strcmp(b, local);
+    if (la != lb) return la;
+    return strcmp(a, b) < 0;
+}
+
+/* Placement is first-fit: make the order deterministic (insertion sort:
+ * a job has few nodes). */
+static void nodes_sort(manta_ctx *m, node_list *nl)
+{
+    for (size_t i = 1; i < nl->n; i++) {
+        for (size_t k = i; k > 0 && node_before(nl->ids[k], nl->ids[k - 1], m->node); k--) {
+            char *id = nl->ids[k];
+            manta_spec_capacity c = nl->free[k];
+            nl->ids[k] = nl->ids[k - 1], nl->free[k] = nl->free[k - 1];
+            nl->ids[k - 1] = id, nl->free[k - 1] = c;
+        }
+    }
+    for (size_t i = 0; i < nl->n; i++) nl->free[i].name = nl->ids[i];
+}
+
+static int read_nodes(manta_ctx *m, node_list *nl)
+{
+    char setkey[256], key[256];
+    memset(nl, 0, sizeof *nl);
+    mn_key(m, setkey, sizeof setkey, "nodes", NULL);
+    redisReply *r = mn_redis(m, "SMEMBERS %s", setkey);
+    if (!r) return MANTA_EREDIS;
+    int rc = 0;
+    for (size_t i = 0; i < r->elements && rc == 0; i++) {
+        const char *id = r->element[i]->str;
+        mn_key(m, key, sizeof key, "node", id);
+        redisReply *h = mn_redis(m, "HMGET %s cpu gpu memory state", key);
+        if (!h) continue;
+        if (h->elements == 4 && h->element[3]->str && !strcmp(h->element[3]->str, "alive")) {
+            manta_spec_capacity c = {
+                .cpu = h->element[0]->str ? atof(h->element[0]->str) : 1,
+                .gpu = h->element[1]->str ? atoi(h->element[1]->str) : 0,
+                .memory_bytes = h->element[2]->str ? strtoull(h->element[2]->str, 0, 10) : 0};
+            rc = nodes_push(nl, id, c);
+        }
+        freeReplyObject(h);
+    }
+    freeReplyObject(r);
+    if (rc == 0) nodes_sort(m, nl);
+    if (rc) nodes_free(nl);
+    return rc;
+}
+
+static void subtract_one(node_list *nl, redisReply *h)
+{
+    for (size_t k = 0; h->elements == 4 && h->element[0]->str && k < nl->n; k++) {
+        if (strcmp(nl->ids[k], h->element[0]->str)) continue;
+        if (h->element[1]->str) nl->free[k].cpu -= atof(h->element[1]->str);
+        if (h->element[2]->str) nl->free[k].gpu -= atoi(h->element[2]->str);
+        if (h->element[3]->str) {
+            uint64_t mem = strtoull(h->element[3]->str, 0, 10);
+            nl->free[k].memory_bytes =
+                nl->free[k].memory_bytes > mem ? nl->free[k].memory_bytes - mem : 0;
+        }
+    }
+}
+
+/* Subtract what running actors already hold on each node. */
+static void subtract_usage(manta_ctx *m, node_list *nl)
+{
+    char setkey[256], key[256];
+    mn_key(m, setkey, sizeof setkey, "actors", NULL);
+    redisReply *r = mn_redis(m, "SMEMBERS %s", setkey);
+    if (!r) return;
+    for (size_t i = 0; i < r->elements; i++) {
+        mn_key(m, key, sizeof key, "actor", r->element[i]->str);
+        redisReply *h = mn_redis(m, "HMGET %s node cpu gpu memory", key);
+        if (!h) continue;
+        subtract_one(nl, h);
+        freeReplyObject(h);
+    }
+    freeReplyObject(r);
+}
+
+/* Place `n` demands on the live nodes (less what is in use when
+ * `subtract`); fills *nl and node_of (one entry per replica). */
+static int place(manta_job_t *j, const manta_spec_demand *d, size_t n, bool subtract,
+                 bool whole_spec, node_list *nl, size_t *node_of)
+{
+    int rc = read_nodes(j->m, nl);
+    if (rc) return rc;
+    if (subtract) subtract_usage(j->m, nl);
+    j->nodes = nl->n;
+    char why[512] = "no live node";
+    if (nl->n == 0 || manta_spec_place(d, n, nl->free, nl->n, MANTA_SPEC_FIRST_FIT, whole_spec,
+                                       node_of, why, sizeof why) != 0) {
+        nodes_free(nl);
+        return mn_fail(MANTA_ESPAWN, "job %s: placement: %s", j->spec->job, why);
+    }
+    return 0;
+}
+
+/* ---- replicas ---- */
+
+static size_t group_index(const manta_spec *s, const char *group)
+{
+    size_t g = 0;
+    while (g < s->n_groups && strcmp(s->groups[g].name, group)) g++;
+    return g;
+}
+
+/* Start replica `replica` of group g on node `node` without waiting. */
+static int start_replica(manta_job_t *j, size_t g, int replica, const char *node, manta_actor **out)
+{
+    const manta_spec_group *grp = &j->spec->groups[g];
+    char *payload = NULL, name[128];
+    size_t len = 0;
+    if (manta_spec_init_payload(j->spec, g, replica, &payload, &len) != 0)
+        return mn_fail(MANTA_ENOMEM, "init payload of %s-%d", grp->name, replica);
+    snprintf(name, sizeof name, "%s-%d", grp->name, replica);
+    manta_actor_options o = {.cls = grp->class_name,
+                             .name = name,
+                             .args = payload,
+                             .args_len = len,
+                             .max_restarts = grp->max_restarts,
+                             .node = node,
+                             .library = grp->library_path,
+                             .no_wait = 1};
+    int rc = manta_actor_create(j->m, &o, out);
+    free(payload);
+    if (rc) return rc; /* the message names the actor */
+    char key[256];
+    mn_key(j->m, key, sizeof key, "actor", name);
+    return redis_write(j, key,
+                       mn_redis(j->m, "HSET %s group %s cpu %g gpu %d memory %llu", key, grp->name,
+                                grp->cpu, grp->gpu, (unsigned long long)grp->memory_bytes));
+}
+
+/* Wait until all n are ready, up to timeout_ms (<= 0: ready_timeout_s). */
+static int wait_all_ready(manta_job_t *j, manta_actor **actors, size_t n, int timeout_ms)
+{
+    double tmo = j->o.ready_timeout_s > 0 ? j->o.ready_timeout_s : DEFAULT_READY_S;
+    int64_t until = mn_now_ms() + (timeout_ms > 0 ? timeout_ms : (int64_t)(tmo * 1000));
+    for (size_t i = 0; i < n; i++) {
+        int64_t left = until - mn_now_ms();
+        int rc = manta_actor_wait_ready(j->m, actors[i], left > 0 ? (int)left : 1);
+        if (rc) return rc; /* the message names the actor */
+        if (interrupted(j)) return mn_fail(MANTA_ECLOSED, "job %s: interrupted", j->spec->job);
+    }
+    return 0;
+}
+
+/* ---- services ----
+ *
+ * A spec may name processes the job needs that are not actors, such as the
+ * external tool servers an agent calls:
+ *
+ *   services:
+ *     - {name: calc, command: "python3 examples/calc_server.py --port 8000",
+ *        port: 8000, ready_timeout_s: 20}
+ *
+ * Each starts with /bin/sh -c in the current directory, in its own process
+ * group, output to LOG_DIR/NAME.log; the job waits until it accepts TCP
+ * connections on 127.0.0.1:PORT (when a port is given), and stops it
+ * (SIGTERM to its process group, then SIGKILL) when the job is freed. A
+ * port already taken is an error: the job would talk to a stranger. */
+
+typedef struct service_def {
+    const char *name, *command;
+    int64_t port;
+    double ready_s;
+} service_def;
+
+static int port_open(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+static void stop_services(manta_job_t *j)
+{
+    for (size_t i = 0; i < j->nsv; i++)
+        if (j->sv[i].pid > 0) kill(-j->sv[i].pid, SIGTERM);
+    int64_t until = mn_now_ms() + SERVICE_STOP_MS;
+    for (size_t i = 0; i < j->nsv; i++) {
+        service *s = &j->sv[i];
+        int status;
+        while (s->pid > 0 && waitpid(s->pid, &status, WNOHANG) == 0 && mn_now_ms() < until)
+            usleep(10000); /* a child's exit: nothing to poll but time */
+        if (s->pid > 0 && waitpid(s->pid, &status, WNOHANG) == 0) {
+            kill(-s->pid, SIGKILL);
+            waitpid(s->pid, &status, 0);
+        }
+        free(s->name);
+    }
+    free(j->sv);
+    j->sv = NULL;
+    j->nsv = 0;
+}
+
+/* The spec's errors as one message (file:line:col: path: message; ...). */
+static int spec_fail(manta_spec_errors *errs, const char *what)
+{
+    char msg[1024] = "";
+    for (size_t i = 0; i < errs->count && strlen(msg) < sizeof msg - 4; i++)
+        snprintf(msg + strlen(msg), sizeof msg - strlen(msg), "%s%s", i ? "; " : "",
+                 errs->items[i].text);
+    return mn_fail(MANTA_EINVAL, "%s: %s", what, msg);
+}
+
+static int service_read(const manta_job_t *j, const manta_spec_node *it, service_def *d)
+{
+    manta_spec_errors errs;
+    manta_spec_errors_init(&errs);
+    *d = (service_def){.ready_s = DEFAULT_SERVICE_UP_S};
+    if (manta_spec_get_str(it, "name", NULL, &d->name, &errs) != 0 ||
+        manta_spec_get_str(it, "command", NULL, &d->command, &errs) != 0 ||
+        manta_spec_get_int(it, "port", 0, &d->port, &errs) < 0 ||
+        manta_spec_get_double(it, "ready_timeout_s", DEFAULT_SERVICE_UP_S, &d->ready_s, &errs) <
+            0) {
+        if (!errs.count)
+            manta_spec_errors_add(&errs, j->spec->file, it->line, it->col, "services",
+                                  "each service needs a name and a command");
+        int rc = spec_fail(&errs, "services");
+        manta_spec_errors_destroy(&errs);
+        return rc;
+    }
+    manta_spec_errors_destroy(&errs);
+    if (d->port < 0 || d->port > 65535)
+        return mn_fail(MANTA_EINVAL, "service %s: port %lld is not 0..65535", d->name,
+                       (long long)d->port);
+    return 0;
+}
+
+static pid_t service_spawn(const manta_job_t *j, const service_def *d)
+{
+    char logf[PATH_MAX + 80] = "";
+    if (j->o.log_dir) snprintf(logf, sizeof logf, "%s/%s.log", j->o.log_dir, d->name);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(1);
+        int fd = logf[0] ? open(logf, O_WRONLY | O_CREAT | O_TRUNC, 0644) : -1;
+        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+        execl("/bin/sh", "sh", "-c", d->command, (char *)NULL);
+        _exit(127);
+    }
+    if (pid < 0) mn_fail(MANTA_ESYS, "service %s: fork: %s", d->name, strerror(errno));
+    return pid;
+}
+
+/* Wait until the service accepts connections on its port (if it has one). */
+static int service_wait_port(manta_job_t *j, const service_def *d, service *s)
+{
+    int64_t until = mn_now_ms() + (int64_t)(d->ready_s * 1000);
+    while (d->port > 0 && !port_open((int)d->port)) {
+        int status;
+        if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
+            s->pid = 0;
+            return mn_fail(MANTA_ESPAWN, "service %s exited before it listened on port %lld%s%s",
+                           d->name, (long long)d->port, j->o.log_dir ? "; see its log in " : "",
+                           j->o.log_dir ? j->o.log_dir : "");
+        }
+        if (interrupted(j)) return mn_fail(MANTA_ECLOSED, "service %s: interrupted", d->name);
+        if (mn_now_ms() > until)
+            return mn_fail(MANTA_ESPAWN, "service %s did not come up on port %lld within %g s%s%s",
+                           d->name, (long long)d->port, d->ready_s,
+                           j->o.log_dir ? "; see its log in " : "",
+                           j->o.log_dir ? j->o.log_dir : "");
+        usleep(20000); /* another process binding a port: poll it */
+    }
+    return 0;
+}
+
+static int start_services(manta_job_t *j)
+{
+    const manta_spec_node *seq = NULL;
+    manta_spec_errors errs;
+    manta_spec_errors_init(&errs);
+    if (manta_spec_get_seq(j->spec->root, "services", &seq, &errs) < 0) {
+        int rc = spec_fail(&errs, "services");
+        manta_spec_errors_destroy(&errs);
+        return rc;
+    }
+    manta_spec_errors_destroy(&errs);
+    size_t n = seq ? manta_spec_len(seq) : 0;
+    if (n && !(j->sv = calloc(n, sizeof *j->sv))) return mn_fail(MANTA_ENOMEM, "%zu services", n);
+    for (size_t i = 0; i < n; i++) {
+        service_def d;
+        int rc = service_read(j, manta_spec_at(seq, i), &d);
+        if (rc) return rc;
+        if (d.port > 0 && port_open((int)d.port))
+            return mn_fail(MANTA_ESPAWN,
+                           "service %s: port %lld is already taken by another process; stop it "
+                           "or change the spec",
+                           d.name, (long long)d.port);
+        service *s = &j->sv[j->nsv];
+        if (!(s->name = strdup(d.name))) return mn_fail(MANTA_ENOMEM, "service %s", d.name);
+        j->nsv++;
+        if ((s->pid = service_spawn(j, &d)) < 0) {
+            s->pid = 0;
+            return MANTA_ESYS;
+        }
+        if ((rc = service_wait_port(j, &d, s)) != 0) return rc;
+        say(j, "service %s started (pid %d)", d.name, (int)s->pid);
+    }
+    return 0;
+}
+
+/* ---- node watchdog and failover ---- */
+
+static int64_t node_timeout_ms(const manta_job_t *j)
+{
+    if (j->o.node_timeout_ms > 0) return j->o.node_timeout_ms;
+    const char *v = getenv("MANTA_NODE_TIMEOUT_MS");
+    return v && atoll(v) > 0 ? atoll(v) : 5000;
+}
+
+/* What re-creating an actor needs, from its own directory record. */
+typedef struct actor_record {
+    char *cls, *lib, *group; /* lib: "" for a built-in class */
+    char *args;
+    size_t args_len;
+    int max_restarts;
+    manta_spec_demand d;
+} actor_record;
+
+static void actor_record_free(actor_record *ar)
+{
+    free(ar->cls), free(ar->lib), free(ar->group), free(ar->args);
+}
+
+static char *dup_field(const redisReply *r)
+{
+    return strdup(r->str ? r->str : "");
+}
+
+static int read_actor_record(manta_ctx *m, const char *name, actor_record *ar)
+{
+    char key[256];
+    mn_key(m, key, sizeof key, "actor", name);
+    memset(ar, 0, sizeof *ar);
+    redisReply *r =
+        mn_redis(m, "HMGET %s class library args max_restarts group cpu gpu memory", key);
+    if (!r || r->elements != 8 || !r->element[0]->str) {
+        freeReplyObject(r);
+        return mn_fail(MANTA_ENOTFOUND, "actor %s has no directory record", name);
+    }
+    ar->cls = dup_field(r->element[0]);
+    ar->lib = dup_field(r->element[1]);
+    ar->group = dup_field(r->element[4]);
+    ar->args_len = r->element[2]->str ? r->element[2]->len : 0;
+    ar->args = malloc(ar->args_len ? ar->args_len : 1);
+    if (!ar->cls || !ar->lib || !ar->group || !ar->args) {
+        freeReplyObject(r);
+        actor_record_free(ar);
+        return mn_fail(MANTA_ENOMEM, "directory record of %s", name);
+    }
+    if (ar->args_len) memcpy(ar->args, r->element[2]->str, ar->args_len);
+    ar->max_restarts = r->element[3]->str ? atoi(r->element[3]->str) : 0;
+    ar->d = (manta_spec_demand){ar->group, 1, r->element[5]->str ? atof(r->element[5]->str) : 0,
+                                r->element[6]->str ? atoi(r->element[6]->str) : 0,
+                                r->element[7]->str ? strtoull(r->element[7]->str, 0, 10) : 0};
+    freeReplyObject(r);
+    return 0;
+}
+
+/* Re-create one actor of a dead node on a node with room. */
+static void move_actor(manta_job_t *j, const char *name, const char *dead_node)
+{
+    manta_ctx *m = j->m;
+    actor_record ar;
+    if (read_actor_record(m, name, &ar) != 0) return;
+    char key[256], setkey[256];
+    mn_key(m, key, sizeof key, "actor", name);
+    mn_key(m, setkey, sizeof setkey, "actors", NULL);
+    /* The old record goes; the name is taken again by the new incarnation. */
+    freeReplyObject(mn_redis(m, "DEL %s", key));
+    freeReplyObject(mn_redis(m, "SREM %s %s", setkey, name));
+    node_list nl;
+    size_t where = 0;
+    if (place(j, &ar.d, 1, true, false, &nl, &where) != 0) {
+        say(j, "node %s died; no room for actor %s elsewhere: %s", dead_node, name,
+            manta_last_error());
+        redis_write(j, key,
+                    mn_redis(m, "HSET %s class %s state dead node %s error %s", key, ar.cls,
+                             dead_node, "its node died and no other node had room"));
+        redis_write(j, setkey, mn_redis(m, "SADD %s %s", setkey, name));
+        actor_record_free(&ar);
+        return;
+    }
+    manta_actor_options o = {.cls = ar.cls,
+                             .name = name,
+                             .args = ar.args,
+                             .args_len = ar.args_len,
+                             .max_restarts = ar.max_restarts,
+                             .node = nl.ids[where],
+                             .library = ar.lib[0] ? ar.lib : NULL,
+                             .no_wait = 1};
+    manta_actor *a;
+    if (manta_actor_create(m, &o, &a) == 0) {
+        redis_write(j, key,
+                    mn_redis(m, "HSET %s group %s cpu %g gpu %d memory %llu", key, ar.group,
+                             ar.d.cpu, ar.d.gpu, (unsigned long long)ar.d.memory_bytes));
+        say(j, "node %s died; actor %s restarted on node %s", dead_node, name, nl.ids[where]);
+    } else {
+        say(j, "node %s died; restarting actor %s: %s", dead_node, name, manta_last_error());
+    }
+    nodes_free(&nl);
+    actor_record_free(&ar);
+}
+
+/* Declare node `id` dead and move its actors. */
+static void node_died(manta_job_t *j, const char *id, int64_t silent_ms)
+{
+    manta_ctx *m = j->m;
+    char setkey[256], asetkey[256], key[256];
+    mn_key(m, setkey, sizeof setkey, "nodes", NULL);
+    mn_key(m, asetkey, sizeof asetkey, "actors", NULL);
+    mn_key(m, key, sizeof key, "node", id);
+    say(j, "node %s: no heartbeat for %.1f s: declared dead", id, (double)silent_ms / 1000);
+    redis_write(j, key, mn_redis(m, "HSET %s state dead", key));
+    redis_write(j, setkey, mn_redis(m, "SREM %s %s", setkey, id));
+    redisReply *names = mn_redis(m, "SMEMBERS %s", asetkey);
+    for (size_t k = 0; names && k < names->elements; k++) {
+        char ak[256], node[64] = "";
+        mn_key(m, ak, sizeof ak, "actor", names->element[k]->str);
+        if (mn_redis_hget_str(m, ak, "node", node, sizeof node) == 0 && !strcmp(node, id))
+            move_actor(j, names->element[k]->str, id);
+    }
+    freeReplyObject(names);
+    freeReplyObject(mn_redis(m, "DEL %s", key));
+}
+
+/* A service that exits while the job runs is said once (the job goes on:
+ * what it does without the service is the actors' business). */
+static void watch_services(manta_job_t *j)
+{
+    for (size_t i = 0; i < j->nsv; i++) {
+        service *s = &j->sv[i];
+        int status;
+        if (s->pid <= 0 || waitpid(s->pid, &status, WNOHANG) != s->pid) continue;
+        s->pid = 0;
+        char hint[PATH_MAX + 80] = "";
+        if (j->o.log_dir) snprintf(hint, sizeof hint, "; see %s/%s.log", j->o.log_dir, s->name);
+        if (WIFSIGNALED(status))
+            say(j, "service %s was killed by signal %d%s", s->name, WTERMSIG(status), hint);
+        else
+            say(j, "service %s exited with status %d%s", s->name, WEXITSTATUS(status), hint);
+    }
+}
+
+/* The watchdog: services, then nodes; every WATCH_EVERY_MS. */
+static void watch_nodes(void *arg)
+{
+    manta_job_t *j = arg;
+    manta_ctx *m = j->m;
+    watch_services(j);
+    char setkey[256], key[256];
+    mn_key(m, setkey, sizeof setkey, "nodes", NULL);
+    redisReply *r = mn_redis(m, "SMEMBERS %s", setkey);
+    int64_t now = mn_wall_ms(), limit = node_timeout_ms(j);
+    for (size_t i = 0; r && i < r->elements; i++) {
+        const char *id = r->element[i]->str;
+        mn_key(m, key, sizeof key, "node", id);
+        char hb[32] = "";
+        if (mn_redis_hget_str(m, key, "hb", hb, sizeof hb) != 0 || now - atoll(hb) <= limit)
+            continue;
+        node_died(j, id, now - atoll(hb));
+    }
+    freeReplyObject(r);
+    j->watchdog = manta_timer_add(m, WATCH_EVERY_MS, watch_nodes, j);
+}
+
+/* ---- start ---- */
+
+static int record_job(manta_job_t *j)
+{
+    manta_ctx *m = j->m;
+    char key[256], pidbuf[16];
+    mn_key(m, key, sizeof key, "driver", NULL);
+    /* Claim the job atomically: of two drivers starting it, one wins. */
+    redisReply *claim = mn_redis(m, "HSETNX %s pid %d", key, (int)getpid());
+    if (!claim || claim->type != REDIS_REPLY_INTEGER) return redis_write(j, key, claim);
+    bool won = claim->integer == 1;
+    freeReplyObject(claim);
+    if (!won) {
+        if (mn_redis_hget_str(m, key, "pid", pidbuf, sizeof pidbuf) != 0) strcpy(pidbuf, "?");
+        m->attached = true; /* not ours to tear down */
+        return mn_fail(MANTA_EEXIST, "job %s is already running (driver pid %s); stop it first",
+                       j->spec->job, pidbuf);
+    }
+    j->recorded = true;
+    size_t slen = 1;
+    for (size_t i = 0; i < j->o.n_sets; i++) slen += strlen(j->o.sets[i]) + 1;
+    char *sets = malloc(slen), host[128] = "localhost";
+    if (!sets) return mn_fail(MANTA_ENOMEM, "recording %zu overrides", j->o.n_sets);
+    sets[0] = 0;
+    for (size_t i = 0; i < j->o.n_sets; i++) strcat(strcat(sets, j->o.sets[i]), "\n");
+    gethostname(host, sizeof host - 1);
+    int rc =
+        redis_write(j, key,
+                    mn_redis(m, "HSET %s pid %d host %s spec %s sets %s run_dir %s started %lld",
+                             key, (int)getpid(), host, j->o.spec_path ? j->o.spec_path : "", sets,
+                             j->o.run_dir ? j->o.run_dir : "", (long long)mn_wall_ms()));
+    free(sets);
+    char gl[256], gk[256];
+    mn_key(m, gl, sizeof gl, "groups", NULL);
+    for (size_t g = 0; g < j->spec->n_groups && rc == 0; g++) {
+        const manta_spec_group *grp = &j->spec->groups[g];
+        mn_key(m, gk, sizeof gk, "group", grp->name);
+        rc = redis_write(
+            j, gk, mn_redis(m, "HSET %s class %s wanted %d", gk, grp->class_name, grp->replicas));
+        if (rc == 0) rc = redis_write(j, gl, mn_redis(m, "RPUSH %s %s", gl, grp->name));
+    }
+    return rc;
+}
+
+/* Undo record_job after a failed start, so that the name can start again. */
+static void unrecord_job(manta_job_t *j)
+{
+    char key[256];
+    mn_key(j->m, key, sizeof key, "driver", NULL);
+    freeReplyObject(mn_redis(j->m, "DEL %s", key));
+    mn_key(j->m, key, sizeof key, "groups", NULL);
+    freeReplyObject(mn_redis(j->m, "DEL %s", key));
+    for (size_t g = 0; g < j->spec->n_groups; g++) {
+        mn_key(j->m, key, sizeof key, "group", j->spec->groups[g].name);
+        freeReplyObject(mn_redis(j->m, "DEL %s", key));
+    }
+}
+
+/* Place every replica, then start them all at once and wait for them. */
+static int start_all_replicas(manta_job_t *j)
+{
+    const manta_spec *s = j->spec;
+    manta_spec_demand *dem = calloc(s->n_groups, sizeof *dem);
+    if (!dem) return mn_fail(MANTA_ENOMEM, "demands of %zu groups", s->n_groups);
+    manta_spec_demands(s, dem);
+    size_t total = manta_spec_total_replicas(dem, s->n_groups);
+    size_t *node_of = calloc(total ? total : 1, sizeof *node_of);
+    manta_actor **actors = calloc(total ? total : 1, sizeof *actors);
+    node_list nl = {0};
+    int rc = !node_of || !actors ? mn_fail(MANTA_ENOMEM, "%zu replicas", total) : 0;
+    if (rc == 0 && total) rc = place(j, dem, s->n_groups, false, true, &nl, node_of);
+    int64_t t0 = mn_now_ms();
+    size_t k = 0;
+    for (size_t g = 0; g < s->n_groups && rc == 0 && total; g++)
+        for (int r = 0; r < s->groups[g].replicas && rc == 0; r++, k++)
+            rc = start_replica(j, g, r, nl.ids[node_of[k]], &actors[k]);
+    if (rc == 0) rc = wait_all_ready(j, actors, total, 0);
+    if (rc == 0)
+        say(j, "job %s: %zu actors ready in %.2f s on %zu node(s)", s->job, total,
+            (double)(mn_now_ms() - t0) / 1000, j->nodes);
+    nodes_free(&nl);
+    free(dem), free(node_of), free(actors);
+    return rc;
+}
+
+static manta_job_t *job_new(manta_ctx *m, const manta_spec *spec, const manta_job_options *o)
+{
+    manta_job_t *j = calloc(1, sizeof *j);
+    if (!j) {
+        mn_fail(MANTA_ENOMEM, "job %s", spec->job);
+        return NULL;
+    }
+    j->m = m;
+    j->spec = spec;
+    if (o) j->o = *o;
+    return j;
+}
+
+int manta_job_start(manta_ctx *m, const manta_spec *spec, const manta_job_options *o,
+                    manta_job_t **out)
+{
+    if (out) *out = NULL;
+    if (!m || !spec || !out) return mn_fail(MANTA_EINVAL, "manta_job_start: NULL argument");
+    if (m->attached)
+        return mn_fail(MANTA_EINVAL,
+                       "manta_job_start: job %s: the ctx is attached to another "
+                       "driver's job (use manta_job_attach)",
+                       spec->job);
+    manta_job_t *j = job_new(m, spec, o);
+    if (!j) return MANTA_ENOMEM;
+    int rc = record_job(j);
+    if (rc == 0 && !j->o.no_services) rc = start_services(j);
+    if (rc == 0) rc = start_all_replicas(j);
+    if (rc) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", manta_last_error());
+        manta_job_free(j);
+        return mn_fail(rc, "%s", why);
+    }
+    /* While the job runs, nodes that stop heart-beating are declared dead
+     * and their actors re-created on nodes with room. */
+    if (!j->o.no_watchdog) j->watchdog = manta_timer_add(m, WATCH_EVERY_MS, watch_nodes, j);
+    *out = j;
+    return 0;
+}
+
+/* ---- attach ---- */
+
+/* The recorded overrides (one a line, in `buf`, cut in place) then extra. */
+static const char **attach_sets(char *buf, const manta_spec_options *so, size_t *n)
+{
+    size_t cap = (so ? so->n_sets : 0) + 1;
+    for (const char *p = buf; *p; p++) cap += *p == '\n';
+    const char **v = calloc(cap, sizeof *v);
+    if (!v) return NULL;
+    *n = 0;
+    for (char *p = buf, *nl; *p && (nl = strchr(p, '\n')); p = nl + 1) {
+        *nl = 0;
+        v[(*n)++] = p;
+    }
+    for (size_t i = 0; so && i < so->n_sets; i++) v[(*n)++] = so->sets[i];
+    return v;
+}
+
+int manta_job_attach(manta_ctx *m, const manta_spec_options *so, manta_spec_errors *errs,
+                     manta_job_t **out)
+{
+    if (out) *out = NULL;
+    if (!m || !out) return mn_fail(MANTA_EINVAL, "manta_job_attach: NULL argument");
+    char key[256], spec_path[PATH_MAX] = "";
+    mn_key(m, key, sizeof key, "driver", NULL);
+    if (mn_redis_hget_str(m, key, "spec", spec_path, sizeof spec_path) != 0)
+        return mn_fail(MANTA_ENOTFOUND, "job %s is not running", m->job);
+    if (!spec_path[0])
+        return mn_fail(MANTA_ENOTFOUND, "job %s was started without a spec file to attach with",
+                       m->job);
+    redisReply *r = mn_redis(m, "HGET %s sets", key);
+    char *sets = strdup(r && r->str ? r->str : "");
+    freeReplyObject(r);
+    size_t n = 0;
+    const char **v = sets ? attach_sets(sets, so, &n) : NULL;
+    if (!v) {
+        free(sets);
+        return mn_fail(MANTA_ENOMEM, "overrides of job %s", m->job);
+    }
+    manta_spec_options o = so ? *so : (manta_spec_options){0};
+    o.sets = v;
+    o.n_sets = n;
+    manta_spec_errors own;
+    manta_spec_errors_init(&own);
+    manta_spec *spec = manta_spec_load_file(spec_path, &o, errs ? errs : &own);
+    free(v), free(sets);
+    int rc = spec ? 0 : spec_fail(errs ? errs : &own, spec_path);
+    manta_spec_errors_destroy(&own);
+    if (rc) return rc;
+    manta_job_t *j = job_new(m, spec, NULL);
+    if (!j) {
+        manta_spec_free(spec);
+        return MANTA_ENOMEM;
+    }
+    j->owned = spec;
+    *out = j;
+    return 0;
+}
+
+/* ---- scale and drain ---- */
+
+static int int_cmp(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* The indices I of the GROUP-I in the directory, sorted; *n of them. */
+static int replicas_present(manta_job_t *j, const char *group, int **out, size_t *n)
+{
+    char setkey[256];
+    mn_key(j->m, setkey, sizeof setkey, "actors", NULL);
+    redisReply *names = mn_redis(j->m, "SMEMBERS %s", setkey);
+    if (!names) return MANTA_EREDIS;
+    int *idx = malloc((names->elements + 1) * sizeof *idx);
+    if (!idx) {
+        freeReplyObject(names);
+        return mn_fail(MANTA_ENOMEM, "replicas of %s", group);
+    }
+    size_t glen = strlen(group), k = 0;
+    for (size_t i = 0; i < names->elements; i++) {
+        const char *an = names->element[i]->str;
+        if (strncmp(an, group, glen) || an[glen] != '-') continue;
+        char *e;
+        errno = 0;
+        long v = strtol(an + glen + 1, &e, 10);
+        if (*e || e == an + glen + 1 || v < 0 || v > INT_MAX || errno) continue;
+        idx[k++] = (int)v;
+    }
+    freeReplyObject(names);
+    qsort(idx, k, sizeof *idx, int_cmp);
+    *out = idx;
+    *n = k;
+    return 0;
+}
+
+/* Add `add` replicas at the lowest free indices. */
+static int grow(manta_job_t *j, size_t g, const int *have, size_t nhave, int add, int timeout_ms)
+{
+    const manta_spec_group *grp = &j->spec->groups[g];
+    manta_spec_demand d = {grp->name, add, grp->cpu, grp->gpu, grp->memory_bytes};
+    size_t *node_of = calloc((size_t)add, sizeof *node_of);
+    manta_actor **made = calloc((size_t)add, sizeof *made);
+    node_list nl = {0};
+    int rc = !node_of || !made ? mn_fail(MANTA_ENOMEM, "%d new replicas", add) : 0;
+    if (rc == 0) rc = place(j, &d, 1, true, false, &nl, node_of);
+    size_t at = 0, n = 0;
+    for (int idx = 0; rc == 0 && (int)n < add; idx++) {
+        while (at < nhave && have[at] < idx) at++;
+        if (at < nhave && have[at] == idx) continue;
+        rc = start_replica(j, g, idx, nl.ids[node_of[n]], &made[n]);
+        if (rc == 0) n++;
+    }
+    if (rc == 0) rc = wait_all_ready(j, made, n, timeout_ms);
+    nodes_free(&nl);
+    free(node_of), free(made);
+    return rc;
+}
+
+/* Drain the `drop` highest-numbered replicas all at once, then stop them. */
+static int shrink(manta_job_t *j, const char *group, const int *have, size_t nhave, int drop,
+                  int timeout_ms)
+{
+    manta_actor **victims = calloc((size_t)drop, sizeof *victims);
+    manta_future **fs = calloc((size_t)drop, sizeof *fs);
+    if (!victims || !fs) {
+        free(victims), free(fs);
+        return mn_fail(MANTA_ENOMEM, "draining %d replicas", drop);
+    }
+    size_t nv = 0;
+    for (size_t i = nhave; i-- > 0 && (int)nv < drop;) {
+        char an[128];
+        snprintf(an, sizeof an, "%s-%d", group, have[i]);
+        if (manta_actor_lookup(j->m, an, &victims[nv]) != 0) continue;
+        fs[nv] = manta_call_timeout(j->m, victims[nv], "drain", NULL, 0, timeout_ms);
+        if (fs[nv]) nv++;
+    }
+    manta_wait(fs, nv, nv, -1);
+    int rc = 0;
+    for (size_t i = 0; i < nv; i++) {
+        int st = manta_future_status(fs[i]);
+        if (st != 0 && st != MANTA_ENOMETHOD && rc == 0)
+            rc = mn_fail(st, "drain %s: %s", manta_actor_name(victims[i]),
+                         manta_future_error(fs[i]));
+        manta_future_free(fs[i]);
+        int sr = manta_actor_stop(j->m, victims[i], STOP_MS);
+        if (sr && rc == 0)
+            rc = mn_fail(sr, "stop %s: %s", manta_actor_name(victims[i]), manta_last_error());
+    }
+    free(victims), free(fs);
+    return rc;
+}
+
+int manta_job_scale(manta_job_t *job, const char *group, int n, int timeout_ms)
+{
+    if (!job || !group || n < 0)
+        return mn_fail(MANTA_EINVAL, "manta_job_scale: %s", n < 0 ? "n < 0" : "NULL argument");
+    size_t g = group_index(job->spec, group);
+    if (g == job->spec->n_groups)
+        return mn_fail(MANTA_ENOTFOUND, "job %s has no group '%s'", job->spec->job, group);
+    int *have = NULL;
+    size_t nhave = 0;
+    int rc = replicas_present(job, group, &have, &nhave);
+    if (rc) return rc;
+    if ((size_t)n > nhave)
+        rc = grow(job, g, have, nhave, n - (int)nhave, timeout_ms);
+    else if ((size_t)n < nhave)
+        rc = shrink(job, group, have, nhave, (int)nhave - n,
+                    timeout_ms > 0 ? timeout_ms : DEFAULT_DRAIN_MS);
+    free(have);
+    if (rc) return rc;
+    char gk[256];
+    mn_key(job->m, gk, sizeof gk, "group", group);
+    return redis_write(job, gk, mn_redis(job->m, "HSET %s wanted %d", gk, n));
+}
+
+int manta_job_replicas(manta_job_t *job, const char *group)
+{
+    if (!job || !group) return mn_fail(MANTA_EINVAL, "manta_job_replicas: NULL argument");
+    if (group_index(job->spec, group) == job->spec->n_groups)
+        return mn_fail(MANTA_ENOTFOUND, "job %s has no group '%s'", job->spec->job, group);
+    int *have = NULL;
+    size_t n = 0;
+    int rc = replicas_present(job, group, &have, &n);
+    free(have);
+    return rc ? rc : (int)n;
+}
+
+int manta_job_drain(manta_job_t *job, const char *actor, int timeout_ms)
+{
+    if (!job || !actor) return mn_fail(MANTA_EINVAL, "manta_job_drain: NULL argument");
+    manta_actor *a;
+    if (manta_actor_lookup(job->m, actor, &a) != 0)
+        return mn_fail(MANTA_ENOTFOUND, "job %s has no actor %s", job->spec->job, actor);
+    manta_future *f = manta_call_timeout(job->m, a, "drain", NULL, 0,
+                                         timeout_ms > 0 ? timeout_ms : DEFAULT_DRAIN_MS);
+    int st = f ? manta_get(f, -1, NULL, NULL) : MANTA_ENOMEM;
+    int rc = 0;
+    if (st != 0 && st != MANTA_ENOMETHOD)
+        rc = mn_fail(st, "drain %s: %s", actor, f ? manta_future_error(f) : "no future");
+    manta_future_free(f);
+    int sr = manta_actor_stop(job->m, a, STOP_MS);
+    if (sr && rc == 0) rc = mn_fail(sr, "stop %s: %s", actor, manta_last_error());
+    return rc;
+}
+
+/* ---- the run method ---- */
+
+typedef struct run_call {
+    const char *group, *method;
+    double timeout_s;
+} run_call;
+
+static bool run_section(const manta_spec *s, run_call *rc)
+{
+    const manta_spec_node *run = manta_spec_find(s->root, "run");
+    if (!run) return false;
+    *rc = (run_call){NULL, "run", 3600};
+    manta_spec_get_str(run, "group", NULL, &rc->group, NULL);
+    manta_spec_get_str(run, "method", "run", &rc->method, NULL);
+    manta_spec_get_double(run, "timeout_s", 3600, &rc->timeout_s, NULL);
+    return true;
+}
+
+int manta_job_run_method(manta_job_t *job, manta_future **out)
+{
+    if (out) *out = NULL;
+    if (!job || !out) return mn_fail(MANTA_EINVAL, "manta_job_run_method: NULL argument");
+    run_call rc;
+    if (!run_section(job->spec, &rc))
+        return mn_fail(MANTA_ENOTFOUND, "%s: no run: section", job->spec->file);
+    char name[128];
+    snprintf(name, sizeof name, "%s-0", rc.group ? rc.group : "");
+    manta_actor *a;
+    if (!rc.group || manta_actor_lookup(job->m, name, &a) != 0)
+        return mn_fail(MANTA_ENOTFOUND, "run: no actor %s to call", name);
+    *out = manta_call_timeout(job->m, a, rc.method, NULL, 0, (int)(rc.timeout_s * 1000));
+    return *out ? 0 : mn_fail(MANTA_ENOMEM, "run: calling %s.%s", name, rc.method);
+}
+
+/* One step of a wait: up to `ms` on the run call, or on the loop. */
+static int wait_step(manta_job_t *job, int ms)
+{
+    if (job->run) return manta_get(job->run, ms, NULL, NULL);
+    manta_poll(job->m, ms);
+    return MANTA_EPENDING;
+}
+
+static int run_answer(manta_job_t *job, int st, const void **reply, size_t *len)
+{
+    if (st == 0) return manta_get(job->run, 0, reply, len);
+    run_call rc;
+    run_section(job->spec, &rc);
+    return mn_fail(st, "%s-0.%s: %s: %s", rc.group, rc.method, manta_strerror(st),
+                   manta_future_error(job->run));
+}
+
+int manta_job_wait(manta_job_t *job, int timeout_ms, const void **reply, size_t *len)
+{
+    if (reply) *reply = NULL;
+    if (len) *len = 0;
+    if (!job) return mn_fail(MANTA_EINVAL, "manta_job_wait: NULL job");
+    run_call rcall;
+    if (!job->run && run_section(job->spec, &rcall)) {
+        int rc = manta_job_run_method(job, &job->run);
+        if (rc) return rc;
+    }
+    int64_t t0 = mn_now_ms(), until = timeout_ms < 0 ? INT64_MAX : t0 + timeout_ms;
+    for (;;) {
+        if (interrupted(job)) return mn_fail(MANTA_ECLOSED, "job %s: interrupted", job->spec->job);
+        if (job->stopped) {
+            job->stopped = false;
+            if (!job->run) return 0;
+            return mn_fail(MANTA_ECLOSED, "job %s: stopped", job->spec->job);
+        }
+        int64_t left = until - mn_now_ms();
+        if (left <= 0) return MANTA_EPENDING;
+        int st = wait_step(job, left < 100 ? (int)left : 100);
+        if (st != MANTA_EPENDING) return run_answer(job, st, reply, len);
+        if (job->o.tick) job->o.tick(job, (double)(mn_now_ms() - t0) / 1000, job->o.tick_arg);
+    }
+}
+
+void manta_job_stop(manta_job_t *job)
+{
+    if (job) job->stopped = true;
+}
+
+void manta_job_free(manta_job_t *job)
+{
+    if (!job) return;
+    if (job->watchdog) manta_timer_cancel(job->m, job->watchdog);
+    if (job->recorded) unrecord_job(job);
+    stop_services(job);
+    manta_future_free(job->run);
+    manta_spec_free(job->owned);
+    free(job);
+}
+
+const manta_spec *manta_job_spec(const manta_job_t *job)
+{
+    return job ? job->spec : NULL;
+}
+
+manta_ctx *manta_job_ctx(const manta_job_t *job)
+{
+    return job ? job->m : NULL;
+}
+
+size_t manta_job_node_count(const manta_job_t *job)
+{
+    return job ? job->nodes : 0;
+}

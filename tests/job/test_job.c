@@ -1,0 +1,453 @@
+/*
+ * test_job.c - the job library (manta_job.h) from C, against a real
+ * redis-server (embedded), node agent and actor processes, and a real
+ * service process (python3 -m http.server on a free port).
+ *
+ * The spec below has two groups of classes defined here: `worker` (ping
+ * answers its name; drain records itself with manta_kv_set) and `boss`,
+ * whose `run` method pings every worker it finds and answers the count.
+ * One test walks a job through its life: start (the service is up, the
+ * replicas are ready), scale up, scale down (the highest-numbered drain
+ * first), drain one by name, kill a replica and see it restarted, run the
+ * run method, attach from a second ctx and scale from there, free (the
+ * service is stopped). Others check the errors.
+ */
+#include <manta.h>
+#include <manta_job.h>
+#include <manta_spec.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdbool.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+/* ---- the classes ---- */
+
+static int w_ping(manta_req *c, void *st, const void *arg, size_t len)
+{
+    const char *self = manta_self(manta_req_ctx(c));
+    return manta_reply(c, self, strlen(self));
+}
+
+static int w_drain(manta_req *c, void *st, const void *arg, size_t len)
+{
+    char key[96];
+    snprintf(key, sizeof key, "drained-%s", manta_self(manta_req_ctx(c)));
+    return manta_kv_set(manta_req_ctx(c), key, "1", 1) ? MANTA_EREDIS : manta_reply(c, "", 0);
+}
+
+/* Ping worker-0 .. worker-15 that exist; answer "pinged N". */
+static int b_run(manta_req *c, void *st, const void *arg, size_t len)
+{
+    manta_ctx *m = manta_req_ctx(c);
+    int n = 0;
+    for (int i = 0; i < 16; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "worker-%d", i);
+        manta_actor *a;
+        if (manta_actor_lookup(m, name, &a) != 0) continue;
+        manta_future *f = manta_call(m, a, "ping", NULL, 0);
+        const void *d;
+        size_t dl;
+        if (manta_get(f, 10000, &d, &dl) == 0 && dl == strlen(name) && !memcmp(d, name, dl)) n++;
+        manta_future_free(f);
+    }
+    char out[32];
+    snprintf(out, sizeof out, "pinged %d", n);
+    return manta_reply(c, out, strlen(out));
+}
+
+static const manta_method worker_methods[] = {{"ping", w_ping}, {"drain", w_drain}, {NULL, NULL}};
+static const manta_method boss_methods[] = {{"run", b_run}, {NULL, NULL}};
+static const manta_class worker_class = {"worker", 0, NULL, NULL, worker_methods};
+static const manta_class boss_class = {"boss", 0, NULL, NULL, boss_methods};
+static const manta_class *const classes[] = {&worker_class, &boss_class, NULL};
+
+/* ---- helpers ---- */
+
+static manta_ctx *ctx;
+static char spec_path[128];
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t l = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (void *)&a, &l))
+        return -1;
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static int port_open(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+/* Write the spec (with a service on `port`) to spec_path and load it. */
+static manta_spec *load(int port, const char *job)
+{
+    FILE *f = fopen(spec_path, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "job: %s\n"
+            "groups:\n"
+            "  worker: {class: worker, replicas: 2, max_restarts: 3, resources: {cpu: 0.1}}\n"
+            "  boss: {class: boss, resources: {cpu: 0.1}}\n"
+            "services:\n"
+            "  - {name: web, command: \"exec python3 -m http.server %d --bind 127.0.0.1\","
+            " port: %d}\n"
+            "run: {group: boss, method: run, timeout_s: 60}\n",
+            job, port, port);
+    fclose(f);
+    manta_spec_errors errs;
+    manta_spec_errors_init(&errs);
+    manta_spec *s = manta_spec_load_file(spec_path, NULL, &errs);
+    manta_spec_errors_print(&errs, stderr);
+    manta_spec_errors_destroy(&errs);
+    assert_non_null(s);
+    return s;
+}
+
+static void check(int rc, const char *what)
+{
+    if (rc != 0) fail_msg("%s: %s (%s)", what, manta_strerror(rc), manta_last_error());
+}
+
+static int alive(const char *name, int *incarnation)
+{
+    manta_actor *a;
+    manta_actor_info info;
+    if (manta_actor_lookup(ctx, name, &a) != 0 || manta_actor_info_get(ctx, a, &info) != 0)
+        return 0;
+    if (incarnation) *incarnation = info.incarnation;
+    return info.state == MANTA_ACTOR_ALIVE;
+}
+
+static void ping(const char *name)
+{
+    manta_actor *a;
+    check(manta_actor_lookup(ctx, name, &a), name);
+    manta_future *f = manta_call(ctx, a, "ping", NULL, 0);
+    const void *d;
+    size_t n;
+    check(manta_get(f, 10000, &d, &n), name);
+    assert_int_equal(n, strlen(name));
+    assert_memory_equal(d, name, n);
+    manta_future_free(f);
+}
+
+static int drained(const char *name)
+{
+    char key[96];
+    void *v;
+    size_t n;
+    snprintf(key, sizeof key, "drained-%s", name);
+    if (manta_kv_get(ctx, key, &v, &n) != 0) return 0;
+    free(v);
+    return 1;
+}
+
+/* Run this program again as another process (`test_job MODE URL JOB
+ * SPEC`, see child() below); returns its exit status. */
+static int run_self(const char *mode)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "/proc/%d/exe %s '%s' %s %s", (int)getpid(), mode,
+             manta_redis_url(ctx), manta_job(ctx), spec_path);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The other process: "second" starts the same job as a second driver
+ * (refused with MANTA_EEXIST, leaving the job alone); "attach" attaches and
+ * scales worker to 3. Exit 0 when it went as expected. */
+static int child(char **argv)
+{
+    const char *mode = argv[1], *url = argv[2], *job = argv[3], *path = argv[4];
+    bool second = !strcmp(mode, "second");
+    manta_ctx *m;
+    manta_options o = {
+        .redis_url = url, .job = job, .classes = classes, .attach = !second, .no_local_node = 1};
+    if (manta_init(&m, &o) != 0) return fprintf(stderr, "init: %s\n", manta_last_error()), 10;
+    manta_job_t *j = NULL;
+    int rc;
+    if (second) {
+        manta_spec_errors errs;
+        manta_spec_errors_init(&errs);
+        manta_spec *s = manta_spec_load_file(path, NULL, &errs);
+        manta_spec_errors_destroy(&errs);
+        rc = s ? manta_job_start(m, s, NULL, &j) : 11;
+        bool ok = rc == MANTA_EEXIST && strstr(manta_last_error(), "already running") && !j;
+        if (!ok) fprintf(stderr, "second driver: %d %s\n", rc, manta_last_error());
+        rc = ok ? 0 : 12;
+        manta_spec_free(s);
+    } else {
+        rc = manta_job_attach(m, NULL, NULL, &j);
+        if (rc == 0 && strcmp(manta_job_spec(j)->job, "job-test")) rc = 13;
+        if (rc == 0) rc = manta_job_scale(j, "worker", 3, 0);
+        if (rc) fprintf(stderr, "attach: %d %s\n", rc, manta_last_error());
+        manta_job_free(j);
+    }
+    manta_shutdown(m);
+    return rc ? 1 : 0;
+}
+
+/* ---- the tests ---- */
+
+/* A port taken by a stranger is refused, and the records go again. */
+static void test_service_port_taken(void **st)
+{
+    int port = free_port();
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(fd, 1), 0);
+    manta_spec *s = load(port, "job-test");
+    manta_job_t *job = (manta_job_t *)1;
+    assert_int_equal(manta_job_start(ctx, s, NULL, &job), MANTA_ESPAWN);
+    assert_null(job);
+    assert_non_null(strstr(manta_last_error(), "already taken"));
+    assert_non_null(strstr(manta_last_error(), "web"));
+    close(fd);
+    manta_spec_free(s);
+}
+
+static void test_life(void **st)
+{
+    int port = free_port();
+    manta_spec *s = load(port, "job-test");
+    manta_job_t *job;
+    FILE *log = tmpfile();
+    manta_job_options o = {.spec_path = spec_path, .ready_timeout_s = 60, .log = log};
+    check(manta_job_start(ctx, s, &o, &job), "start");
+    assert_true(port_open(port)); /* the service is up */
+    assert_int_equal(manta_job_node_count(job), 1);
+    assert_ptr_equal(manta_job_spec(job), s);
+    assert_int_equal(manta_job_replicas(job, "worker"), 2);
+    ping("worker-0"), ping("worker-1");
+
+    /* up: the new ones get the next indices and are ready */
+    check(manta_job_scale(job, "worker", 4, 0), "scale to 4");
+    assert_int_equal(manta_job_replicas(job, "worker"), 4);
+    ping("worker-2"), ping("worker-3");
+    /* down: the highest-numbered drain and stop */
+    check(manta_job_scale(job, "worker", 2, 0), "scale to 2");
+    assert_int_equal(manta_job_replicas(job, "worker"), 2);
+    assert_true(drained("worker-3") && drained("worker-2"));
+    assert_false(drained("worker-1"));
+    assert_false(alive("worker-3", NULL));
+    /* the same count again changes nothing */
+    check(manta_job_scale(job, "worker", 2, 0), "scale to 2 again");
+
+    /* a replica killed is restarted by its node (max_restarts 3) */
+    int inc0 = 0, inc = 0;
+    assert_true(alive("worker-1", &inc0));
+    manta_actor *a;
+    check(manta_actor_lookup(ctx, "worker-1", &a), "lookup worker-1");
+    check(manta_actor_kill(ctx, a, 1), "kill worker-1");
+    for (int t = 0; t < 200 && !(alive("worker-1", &inc) && inc > inc0); t++) manta_poll(ctx, 50);
+    assert_true(inc > inc0);
+    check(manta_actor_wait_ready(ctx, a, 20000), "worker-1 ready again");
+
+    /* the run method: the boss pings both workers */
+    const void *reply;
+    size_t len;
+    check(manta_job_wait(job, 60000, &reply, &len), "wait");
+    assert_int_equal(len, strlen("pinged 2"));
+    assert_memory_equal(reply, "pinged 2", len);
+
+    /* another process: a second driver of the name is refused; an attached
+     * one scales with the spec as recorded */
+    assert_int_equal(run_self("second"), 0);
+    assert_int_equal(run_self("attach"), 0);
+    assert_int_equal(manta_job_replicas(job, "worker"), 3);
+    ping("worker-2");
+
+    /* one by name */
+    check(manta_job_drain(job, "worker-2", 0), "drain worker-2");
+    assert_true(drained("worker-2"));
+    assert_int_equal(manta_job_drain(job, "worker-9", 0), MANTA_ENOTFOUND);
+
+    /* a service that dies mid-job is reported in the log */
+    char line[256], text[4096] = "";
+    int svc = 0;
+    rewind(log);
+    while (fgets(line, sizeof line, log))
+        if (sscanf(line, "manta: service web started (pid %d)", &svc) == 1) break;
+    assert_true(svc > 0);
+    kill(svc, SIGTERM);
+    for (int t = 0; t < 40 && !strstr(text, "service web was"); t++) {
+        manta_poll(ctx, 100); /* the watchdog looks every second */
+        fflush(log), rewind(log);
+        text[fread(text, 1, sizeof text - 1, log)] = 0;
+    }
+    assert_non_null(strstr(text, "service web was killed by signal 15"));
+    manta_job_free(job);
+    fclose(log);
+    assert_false(port_open(port)); /* nothing listens after the job */
+    manta_spec_free(s);
+}
+
+/* Start this program as the node agent NAME of the job with 2 CPUs, as
+ * `manta node` does on another machine. */
+static pid_t start_node(const char *name)
+{
+    extern char **environ;
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **env = calloc(n + 8, sizeof *env), vars[7][700];
+    snprintf(vars[0], sizeof vars[0], "MANTA_ROLE=node");
+    snprintf(vars[1], sizeof vars[1], "MANTA_NAME=%s", name);
+    snprintf(vars[2], sizeof vars[2], "MANTA_JOB=%s", manta_job(ctx));
+    snprintf(vars[3], sizeof vars[3], "MANTA_REDIS=%s", manta_redis_url(ctx));
+    snprintf(vars[4], sizeof vars[4], "MANTA_NODE_CPU=2");
+    /* over tcp, as `manta node` runs: ipc endpoints are per machine */
+    snprintf(vars[5], sizeof vars[5], "MANTA_TRANSPORT=tcp");
+    snprintf(vars[6], sizeof vars[6], "MANTA_HOST=127.0.0.1");
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "MANTA_", 6)) env[k++] = environ[i];
+    for (int i = 0; i < 7; i++) env[k++] = vars[i];
+    char self[64];
+    snprintf(self, sizeof self, "/proc/%d/exe", (int)getpid());
+    pid_t parent = getpid(), pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failing test leaves no agent behind */
+        if (getppid() != parent) _exit(1);
+        execle(self, self, (char *)NULL, env);
+        _exit(127);
+    }
+    free(env);
+    return pid;
+}
+
+static void actor_node(const char *name, char *node, size_t n, int *is_alive)
+{
+    manta_actor *a;
+    manta_actor_info info;
+    node[0] = 0;
+    *is_alive = 0;
+    if (manta_actor_lookup(ctx, name, &a) != 0 || manta_actor_info_get(ctx, a, &info) != 0) return;
+    snprintf(node, n, "%s", info.node);
+    *is_alive = info.state == MANTA_ACTOR_ALIVE;
+}
+
+/* A C driver gets the node watchdog: a node killed mid-job is declared dead
+ * and its actor re-created on a node with room. The local node has 1 CPU
+ * (main), so `big` (2 CPUs) goes to n2 first, then to n3. */
+static void test_failover(void **st)
+{
+    pid_t n2 = start_node("n2"), n3 = start_node("n3");
+    assert_true(n2 > 0 && n3 > 0);
+    const char *y = "job: job-failover\n"
+                    "groups: {big: {class: worker, resources: {cpu: 2}}}\n";
+    manta_spec_errors errs;
+    manta_spec_errors_init(&errs);
+    manta_spec *s = manta_spec_load_buffer(y, strlen(y), "failover.yaml", NULL, &errs);
+    manta_spec_errors_destroy(&errs);
+    assert_non_null(s);
+    manta_job_t *job = NULL;
+    manta_job_options o = {.node_timeout_ms = 3000};
+    int rc = MANTA_ESPAWN;
+    /* until both nodes have registered, there is no room for `big` */
+    for (int t = 0; t < 100 && rc == MANTA_ESPAWN; t++)
+        if ((rc = manta_job_start(ctx, s, &o, &job)) == MANTA_ESPAWN) manta_poll(ctx, 100);
+    check(rc, "start on three nodes");
+    assert_int_equal(manta_job_node_count(job), 3);
+    char node[64];
+    int up;
+    actor_node("big-0", node, sizeof node, &up);
+    assert_string_equal(node, "n2");
+    kill(n2, SIGKILL);
+    waitpid(n2, NULL, 0);
+    for (int t = 0; t < 300 && !(up && !strcmp(node, "n3")); t++) {
+        manta_poll(ctx, 100); /* the watchdog runs on this loop */
+        actor_node("big-0", node, sizeof node, &up);
+    }
+    assert_string_equal(node, "n3");
+    assert_true(up);
+    ping("big-0");
+    manta_job_free(job);
+    manta_spec_free(s);
+    kill(n3, SIGTERM);
+    waitpid(n3, NULL, 0);
+}
+
+/* The errors of the calls, each with a message naming the cause. */
+static void test_errors(void **st)
+{
+    assert_int_equal(manta_job_start(NULL, NULL, NULL, NULL), MANTA_EINVAL);
+    assert_int_equal(manta_job_scale(NULL, "worker", 1, 0), MANTA_EINVAL);
+    assert_int_equal(manta_job_wait(NULL, 0, NULL, NULL), MANTA_EINVAL);
+    manta_job_free(NULL);
+
+    /* a job without services or run: wait serves until stopped */
+    manta_spec_errors errs;
+    manta_spec_errors_init(&errs);
+    const char *y = "job: job-errors\n"
+                    "groups: {solo: {class: worker, resources: {cpu: 0.1}}}\n";
+    manta_spec *s = manta_spec_load_buffer(y, strlen(y), "errors.yaml", NULL, &errs);
+    manta_spec_errors_destroy(&errs);
+    assert_non_null(s);
+    manta_ctx *m = ctx; /* test_life's job was freed: its records went */
+    manta_job_t *job;
+    check(manta_job_start(m, s, &(manta_job_options){.no_watchdog = 1}, &job), "start");
+    manta_job_t *again;
+    assert_int_equal(manta_job_scale(job, "nosuch", 1, 0), MANTA_ENOTFOUND);
+    assert_non_null(strstr(manta_last_error(), "nosuch"));
+    assert_int_equal(manta_job_scale(job, "solo", -1, 0), MANTA_EINVAL);
+    assert_int_equal(manta_job_replicas(job, "nosuch"), MANTA_ENOTFOUND);
+    manta_future *f;
+    assert_int_equal(manta_job_run_method(job, &f), MANTA_ENOTFOUND);
+    assert_null(f);
+    /* no run: -> the wait serves; a timeout is EPENDING, a stop is 0 */
+    assert_int_equal(manta_job_wait(job, 200, NULL, NULL), MANTA_EPENDING);
+    manta_job_stop(job);
+    assert_int_equal(manta_job_wait(job, 5000, NULL, NULL), 0);
+    /* started without a spec path: nothing to attach with */
+    assert_int_equal(manta_job_attach(m, NULL, NULL, &again), MANTA_ENOTFOUND);
+    assert_null(again);
+    manta_job_free(job);
+    manta_spec_free(s);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 5 && !getenv("MANTA_ROLE")) return child(argv);
+    /* the local node offers 1 CPU, so test_failover's group does not fit */
+    if (!getenv("MANTA_ROLE")) setenv("MANTA_NODE_CPU", "1", 1);
+    if (manta_init(&ctx, &(manta_options){.classes = classes, .job = "job-test"}) != 0) {
+        fprintf(stderr, "manta_init: %s\n", manta_last_error());
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(spec_path, sizeof spec_path, "/tmp/manta-test-job-%d.yaml", (int)getpid());
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_service_port_taken),
+                                       cmocka_unit_test(test_life), cmocka_unit_test(test_failover),
+                                       cmocka_unit_test(test_errors)};
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    manta_shutdown(ctx);
+    unlink(spec_path);
+    return failed;
+}
