@@ -435,11 +435,17 @@ static void test_disagreements(void **st)
     job j = {.kind = K_JOIN, .world = 3, .rank = 0, .timeout_ms = 1500};
     snprintf(j.group, sizeof j.group, "worlds");
     manta_future *f = manta_call_timeout(drv, ranks[0], "run", &j, sizeof j, 30000);
-    usleep(300000); /* let rank 0 announce world 3 first */
+    /* Rank 0 announces world 3 first: its record exists once it has. */
+    double until = test_now() + 10;
+    while (test_redis_count(&redis, "manta:coll-test:coll:worlds") != 1) {
+        if (test_now() > until) fail_msg("rank 0 never recorded group 'worlds' in Redis");
+        usleep(2000);
+    }
     manta_coll_group *g = NULL;
     int rc = manta_coll_create(drv, "worlds", 2, 1, NULL, &g);
     assert_int_equal(rc, MANTA_EINVAL);
-    assert_non_null(strstr(manta_last_error(), "group 'worlds' rank 1: this rank says world 2"));
+    if (!strstr(manta_last_error(), "group 'worlds': rank 1 says world 2, another member said 3"))
+        fail_msg("%s", manta_last_error());
     assert_int_equal(manta_get(f, -1, NULL, NULL), 0);
     manta_future_free(f);
 
