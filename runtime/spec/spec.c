@@ -1495,12 +1495,12 @@ static void check_group(ctx *c, spec_impl *si, manta_spec_group *g, const manta_
         while (lib[0] == '.' && lib[1] == '/') lib += 2;
         char *lp = NULL;
         if (asprintf(&lp, "%s/%s", si->dir, lib) < 0)
-            manta_spec_errors_add(e, c->file, 0, 0, "", "out of memory");
+            node_err(e, map_get(v, "library"), "out of memory");
         else
             g->library_path = lp;
     } else if (g->library) {
         g->library_path = strdup(g->library);
-        if (!g->library_path) manta_spec_errors_add(e, c->file, 0, 0, "", "out of memory");
+        if (!g->library_path) node_err(e, map_get(v, "library"), "out of memory");
     }
 }
 
@@ -1520,7 +1520,7 @@ static void check_nodes(ctx *c, spec_impl *si, const manta_spec_node *nodes)
     }
     s->nodes = calloc(nodes->count, sizeof *s->nodes);
     if (!s->nodes) {
-        manta_spec_errors_add(e, c->file, 0, 0, "", "out of memory");
+        node_err(e, nodes, "out of memory");
         return;
     }
     s->n_nodes = nodes->count;
@@ -1600,7 +1600,7 @@ static void check_placement(ctx *c, manta_spec *s, const manta_spec_node *nodes)
     size_t *node_of = d ? malloc((total ? total : 1) * sizeof *node_of) : NULL;
     char why[512];
     if (!node_of)
-        manta_spec_errors_add(e, c->file, 0, 0, "", "out of memory");
+        node_err(e, nodes, "out of memory");
     else if (manta_spec_place(d, s->n_groups, s->nodes, s->n_nodes, MANTA_SPEC_FIRST_FIT, true,
                               node_of, why, sizeof why) != 0)
         node_err(e, nodes, "cannot place every replica (first-fit, largest first): %s", why);
@@ -1647,7 +1647,7 @@ static void check_groups(ctx *c, spec_impl *si, const manta_spec_node *groups,
     } else if (groups->count == 0) {
         node_err(e, groups, "expected at least one group, got an empty mapping");
     } else if (!(s->groups = calloc(groups->count, sizeof *s->groups))) {
-        manta_spec_errors_add(e, c->file, 0, 0, "", "out of memory");
+        node_err(e, groups, "out of memory");
     } else {
         s->n_groups = groups->count;
         for (size_t i = 0; i < groups->count; i++)
