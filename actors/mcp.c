@@ -732,21 +732,133 @@ static void on_session_lost(mcp_client *m, mcp_req *r, long status)
     if (err != MANTA_OK) req_fail(m, r, err, status, "could not send the request again");
 }
 
+/* A request that failed: the handshake's requests fail the handshake (and
+ * with it every request waiting for it), any other fails alone. */
+static void answer_failed(mcp_client *m, mcp_req *r, int err, long status, const char *msg)
+{
+    if (r->kind == K_INIT || r->kind == K_NOTE_INIT) {
+        req_free(r);
+        handshake_failed(m, err, msg);
+    } else {
+        req_fail(m, r, err, status, msg);
+    }
+}
+
+/* Find the JSON-RPC response to r in a 2xx answer's body, JSON or an SSE
+ * stream: *doc is what was parsed (the caller deletes it), *resp the
+ * response inside it (NULL in a batch without ours). */
+static int parse_answer(mcp_client *m, mcp_req *r, const manta_http_result *hres, cJSON **doc,
+                        const cJSON **resp, char *msg, size_t cap)
+{
+    char snip[256];
+    if (media_is(hres->content_type, "application/json")) {
+        m->stats.json_answers++;
+        *doc = cJSON_ParseWithLength(hres->body, hres->body_len);
+        if (!*doc) {
+            snippet(snip, sizeof snip, hres->body, hres->body_len, 120);
+            snprintf(msg, cap, "%s: the answer is not valid JSON (%zu bytes): %s", r->method,
+                     hres->body_len, snip);
+            return MANTA_EJSON;
+        }
+        if (cJSON_IsArray(*doc)) { /* a batch: find ours */
+            const cJSON *it;
+            cJSON_ArrayForEach(it, *doc) if (id_matches(it, r->id)) *resp = it;
+        } else {
+            *resp = *doc;
+        }
+        return MANTA_OK;
+    }
+    if (media_is(hres->content_type, "text/event-stream")) {
+        m->stats.sse_answers++;
+        bool bad = false;
+        uint64_t skipped = 0;
+        if (r->early) { /* found while the stream was still open */
+            *doc = r->early;
+            r->early = NULL;
+            bad = r->early_bad;
+            skipped = r->early_skipped;
+        } else {
+            *doc = mcp_sse_find_response(hres->body, hres->body_len, r->id, &bad, &skipped);
+        }
+        m->stats.sse_events_skipped += skipped;
+        *resp = *doc;
+        if (*doc) return MANTA_OK;
+        snprintf(msg, cap,
+                 "%s: the SSE stream ended without a response to id %lld (%llu other "
+                 "events%s)",
+                 r->method, (long long)r->id, (unsigned long long)skipped,
+                 bad ? ", some not valid JSON" : "");
+        return bad ? MANTA_EJSON : MANTA_EPROTO;
+    }
+    snprintf(msg, cap,
+             "%s: unexpected Content-Type \"%s\" (want application/json or "
+             "text/event-stream)",
+             r->method, hres->content_type ? hres->content_type : "(none)");
+    return MANTA_EPROTO;
+}
+
+/* Check a JSON-RPC 2.0 response to r: its *result object, or ERPC with
+ * the server's *rpc_code, or EPROTO; msg says which. */
+static int check_response(const mcp_req *r, const cJSON *resp, const cJSON **result, int *rpc_code,
+                          char *msg, size_t cap)
+{
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(resp, "jsonrpc");
+    const cJSON *rerr = cJSON_GetObjectItemCaseSensitive(resp, "error");
+    *result = cJSON_GetObjectItemCaseSensitive(resp, "result");
+    if (!cJSON_IsObject(resp) || !cJSON_IsString(ver) || strcmp(ver->valuestring, "2.0") != 0) {
+        snprintf(msg, cap, "%s: the answer is not a JSON-RPC 2.0 response", r->method);
+        return MANTA_EPROTO;
+    }
+    if (!id_matches(resp, r->id)) {
+        snprintf(msg, cap, "%s: the response id does not match the request id %lld", r->method,
+                 (long long)r->id);
+        return MANTA_EPROTO;
+    }
+    if (rerr) {
+        const cJSON *code = cJSON_GetObjectItemCaseSensitive(rerr, "code");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(rerr, "message");
+        *rpc_code = cJSON_IsNumber(code) ? code->valueint : 0;
+        snprintf(msg, cap, "%s: JSON-RPC error %d: %s", r->method, *rpc_code,
+                 cJSON_IsString(text) ? text->valuestring : "(no message)");
+        return MANTA_ERPC;
+    }
+    if (!cJSON_IsObject(*result)) {
+        snprintf(msg, cap, "%s: the response has no result object", r->method);
+        return MANTA_EPROTO;
+    }
+    return MANTA_OK;
+}
+
+/* Hand a checked result to what its request was for. */
+static void on_result(mcp_client *m, mcp_req *r, const manta_http_result *hres, cJSON *result)
+{
+    switch (r->kind) {
+    case K_INIT:
+        req_free(r);
+        on_init_result(m, hres, result);
+        break;
+    case K_LIST:
+        on_list_result(m, r, hres->status, result);
+        break;
+    case K_CALL:
+        on_call_result(m, r, hres->status, result);
+        break;
+    default:
+        req_free(r);
+        break;
+    }
+}
+
+/* The answer to one request: a transport failure, a lost session, an
+ * HTTP error, the accepted end of the handshake, or a JSON-RPC response,
+ * whose result goes on to on_result. */
 static void handle_answer(mcp_client *m, mcp_req *r, const manta_http_result *hres)
 {
     char msg[768];
-    char snip[256];
     long status = hres->status;
-
     if (hres->err != MANTA_OK) {
-        int err = map_http_err(hres->err);
         snprintf(msg, sizeof msg, "%s: %s", r->method, hres->message);
-        if (r->kind == K_INIT || r->kind == K_NOTE_INIT) {
-            req_free(r);
-            handshake_failed(m, err, msg);
-        } else {
-            req_fail(m, r, err, 0, msg);
-        }
+        answer_failed(m, r, map_http_err(hres->err), 0, msg);
         return;
     }
     if (status == 404 && r->kind != K_INIT && r->kind != K_NOTE_INIT && r->with_session) {
@@ -754,15 +866,11 @@ static void handle_answer(mcp_client *m, mcp_req *r, const manta_http_result *hr
         return;
     }
     if (status < 200 || status > 299) {
+        char snip[256];
         snippet(snip, sizeof snip, hres->body, hres->body_len, 200);
         snprintf(msg, sizeof msg, "%s: HTTP %ld from %s%s%s", r->method, status, m->url,
                  snip[0] ? ": " : "", snip);
-        if (r->kind == K_INIT || r->kind == K_NOTE_INIT) {
-            req_free(r);
-            handshake_failed(m, MANTA_EHTTP, msg);
-        } else {
-            req_fail(m, r, MANTA_EHTTP, status, msg);
-        }
+        answer_failed(m, r, MANTA_EHTTP, status, msg);
         return;
     }
     if (r->kind == K_NOTE_INIT) { /* accepted (202, or any 2xx) */
@@ -770,114 +878,26 @@ static void handle_answer(mcp_client *m, mcp_req *r, const manta_http_result *hr
         handshake_done(m);
         return;
     }
-
-    int err = MANTA_OK;
     cJSON *doc = NULL;        /* what was parsed (owned) */
     const cJSON *resp = NULL; /* the JSON-RPC response inside it */
-    msg[0] = '\0';
-    if (media_is(hres->content_type, "application/json")) {
-        m->stats.json_answers++;
-        doc = cJSON_ParseWithLength(hres->body, hres->body_len);
-        if (!doc) {
-            err = MANTA_EJSON;
-            snippet(snip, sizeof snip, hres->body, hres->body_len, 120);
-            snprintf(msg, sizeof msg, "%s: the answer is not valid JSON (%zu bytes): %s", r->method,
-                     hres->body_len, snip);
-        } else if (cJSON_IsArray(doc)) { /* a batch: find ours */
-            const cJSON *it;
-            cJSON_ArrayForEach(it, doc) if (id_matches(it, r->id)) resp = it;
-        } else {
-            resp = doc;
-        }
-    } else if (media_is(hres->content_type, "text/event-stream")) {
-        m->stats.sse_answers++;
-        bool bad = false;
-        uint64_t skipped = 0;
-        if (r->early) { /* found while the stream was still open */
-            doc = r->early;
-            r->early = NULL;
-            bad = r->early_bad;
-            skipped = r->early_skipped;
-        } else {
-            doc = mcp_sse_find_response(hres->body, hres->body_len, r->id, &bad, &skipped);
-        }
-        m->stats.sse_events_skipped += skipped;
-        resp = doc;
-        if (!doc) {
-            err = bad ? MANTA_EJSON : MANTA_EPROTO;
-            snprintf(msg, sizeof msg,
-                     "%s: the SSE stream ended without a response to id %lld (%llu other "
-                     "events%s)",
-                     r->method, (long long)r->id, (unsigned long long)skipped,
-                     bad ? ", some not valid JSON" : "");
-        }
-    } else {
-        err = MANTA_EPROTO;
-        snprintf(msg, sizeof msg,
-                 "%s: unexpected Content-Type \"%s\" (want application/json or "
-                 "text/event-stream)",
-                 r->method, hres->content_type ? hres->content_type : "(none)");
-    }
-
     const cJSON *result = NULL;
-    if (err == MANTA_OK) {
-        const cJSON *ver = cJSON_GetObjectItemCaseSensitive(resp, "jsonrpc");
-        const cJSON *rerr = cJSON_GetObjectItemCaseSensitive(resp, "error");
-        result = cJSON_GetObjectItemCaseSensitive(resp, "result");
-        if (!cJSON_IsObject(resp) || !cJSON_IsString(ver) || strcmp(ver->valuestring, "2.0") != 0) {
-            err = MANTA_EPROTO;
-            snprintf(msg, sizeof msg, "%s: the answer is not a JSON-RPC 2.0 response", r->method);
-        } else if (!id_matches(resp, r->id)) {
-            err = MANTA_EPROTO;
-            snprintf(msg, sizeof msg, "%s: the response id does not match the request id %lld",
-                     r->method, (long long)r->id);
-        } else if (rerr) {
-            const cJSON *code = cJSON_GetObjectItemCaseSensitive(rerr, "code");
-            const cJSON *text = cJSON_GetObjectItemCaseSensitive(rerr, "message");
-            err = MANTA_ERPC;
-            snprintf(msg, sizeof msg, "%s: JSON-RPC error %d: %s", r->method,
-                     cJSON_IsNumber(code) ? code->valueint : 0,
-                     cJSON_IsString(text) ? text->valuestring : "(no message)");
-            if (r->kind != K_INIT) {
-                mcp_result res;
-                memset(&res, 0, sizeof res);
-                res.err = MANTA_ERPC;
-                res.http_status = status;
-                res.rpc_code = cJSON_IsNumber(code) ? code->valueint : 0;
-                res.message = msg;
-                req_complete(m, r, &res);
-                cJSON_Delete(doc);
-                return;
-            }
-        } else if (!cJSON_IsObject(result)) {
-            err = MANTA_EPROTO;
-            snprintf(msg, sizeof msg, "%s: the response has no result object", r->method);
-        }
-    }
-    if (err != MANTA_OK) {
-        if (r->kind == K_INIT) {
-            req_free(r);
-            handshake_failed(m, err, msg);
-        } else {
-            req_fail(m, r, err, status, msg);
-        }
-        cJSON_Delete(doc);
-        return;
-    }
-    switch (r->kind) {
-    case K_INIT:
-        req_free(r);
-        on_init_result(m, hres, (cJSON *)result);
-        break;
-    case K_LIST:
-        on_list_result(m, r, status, (cJSON *)result);
-        break;
-    case K_CALL:
-        on_call_result(m, r, status, (cJSON *)result);
-        break;
-    default:
-        req_free(r);
-        break;
+    int rpc_code = 0;
+    msg[0] = '\0';
+    int err = parse_answer(m, r, hres, &doc, &resp, msg, sizeof msg);
+    if (err == MANTA_OK) err = check_response(r, resp, &result, &rpc_code, msg, sizeof msg);
+    if (err == MANTA_ERPC && r->kind != K_INIT) {
+        /* The server's error answer is the call's result. */
+        mcp_result res;
+        memset(&res, 0, sizeof res);
+        res.err = MANTA_ERPC;
+        res.http_status = status;
+        res.rpc_code = rpc_code;
+        res.message = msg;
+        req_complete(m, r, &res);
+    } else if (err != MANTA_OK) {
+        answer_failed(m, r, err, status, msg);
+    } else {
+        on_result(m, r, hres, (cJSON *)result);
     }
     cJSON_Delete(doc);
 }

@@ -2,10 +2,11 @@
  * collective.c -- group collectives: the rendezvous in Redis, the public
  * entry points, CRC32C, and the ZeroMQ backend.
  *
- * Rendezvous. A group's control record is one hash, manta:JOB:coll:NAME:
- * "world" (set once, checked by every member), "r.R" (rank R is here: its
- * pid), and what the backend publishes ("ep.R" for ZeroMQ, "nccl_id" for
- * NCCL). Each member waits until every r.R is present (naming the missing
+ * Rendezvous. A group's control record is the schema's collective record
+ * (manta_schema.h, manta_reg_coll_*): "world" (set once, checked by every
+ * member), "r.R" (rank R is here: its pid), and what the backend publishes
+ * ("ep.R" for ZeroMQ, "nccl_id" for NCCL). This file issues no Redis
+ * command of its own. Each member waits until every r.R is present (naming the missing
  * ranks on timeout), then opens the backend, which completes its own
  * handshake. Then each member deletes its own fields and counts itself out
  * ("done"); the last one deletes the hash, so nothing stays behind and the
@@ -35,6 +36,7 @@
  */
 #include "internal.h"
 #include "manta_collective.h"
+#include "manta_schema.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -60,7 +62,6 @@
 struct manta_coll_group {
     manta_ctx *m;
     char name[72];
-    char key[200];
     int world, rank;
     int default_timeout;
     size_t chunk;
@@ -200,37 +201,62 @@ uint32_t manta_crc32c(uint32_t crc, const void *data, size_t len)
     return ~crc_soft(c, data, len);
 }
 
-/* ---- rendezvous (Redis) ---- */
+/* ---- rendezvous (the schema's collective records) ---- */
+
+/* A registry failure, with the group and rank in front of the schema's
+ * message (which names the key). */
+static int reg_fail(const manta_coll_group *g, int rc)
+{
+    char why[400];
+    snprintf(why, sizeof why, "%s", manta_last_error());
+    return manta_coll_fail(g, rc, "%s", why);
+}
 
 int manta_coll_put(manta_coll_group *g, const char *field, const void *val, size_t len)
 {
-    redisReply *r = mn_redis(g->m, "HSET %s %s %b", g->key, field, val, len);
-    if (!r) return manta_coll_fail(g, MANTA_EREDIS, "%s", manta_last_error());
-    freeReplyObject(r);
-    return 0;
+    int rc = manta_reg_coll_put(g->m, g->name, field, val, len);
+    return rc ? reg_fail(g, rc) : 0;
 }
 
 int manta_coll_get(manta_coll_group *g, const char *field, void *out, size_t len, int64_t deadline)
 {
     int step = 1;
     for (;;) {
-        redisReply *r = mn_redis(g->m, "HGET %s %s", g->key, field);
-        if (!r) return manta_coll_fail(g, MANTA_EREDIS, "%s", manta_last_error());
-        if (r->type == REDIS_REPLY_STRING) {
-            int rc = 0;
-            if (r->len != len)
-                rc = manta_coll_fail(g, MANTA_EPROTO, "field %s has %zu bytes, expected %zu", field,
-                                     (size_t)r->len, len);
-            else
-                memcpy(out, r->str, len);
-            freeReplyObject(r);
-            return rc;
-        }
-        freeReplyObject(r);
+        int rc = manta_reg_coll_get(g->m, g->name, field, out, len);
+        if (rc != MANTA_ENOTFOUND) return rc ? reg_fail(g, rc) : 0;
         if (mn_now_ms() >= deadline)
             return manta_coll_fail(g, MANTA_ETIMEDOUT, "'%s' not published in time", field);
         backoff(&step);
     }
+}
+
+/* Poll a text field (a peer's endpoint) until it is published. */
+static int get_str(manta_coll_group *g, const char *field, char *out, size_t cap, int64_t deadline,
+                   int peer)
+{
+    int step = 1;
+    for (;;) {
+        int rc = manta_reg_coll_get_str(g->m, g->name, field, out, cap);
+        if (rc != MANTA_ENOTFOUND) return rc ? reg_fail(g, rc) : 0;
+        if (mn_now_ms() >= deadline)
+            return manta_coll_fail(g, MANTA_ETIMEDOUT,
+                                   "rank %d joined but never published its endpoint", peer);
+        backoff(&step);
+    }
+}
+
+/* Name the ranks not seen in list[cap]; returns how many are missing. */
+static int missing_ranks(const char *seen, int world, char *list, size_t cap)
+{
+    size_t n = 0;
+    int missing = 0;
+    list[0] = 0;
+    for (int k = 0; k < world; k++) {
+        if (seen[k]) continue;
+        if (n < cap - 16) n += (size_t)snprintf(list + n, cap - n, "%s%d", missing ? ", " : "", k);
+        missing++;
+    }
+    return missing;
 }
 
 /* Wait until every rank has announced itself; name the missing ones. A
@@ -242,31 +268,15 @@ static int wait_presence(manta_coll_group *g, int64_t deadline, int timeout_ms)
     char *seen = calloc((unsigned)g->world, 1);
     if (!seen) return manta_coll_fail(g, MANTA_ENOMEM, "out of memory");
     for (;;) {
-        redisReply *r = mn_redis(g->m, "HGETALL %s", g->key);
-        if (!r) {
-            rc = manta_coll_fail(g, MANTA_EREDIS, "%s", manta_last_error());
+        rc = manta_reg_coll_seen(g->m, g->name, g->world, seen, &present);
+        if (rc) {
+            rc = reg_fail(g, rc);
             break;
         }
-        for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
-            const char *f = r->element[i]->str;
-            if (f && f[0] == 'r' && f[1] == '.') {
-                int k = atoi(f + 2);
-                if (k >= 0 && k < g->world && !seen[k]) seen[k] = 1, present++;
-            }
-        }
-        freeReplyObject(r);
         if (present == g->world) break;
         if (mn_now_ms() >= deadline) {
-            char list[256] = "";
-            size_t n = 0;
-            int missing = 0;
-            for (int k = 0; k < g->world; k++) {
-                if (seen[k]) continue;
-                if (n < sizeof list - 16)
-                    n +=
-                        (size_t)snprintf(list + n, sizeof list - n, "%s%d", missing ? ", " : "", k);
-                missing++;
-            }
+            char list[256];
+            int missing = missing_ranks(seen, g->world, list, sizeof list);
             rc = manta_coll_fail(g, MANTA_ETIMEDOUT, "rank%s %s of %d did not join within %d ms",
                                  missing > 1 ? "s" : "", list, g->world, timeout_ms);
             break;
@@ -275,28 +285,6 @@ static int wait_presence(manta_coll_group *g, int64_t deadline, int timeout_ms)
     }
     free(seen);
     return rc;
-}
-
-/* Remove this rank's fields; the last rank out deletes the hash. */
-static void leave_rendezvous(manta_coll_group *g, bool count_out)
-{
-    char f1[32], f2[32];
-    snprintf(f1, sizeof f1, "r.%d", g->rank);
-    snprintf(f2, sizeof f2, "ep.%d", g->rank);
-    freeReplyObject(mn_redis(g->m, "HDEL %s %s %s", g->key, f1, f2));
-    if (!count_out) {
-        /* A failed join: if no rank is left waiting, drop the record (in
-         * one atomic step, so a rank joining meanwhile keeps it). */
-        static const char lua[] = "for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do "
-                                  "if string.sub(f, 1, 2) == 'r.' then return 0 end end "
-                                  "redis.call('DEL', KEYS[1]) return 1";
-        freeReplyObject(mn_redis(g->m, "EVAL %s 1 %s", lua, g->key));
-        return;
-    }
-    redisReply *r = mn_redis(g->m, "HINCRBY %s done 1", g->key);
-    if (r && r->type == REDIS_REPLY_INTEGER && r->integer >= g->world)
-        freeReplyObject(mn_redis(g->m, "DEL %s", g->key));
-    freeReplyObject(r);
 }
 
 static int valid_group_name(const char *s)
@@ -330,7 +318,6 @@ int manta_coll_create(manta_ctx *m, const char *name, int world, int rank,
     if (!g) return mn_fail(MANTA_ENOMEM, "group '%s' rank %d: out of memory", name, rank);
     g->m = m;
     snprintf(g->name, sizeof g->name, "%s", name);
-    mn_key(m, g->key, sizeof g->key, "coll", name);
     g->world = world, g->rank = rank;
     g->default_timeout = o->timeout_ms > 0 ? o->timeout_ms : DEFAULT_TIMEOUT_MS;
     g->chunk = o->chunk_bytes ? o->chunk_bytes : DEFAULT_CHUNK;
@@ -340,36 +327,31 @@ int manta_coll_create(manta_ctx *m, const char *name, int world, int rank,
     g->be = o->backend ? o->backend : manta_coll_zmq();
     int64_t deadline = mn_now_ms() + g->default_timeout;
 
-    /* The world size is set by the first member; the others must agree. */
-    int rc = 0;
-    redisReply *r = mn_redis(m, "HSETNX %s world %d", g->key, world);
-    if (!r) rc = manta_coll_fail(g, MANTA_EREDIS, "%s", manta_last_error());
-    freeReplyObject(r);
-    if (rc == 0) {
-        r = mn_redis(m, "HGET %s world", g->key);
-        if (!r)
-            rc = manta_coll_fail(g, MANTA_EREDIS, "%s", manta_last_error());
-        else if (r->type == REDIS_REPLY_STRING && atoi(r->str) != world)
-            rc = manta_coll_fail(g, MANTA_EINVAL, "this rank says world %d, another member said %s",
-                                 world, r->str);
-        freeReplyObject(r);
-    }
-    char field[32], pid[24];
-    snprintf(field, sizeof field, "r.%d", rank);
-    snprintf(pid, sizeof pid, "%d", (int)getpid());
-    if (rc == 0) rc = manta_coll_put(g, field, pid, strlen(pid));
+    /* The world size is set by the first member; the others must agree
+     * (the schema's EINVAL names both sizes). */
+    int rc = manta_reg_coll_join(m, name, world, rank);
+    if (rc && rc != MANTA_EINVAL) rc = reg_fail(g, rc);
     if (rc == 0) rc = wait_presence(g, deadline, g->default_timeout);
     if (rc == 0) rc = g->be->open(g, &g->impl);
-    if (rc != 0) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", manta_last_error());
-        leave_rendezvous(g, false);
+    if (rc == 0) {
+        /* Count this rank out; the last one deletes the record. */
+        rc = manta_reg_coll_leave(m, name, rank, world, 1);
+        if (rc == 0) {
+            *out = g;
+            return 0;
+        }
+        rc = reg_fail(g, rc);
+        g->be->close(g->impl);
         free(g);
-        return mn_fail(rc, "%s", why);
+        return rc;
     }
-    leave_rendezvous(g, true);
-    *out = g;
-    return 0;
+    char why[512];
+    snprintf(why, sizeof why, "%s", manta_last_error());
+    /* A failed join: leave, and drop the record if no rank waits in it.
+     * Its own failure is secondary to the one reported. */
+    (void)manta_reg_coll_leave(m, name, rank, world, 0);
+    free(g);
+    return mn_fail(rc, "%s", why);
 }
 
 void manta_coll_free(manta_coll_group *g)
@@ -714,39 +696,42 @@ static int z_check_len(zimpl *z, int from, const hdr *h, size_t want)
                            from, (unsigned long long)h->len, want);
 }
 
-static int z_open(manta_coll_group *g, void **impl)
+/* The group's ZeroMQ state: per-peer tables and a private context. */
+static int z_new(manta_coll_group *g, zimpl **out)
 {
-    manta_ctx *m = g->m;
     zimpl *z = calloc(1, sizeof *z);
+    *out = z;
     if (!z) return manta_coll_fail(g, MANTA_ENOMEM, "out of memory");
     z->g = g, z->rank = g->rank, z->world = g->world, z->chunk = g->chunk;
     atomic_init(&z->zc_out, 0);
     z->push = calloc((size_t)g->world, sizeof *z->push);
     z->head = calloc((size_t)g->world, sizeof *z->head);
     z->tail = calloc((size_t)g->world, sizeof *z->tail);
-    int rc = 0;
-    if (!z->push || !z->head || !z->tail) {
-        rc = manta_coll_fail(g, MANTA_ENOMEM, "out of memory");
-        goto fail;
-    }
+    if (!z->push || !z->head || !z->tail) return manta_coll_fail(g, MANTA_ENOMEM, "out of memory");
     z->zctx = zmq_ctx_new();
-    if (!z->zctx) {
-        rc = zfail(z, "zmq_ctx_new");
-        goto fail;
-    }
+    if (!z->zctx) return zfail(z, "zmq_ctx_new");
     /* Two I/O threads let one rank's send to its right and receive from
      * its left proceed at once (the ring's steady state). */
     zmq_ctx_set(z->zctx, ZMQ_IO_THREADS, g->world > 2 ? 2 : 1);
     zmq_ctx_set(z->zctx, ZMQ_BLOCKY, 0);
+    return 0;
+}
+
+/* Unbounded queues and large kernel buffers: a ring step's chunk never
+ * waits behind a high-water mark. */
+static const int Z_ZERO = 0, Z_BIG = 8 << 20;
+
+/* Bind this rank's PULL socket (tcp on the ctx's host, or ipc in its run
+ * folder) and publish the endpoint as ep.RANK. */
+static int z_bind(zimpl *z)
+{
+    manta_coll_group *g = z->g;
+    manta_ctx *m = g->m;
     z->pull = zmq_socket(z->zctx, ZMQ_PULL);
-    if (!z->pull) {
-        rc = zfail(z, "zmq_socket PULL");
-        goto fail;
-    }
-    int zero = 0, big = 8 << 20;
-    zmq_setsockopt(z->pull, ZMQ_RCVHWM, &zero, sizeof zero);
-    zmq_setsockopt(z->pull, ZMQ_RCVBUF, &big, sizeof big);
-    zmq_setsockopt(z->pull, ZMQ_LINGER, &zero, sizeof zero);
+    if (!z->pull) return zfail(z, "zmq_socket PULL");
+    zmq_setsockopt(z->pull, ZMQ_RCVHWM, &Z_ZERO, sizeof Z_ZERO);
+    zmq_setsockopt(z->pull, ZMQ_RCVBUF, &Z_BIG, sizeof Z_BIG);
+    zmq_setsockopt(z->pull, ZMQ_LINGER, &Z_ZERO, sizeof Z_ZERO);
     char bind_ep[256];
     if (!strcmp(m->transport, "tcp")) {
         snprintf(bind_ep, sizeof bind_ep, "tcp://%s:*", m->host);
@@ -756,55 +741,40 @@ static int z_open(manta_coll_group *g, void **impl)
         mn_random_hex(hex, 12);
         snprintf(bind_ep, sizeof bind_ep, "ipc://%s/c%s.%d", m->rundir, hex, g->rank);
     }
-    if (zmq_bind(z->pull, bind_ep) != 0) {
-        rc = zfail(z, bind_ep);
-        goto fail;
-    }
+    if (zmq_bind(z->pull, bind_ep) != 0) return zfail(z, bind_ep);
     size_t eplen = sizeof z->endpoint;
     zmq_getsockopt(z->pull, ZMQ_LAST_ENDPOINT, z->endpoint, &eplen);
     char field[32];
-    snprintf(field, sizeof field, "ep.%d", g->rank);
-    if ((rc = manta_coll_put(g, field, z->endpoint, strlen(z->endpoint))) != 0) goto fail;
+    snprintf(field, sizeof field, MANTA_REG_COLL_EP "%d", g->rank);
+    return manta_coll_put(g, field, z->endpoint, strlen(z->endpoint));
+}
 
-    /* Everyone is present (the caller waited), so endpoints come fast. */
-    int64_t deadline = mn_now_ms() + g->default_timeout;
+/* Read every peer's endpoint and connect a PUSH socket to it. Everyone is
+ * present (the caller waited), so endpoints come fast. */
+static int z_connect_peers(zimpl *z, int64_t deadline)
+{
+    manta_coll_group *g = z->g;
     for (int i = 0; i < g->world; i++) {
         if (i == g->rank) continue;
-        snprintf(field, sizeof field, "ep.%d", i);
-        redisReply *r = NULL;
-        int step = 1;
-        for (;;) {
-            r = mn_redis(m, "HGET %s %s", g->key, field);
-            if (!r) {
-                rc = manta_coll_fail(g, MANTA_EREDIS, "%s", manta_last_error());
-                goto fail;
-            }
-            if (r->type == REDIS_REPLY_STRING) break;
-            freeReplyObject(r);
-            if (mn_now_ms() >= deadline) {
-                rc = manta_coll_fail(g, MANTA_ETIMEDOUT,
-                                     "rank %d joined but never published its endpoint", i);
-                goto fail;
-            }
-            backoff(&step);
-        }
+        char field[32], ep[256];
+        snprintf(field, sizeof field, MANTA_REG_COLL_EP "%d", i);
+        int rc = get_str(g, field, ep, sizeof ep, deadline, i);
+        if (rc) return rc;
         z->push[i] = zmq_socket(z->zctx, ZMQ_PUSH);
-        if (!z->push[i]) {
-            freeReplyObject(r);
-            rc = zfail(z, "zmq_socket PUSH");
-            goto fail;
-        }
-        zmq_setsockopt(z->push[i], ZMQ_SNDHWM, &zero, sizeof zero);
-        zmq_setsockopt(z->push[i], ZMQ_SNDBUF, &big, sizeof big);
-        if (zmq_connect(z->push[i], r->str) != 0) {
-            rc = zfail(z, r->str);
-            freeReplyObject(r);
-            goto fail;
-        }
-        freeReplyObject(r);
+        if (!z->push[i]) return zfail(z, "zmq_socket PUSH");
+        zmq_setsockopt(z->push[i], ZMQ_SNDHWM, &Z_ZERO, sizeof Z_ZERO);
+        zmq_setsockopt(z->push[i], ZMQ_SNDBUF, &Z_BIG, sizeof Z_BIG);
+        if (zmq_connect(z->push[i], ep) != 0) return zfail(z, ep);
     }
-    /* Hello to everyone, from everyone: proves each pair can talk, and that
-     * every rank has read every endpoint (so the fields may go). */
+    return 0;
+}
+
+/* Hello to everyone, from everyone: proves each pair can talk, and that
+ * every rank has read every endpoint (so the fields may go). */
+static int z_hello(zimpl *z, int64_t deadline)
+{
+    manta_coll_group *g = z->g;
+    int rc = 0;
     for (int i = 0; i < g->world && rc == 0; i++)
         if (i != g->rank) rc = z_send(z, i, OP_HELLO, 0, 0, 0, NULL, 0);
     for (int i = 0; i < g->world && rc == 0; i++) {
@@ -819,13 +789,24 @@ static int z_open(manta_coll_group *g, void **impl)
                                  "%d ms (endpoint unreachable?)",
                                  i, g->default_timeout);
     }
-    if (rc) goto fail;
+    return rc;
+}
+
+static int z_open(manta_coll_group *g, void **impl)
+{
+    zimpl *z = NULL;
+    int rc = z_new(g, &z);
+    int64_t deadline = mn_now_ms() + g->default_timeout;
+    if (rc == 0) rc = z_bind(z);
+    if (rc == 0) rc = z_connect_peers(z, deadline);
+    if (rc == 0) rc = z_hello(z, deadline);
+    if (rc) {
+        z_close(z);
+        return rc;
+    }
     z->seq++;
     *impl = z;
     return 0;
-fail:
-    z_close(z);
-    return rc;
 }
 
 static int z_broadcast(void *impl, void *buf, size_t bytes, int root, int check, uint32_t *crc,

@@ -25,6 +25,7 @@
  * (nccl_err, cuda_err) into MANTA_E* codes with a message naming the call.
  */
 #include "manta_collective.h"
+#include "manta_schema.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -173,8 +174,8 @@ static int n_open(manta_coll_group *g, void **impl)
             rc = nccl_err(n->g, r, "ncclGetUniqueId");
             goto fail;
         }
-        if ((rc = manta_coll_put(g, "nccl_id", &id, sizeof id)) != 0) goto fail;
-    } else if ((rc = manta_coll_get(g, "nccl_id", &id, sizeof id, deadline)) != 0) {
+        if ((rc = manta_coll_put(g, MANTA_REG_COLL_NCCL, &id, sizeof id)) != 0) goto fail;
+    } else if ((rc = manta_coll_get(g, MANTA_REG_COLL_NCCL, &id, sizeof id, deadline)) != 0) {
         goto fail;
     }
     {

@@ -550,67 +550,35 @@ static long backoff_for(manta_http_client *c, int retry)
     return d;
 }
 
-/* Classifies a finished attempt of x (already removed from the multi
- * handle), then retries it or finishes it. */
-static void xfer_done(xfer *x, CURLcode code)
+/* The error code of a finished attempt of x, and in *kind the retry
+ * condition it falls under (0: none). A timeout before any connection is
+ * a connect timeout. */
+static int classify(const xfer *x, CURLcode code, long status, unsigned *kind)
 {
-    manta_http_client *c = x->c;
-    long status = 0;
-    long conn_n = 0;
-    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
-    if (curl_easy_getinfo(x->easy, CURLINFO_NUM_CONNECTS, &conn_n) == CURLE_OK && conn_n > 0)
-        c->stats.connects += (uint64_t)conn_n;
-
-    char msg[CURL_ERROR_SIZE + 256];
-    int err = MANTA_OK;
-    unsigned kind = 0; /* which retry condition this outcome falls under */
-    const char *detail = x->errbuf[0] ? x->errbuf : curl_easy_strerror(code);
-    const char *url = NULL;
-    curl_easy_getinfo(x->easy, CURLINFO_EFFECTIVE_URL, &url);
-    if (!url) url = "?";
-    msg[0] = '\0';
-    if (code == CURLE_WRITE_ERROR && x->ended_early) {
-        code = CURLE_OK;
-        c->stats.ended_early++;
-    }
-
+    *kind = 0;
     switch (code) {
     case CURLE_OK:
-        if (status >= 500 && status <= 504 && status != 501) kind = MANTA_HTTP_RETRY_5XX;
-        break;
+        if (status >= 500 && status <= 504 && status != 501) *kind = MANTA_HTTP_RETRY_5XX;
+        return MANTA_OK;
     case CURLE_OPERATION_TIMEDOUT: {
         curl_off_t connect_us = 0;
         curl_easy_getinfo(x->easy, CURLINFO_CONNECT_TIME_T, &connect_us);
-        err = MANTA_ETIMEDOUT;
-        if (connect_us == 0) {
-            kind = MANTA_HTTP_RETRY_CONNECT;
-            snprintf(msg, sizeof msg, "%s %s: connect timed out after %ld ms", x->method, url,
-                     x->connect_timeout_ms);
-        } else {
-            kind = MANTA_HTTP_RETRY_TIMEOUT;
-            snprintf(msg, sizeof msg, "%s %s: no complete answer within %ld ms", x->method, url,
-                     x->timeout_ms);
-        }
-        break;
+        *kind = connect_us == 0 ? MANTA_HTTP_RETRY_CONNECT : MANTA_HTTP_RETRY_TIMEOUT;
+        return MANTA_ETIMEDOUT;
     }
     case CURLE_COULDNT_CONNECT:
-        err = MANTA_ECONNECT;
-        kind = MANTA_HTTP_RETRY_CONNECT;
-        break;
+        *kind = MANTA_HTTP_RETRY_CONNECT;
+        return MANTA_ECONNECT;
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_RESOLVE_PROXY:
-        err = MANTA_ERESOLVE;
-        kind = MANTA_HTTP_RETRY_CONNECT;
-        break;
+        *kind = MANTA_HTTP_RETRY_CONNECT;
+        return MANTA_ERESOLVE;
     case CURLE_FILESIZE_EXCEEDED:
-        err = MANTA_EMSGSIZE;
-        break;
+        return MANTA_EMSGSIZE;
     case CURLE_WRITE_ERROR:
-        err = x->too_large ? MANTA_EMSGSIZE : MANTA_ENOMEM;
-        break;
+        return x->too_large ? MANTA_EMSGSIZE : MANTA_ENOMEM;
     case CURLE_OUT_OF_MEMORY:
-        err = MANTA_ENOMEM;
-        break;
+        return MANTA_ENOMEM;
     case CURLE_GOT_NOTHING:
     case CURLE_RECV_ERROR:
     case CURLE_SEND_ERROR:
@@ -619,8 +587,7 @@ static void xfer_done(xfer *x, CURLcode code)
     case CURLE_HTTP2:
     case CURLE_HTTP2_STREAM:
     case CURLE_BAD_CONTENT_ENCODING:
-        err = MANTA_ETRANSFER;
-        break;
+        return MANTA_ETRANSFER;
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_PEER_FAILED_VERIFICATION:
     case CURLE_SSL_CERTPROBLEM:
@@ -631,21 +598,56 @@ static void xfer_done(xfer *x, CURLcode code)
     case CURLE_SSL_ENGINE_NOTFOUND:
     case CURLE_SSL_ENGINE_SETFAILED:
     case CURLE_USE_SSL_FAILED:
-        err = MANTA_ETLS;
-        break;
+        return MANTA_ETLS;
     case CURLE_URL_MALFORMAT:
     case CURLE_UNSUPPORTED_PROTOCOL:
-        err = MANTA_EINVAL;
-        break;
+        return MANTA_EINVAL;
     default: /* anything else libcurl reports: its own text names it */
-        err = MANTA_ETRANSFER;
-        break;
+        return MANTA_ETRANSFER;
     }
-    if (err == MANTA_EMSGSIZE)
-        snprintf(msg, sizeof msg, "%s %s: response body over the %zu-byte limit", x->method, url,
+}
+
+/* The message of a failed attempt ("" for none): method, URL and cause. */
+static void outcome_message(const xfer *x, CURLcode code, int err, unsigned kind, char *msg,
+                            size_t cap)
+{
+    const char *url = NULL;
+    curl_easy_getinfo(x->easy, CURLINFO_EFFECTIVE_URL, &url);
+    if (!url) url = "?";
+    msg[0] = '\0';
+    if (err == MANTA_OK) return;
+    if (err == MANTA_ETIMEDOUT && kind == MANTA_HTTP_RETRY_CONNECT)
+        snprintf(msg, cap, "%s %s: connect timed out after %ld ms", x->method, url,
+                 x->connect_timeout_ms);
+    else if (err == MANTA_ETIMEDOUT)
+        snprintf(msg, cap, "%s %s: no complete answer within %ld ms", x->method, url,
+                 x->timeout_ms);
+    else if (err == MANTA_EMSGSIZE)
+        snprintf(msg, cap, "%s %s: response body over the %zu-byte limit", x->method, url,
                  x->max_body);
-    else if (err != MANTA_OK && !msg[0])
-        snprintf(msg, sizeof msg, "%s %s: %s (%s)", x->method, url, manta_strerror(err), detail);
+    else
+        snprintf(msg, cap, "%s %s: %s (%s)", x->method, url, manta_strerror(err),
+                 x->errbuf[0] ? x->errbuf : curl_easy_strerror(code));
+}
+
+/* Classifies a finished attempt of x (already removed from the multi
+ * handle), then retries it or finishes it. */
+static void xfer_done(xfer *x, CURLcode code)
+{
+    manta_http_client *c = x->c;
+    long status = 0;
+    long conn_n = 0;
+    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (curl_easy_getinfo(x->easy, CURLINFO_NUM_CONNECTS, &conn_n) == CURLE_OK && conn_n > 0)
+        c->stats.connects += (uint64_t)conn_n;
+    if (code == CURLE_WRITE_ERROR && x->ended_early) {
+        code = CURLE_OK;
+        c->stats.ended_early++;
+    }
+    unsigned kind;
+    int err = classify(x, code, status, &kind);
+    char msg[CURL_ERROR_SIZE + 256];
+    outcome_message(x, code, err, kind, msg, sizeof msg);
 
     if (kind && (x->retry_on & kind) && x->attempts <= x->max_retries) {
         c->stats.retries++;

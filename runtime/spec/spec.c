@@ -462,7 +462,9 @@ static void syntax_error(ctx *c, const yaml_parser_t *p, const char *buf, size_t
 {
     int line = 1, col = 1;
     if (p->error == YAML_MEMORY_ERROR) {
-        manta_spec_errors_add(c->errs, c->file, 0, 0, "", "out of memory while parsing YAML");
+        /* Where the reader had got to: the best position there is. */
+        mark_pos(c, p->mark, &line, &col);
+        manta_spec_errors_add(c->errs, c->file, line, col, "", "out of memory while parsing YAML");
         return;
     }
     if (p->error == YAML_READER_ERROR) {
@@ -625,19 +627,172 @@ static bool merge_keys(ctx *c, manta_spec_node *m)
     return true;
 }
 
+/* The parser's state while it builds one tree. */
+typedef struct builder {
+    ctx *c;
+    frame stack[MANTA_SPEC_MAX_DEPTH];
+    int depth, docs;
+    anchor *anchors;
+    size_t n_anchors, cap_anchors;
+    manta_spec_node *root;
+    bool done;
+} builder;
+
+/* What one event made: a node, its anchor and tag, and whether it is a
+ * collection that the following events fill (push); at line:col. */
+typedef struct made {
+    manta_spec_node *n;
+    const yaml_char_t *anchor, *tag;
+    bool push;
+    int line, col;
+} made;
+
+/* *name: a copy of the anchored node, unless it contains the alias. */
+static bool on_alias(builder *b, const yaml_event_t *ev, made *o)
+{
+    ctx *c = b->c;
+    const char *name = (const char *)ev->data.alias.anchor;
+    const anchor *a = NULL;
+    for (size_t i = b->n_anchors; i-- > 0;)
+        if (!strcmp(b->anchors[i].name, name)) {
+            a = &b->anchors[i];
+            break;
+        }
+    if (!a) {
+        manta_spec_errors_add(c->errs, c->file, o->line, o->col, "", "unknown alias *%s", name);
+        return false;
+    }
+    bool ok = true;
+    for (int i = 0; i < b->depth; i++)
+        if (b->stack[i].node == a->node) {
+            manta_spec_errors_add(c->errs, c->file, o->line, o->col, "",
+                                  "alias *%s refers to a node that contains it", name);
+            ok = false;
+        }
+    if (ok && !(o->n = node_copy(c, a->node))) ok = false;
+    return ok;
+}
+
+static bool on_scalar(builder *b, const yaml_event_t *ev, made *o)
+{
+    ctx *c = b->c;
+    int tc = tag_class(ev->data.scalar.tag);
+    o->tag = ev->data.scalar.tag;
+    o->anchor = ev->data.scalar.anchor;
+    if (tc < 0) return true; /* the caller reports the tag */
+    bool plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && tc == 0 &&
+                 !(o->tag && !strcmp((const char *)o->tag, "!"));
+    o->n = scalar_new(c, c->file, o->line, o->col, (const char *)ev->data.scalar.value,
+                      ev->data.scalar.length, plain);
+    return o->n != NULL;
+}
+
+static bool on_collection_start(builder *b, const yaml_event_t *ev, made *o)
+{
+    ctx *c = b->c;
+    bool seq = ev->type == YAML_SEQUENCE_START_EVENT;
+    o->tag = seq ? ev->data.sequence_start.tag : ev->data.mapping_start.tag;
+    o->anchor = seq ? ev->data.sequence_start.anchor : ev->data.mapping_start.anchor;
+    if (tag_class(o->tag) < 0) return true; /* the caller reports the tag */
+    if (b->depth >= MANTA_SPEC_MAX_DEPTH) {
+        manta_spec_errors_add(c->errs, c->file, o->line, o->col, "",
+                              "nesting deeper than %d levels", MANTA_SPEC_MAX_DEPTH);
+        return false;
+    }
+    o->n = node_new(c, seq ? MANTA_SPEC_SEQ : MANTA_SPEC_MAP, c->file, o->line, o->col);
+    o->push = true;
+    return o->n != NULL;
+}
+
+/* Interpret one parser event. False stops the parse; the cause is
+ * reported. */
+static bool on_event(builder *b, const yaml_event_t *ev, made *o)
+{
+    ctx *c = b->c;
+    bool ok;
+    switch (ev->type) {
+    case YAML_STREAM_END_EVENT:
+        b->done = true;
+        return true;
+    case YAML_DOCUMENT_START_EVENT:
+        if (++b->docs <= 1) return true;
+        manta_spec_errors_add(c->errs, c->file, o->line, o->col, "",
+                              "expected one YAML document, but a second one starts here");
+        return false;
+    case YAML_ALIAS_EVENT:
+        return on_alias(b, ev, o);
+    case YAML_SCALAR_EVENT:
+        return on_scalar(b, ev, o);
+    case YAML_SEQUENCE_START_EVENT:
+    case YAML_MAPPING_START_EVENT:
+        return on_collection_start(b, ev, o);
+    case YAML_SEQUENCE_END_EVENT:
+        b->depth--;
+        return true;
+    case YAML_MAPPING_END_EVENT:
+        ok = merge_keys(c, b->stack[b->depth - 1].node);
+        b->depth--;
+        return ok;
+    default:
+        return true;
+    }
+}
+
+static bool remember_anchor(builder *b, const made *o)
+{
+    if (b->n_anchors == b->cap_anchors) {
+        size_t cap = b->cap_anchors ? b->cap_anchors * 2 : 8;
+        anchor *a = realloc(b->anchors, cap * sizeof *a);
+        if (a) b->anchors = a, b->cap_anchors = cap;
+    }
+    if (b->n_anchors < b->cap_anchors &&
+        (b->anchors[b->n_anchors].name = strdup((const char *)o->anchor))) {
+        b->anchors[b->n_anchors++].node = o->n;
+        return true;
+    }
+    manta_spec_errors_add(b->c->errs, b->c->file, o->line, o->col, "", "out of memory");
+    return false;
+}
+
+/* Put a made node in the tree, open it when it is a collection, and
+ * remember its anchor. On failure the node is freed unless the tree holds
+ * it. */
+static bool place(builder *b, const made *o)
+{
+    if (!attach(b->c, b->stack, b->depth, &b->root, o->n)) {
+        /* A rejected key is ours to free; an attached node is not. */
+        if (b->root != o->n) node_free(o->n);
+        return false;
+    }
+    if (o->push) {
+        b->stack[b->depth].node = o->n;
+        b->stack[b->depth].key = NULL;
+        b->depth++;
+    }
+    return !o->anchor || remember_anchor(b, o);
+}
+
+/* Free what the parse kept aside: merged-away values, keys still waiting
+ * for a value when it stopped (they belong to no node), and anchors. */
+static void builder_end(builder *b)
+{
+    ctx *c = b->c;
+    for (size_t i = 0; i < c->n_dead; i++) node_free(c->dead[i]);
+    free(c->dead);
+    c->dead = NULL;
+    c->n_dead = c->cap_dead = 0;
+    for (int i = 0; i < b->depth; i++) node_free(b->stack[i].key);
+    for (size_t i = 0; i < b->n_anchors; i++) free(b->anchors[i].name);
+    free(b->anchors);
+}
+
 /* Parse buf as one YAML document. Returns the root, or NULL with errors
  * appended; or NULL with *empty set (and no error) when there is no
  * document at all. */
 static manta_spec_node *build_tree(ctx *c, const char *buf, size_t len, bool *empty)
 {
     yaml_parser_t p;
-    frame stack[MANTA_SPEC_MAX_DEPTH];
-    anchor *anchors = NULL;
-    size_t n_anchors = 0, cap_anchors = 0;
-    manta_spec_node *root = NULL;
-    int depth = 0, docs = 0;
-    bool ok = true, done = false;
-
+    builder b = {.c = c};
     *empty = false;
     c->dead = NULL;
     c->n_dead = c->cap_dead = 0;
@@ -646,149 +801,38 @@ static manta_spec_node *build_tree(ctx *c, const char *buf, size_t len, bool *em
         return NULL;
     }
     yaml_parser_set_input_string(&p, (const unsigned char *)buf, len);
-    while (ok && !done) {
+    bool ok = true;
+    while (ok && !b.done) {
         yaml_event_t ev;
         if (!yaml_parser_parse(&p, &ev)) {
             syntax_error(c, &p, buf, len);
             ok = false;
             break;
         }
-        int line, col;
-        mark_pos(c, ev.start_mark, &line, &col);
-        manta_spec_node *n = NULL;
-        const yaml_char_t *anchor_name = NULL, *tag = NULL;
-        bool push = false;
-        switch (ev.type) {
-        case YAML_STREAM_END_EVENT:
-            done = true;
-            break;
-        case YAML_DOCUMENT_START_EVENT:
-            if (++docs > 1) {
-                manta_spec_errors_add(c->errs, c->file, line, col, "",
-                                      "expected one YAML document, but a second one starts here");
-                ok = false;
-            }
-            break;
-        case YAML_ALIAS_EVENT: {
-            const char *name = (const char *)ev.data.alias.anchor;
-            const anchor *a = NULL;
-            for (size_t i = n_anchors; i-- > 0;)
-                if (!strcmp(anchors[i].name, name)) {
-                    a = &anchors[i];
-                    break;
-                }
-            if (!a) {
-                manta_spec_errors_add(c->errs, c->file, line, col, "", "unknown alias *%s", name);
-                ok = false;
-                break;
-            }
-            for (int i = 0; i < depth; i++)
-                if (stack[i].node == a->node) {
-                    manta_spec_errors_add(c->errs, c->file, line, col, "",
-                                          "alias *%s refers to a node that contains it", name);
-                    ok = false;
-                }
-            if (ok && !(n = node_copy(c, a->node))) ok = false;
-            break;
-        }
-        case YAML_SCALAR_EVENT: {
-            int tc = tag_class(ev.data.scalar.tag);
-            tag = ev.data.scalar.tag;
-            anchor_name = ev.data.scalar.anchor;
-            if (tc < 0) break;
-            bool plain = ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE && tc == 0 &&
-                         !(tag && !strcmp((const char *)tag, "!"));
-            n = scalar_new(c, c->file, line, col, (const char *)ev.data.scalar.value,
-                           ev.data.scalar.length, plain);
-            if (!n) ok = false;
-            break;
-        }
-        case YAML_SEQUENCE_START_EVENT:
-        case YAML_MAPPING_START_EVENT:
-            if (ev.type == YAML_SEQUENCE_START_EVENT) {
-                tag = ev.data.sequence_start.tag;
-                anchor_name = ev.data.sequence_start.anchor;
-            } else {
-                tag = ev.data.mapping_start.tag;
-                anchor_name = ev.data.mapping_start.anchor;
-            }
-            if (tag_class(tag) < 0) break;
-            if (depth >= MANTA_SPEC_MAX_DEPTH) {
-                manta_spec_errors_add(c->errs, c->file, line, col, "",
-                                      "nesting deeper than %d levels", MANTA_SPEC_MAX_DEPTH);
-                ok = false;
-                break;
-            }
-            n = node_new(c, ev.type == YAML_SEQUENCE_START_EVENT ? MANTA_SPEC_SEQ : MANTA_SPEC_MAP,
-                         c->file, line, col);
-            if (!n) ok = false;
-            push = true;
-            break;
-        case YAML_SEQUENCE_END_EVENT:
-            depth--;
-            break;
-        case YAML_MAPPING_END_EVENT:
-            if (!merge_keys(c, stack[depth - 1].node)) ok = false;
-            depth--;
-            break;
-        default:
-            break;
-        }
-        if (ok && tag && tag_class(tag) < 0) {
-            manta_spec_errors_add(c->errs, c->file, line, col, "",
+        made o = {0};
+        mark_pos(c, ev.start_mark, &o.line, &o.col);
+        ok = on_event(&b, &ev, &o);
+        if (ok && o.tag && tag_class(o.tag) < 0) {
+            manta_spec_errors_add(c->errs, c->file, o.line, o.col, "",
                                   "unsupported tag %s; only the YAML core tags (!!str, !!int, "
                                   "!!float, !!bool, !!null, !!map, !!seq) are allowed",
-                                  (const char *)tag);
+                                  (const char *)o.tag);
             ok = false;
         }
-        if (ok && n) {
-            if (!attach(c, stack, depth, &root, n)) {
-                /* A rejected key is ours to free; an attached node is not. */
-                if (root != n) node_free(n);
-                ok = false;
-            } else {
-                if (push) {
-                    stack[depth].node = n;
-                    stack[depth].key = NULL;
-                    depth++;
-                }
-                if (anchor_name) {
-                    if (n_anchors == cap_anchors) {
-                        size_t cap = cap_anchors ? cap_anchors * 2 : 8;
-                        anchor *a = realloc(anchors, cap * sizeof *a);
-                        if (!a)
-                            ok = false;
-                        else
-                            anchors = a, cap_anchors = cap;
-                    }
-                    if (ok && (anchors[n_anchors].name = strdup((const char *)anchor_name)))
-                        anchors[n_anchors++].node = n;
-                    else {
-                        manta_spec_errors_add(c->errs, c->file, line, col, "", "out of memory");
-                        ok = false;
-                    }
-                }
-            }
-        } else if (n) {
-            node_free(n);
-        }
+        if (ok && o.n)
+            ok = place(&b, &o);
+        else if (o.n)
+            node_free(o.n);
         yaml_event_delete(&ev);
     }
-    for (size_t i = 0; i < c->n_dead; i++) node_free(c->dead[i]);
-    free(c->dead);
-    c->dead = NULL;
-    c->n_dead = c->cap_dead = 0;
-    /* Keys waiting for a value when the parse stopped belong to no node. */
-    for (int i = 0; i < depth; i++) node_free(stack[i].key);
-    for (size_t i = 0; i < n_anchors; i++) free(anchors[i].name);
-    free(anchors);
+    builder_end(&b);
     yaml_parser_delete(&p);
     if (!ok) {
-        node_free(root);
+        node_free(b.root);
         return NULL;
     }
-    if (!root) *empty = true;
-    return root;
+    if (!b.root) *empty = true;
+    return b.root;
 }
 
 /* ---- Lookup and getters -------------------------------------------------------- */
@@ -1152,6 +1196,142 @@ static bool is_top_key(const char *k)
     return false;
 }
 
+/* Split the path of a --set (a copy, cut in place) into comps[]; "groups"
+ * goes first when the head names a group. */
+static bool split_set_path(ctx *c, const manta_spec_node *root, char *path, const char *arg,
+                           const char *eq, int index, char **comps, size_t *nc)
+{
+    const manta_spec_node *groups = map_get(root, "groups");
+    char *head = path, *dot = strchr(path, '.');
+    size_t hl = dot ? (size_t)(dot - path) : strlen(path);
+    char save = head[hl];
+    head[hl] = '\0';
+    bool top = is_top_key(head) || map_get(root, head);
+    bool group = !top && map_get(groups, head);
+    if (group) comps[(*nc)++] = "groups";
+    if (!top && !group) {
+        char *name = strdup(head);
+        head[hl] = save;
+        manta_spec_errors_add(c->errs, SET_FILE, index, 1, path,
+                              "no top-level key or group named \"%s\"", name ? name : head);
+        free(name);
+        return false;
+    }
+    head[hl] = save;
+    for (char *s = path;;) {
+        char *d = strchr(s, '.');
+        if (d) *d = '\0';
+        if (!*s || *nc >= MANTA_SPEC_MAX_DEPTH) {
+            manta_spec_errors_add(c->errs, SET_FILE, index, 1, "",
+                                  !*s ? "empty component in the path \"%.*s\""
+                                      : "path \"%.*s\" is too deep",
+                                  (int)(eq - arg), arg);
+            return false;
+        }
+        comps[(*nc)++] = s;
+        if (!d) return true;
+        s = d + 1;
+    }
+}
+
+/* Parse the value of a --set, with positions inside the argument. */
+static manta_spec_node *parse_set_value(ctx *c, const char *arg, const char *eq, int index)
+{
+    ctx vc = *c;
+    vc.file = SET_FILE;
+    vc.fixed_line = index;
+    vc.col_base = (int)(eq - arg) + 1;
+    vc.value_len = (int)strlen(eq + 1);
+    bool empty;
+    manta_spec_node *val = build_tree(&vc, eq + 1, strlen(eq + 1), &empty);
+    c->nodes = vc.nodes;
+    c->too_many = vc.too_many;
+    if (!val && empty) val = scalar_new(c, SET_FILE, index, vc.col_base + 1, "", 0, true);
+    return val;
+}
+
+/* The slot of component `comp` inside cur (whose path is next_path). A
+ * mapping that lacks it gets it: holding *val when it is the last
+ * component (then *val is in the tree and becomes NULL), else an empty
+ * mapping. NULL, reported, when cur has no such slot. */
+static manta_spec_node **child_slot(ctx *c, manta_spec_node *cur, const char *comp,
+                                    const char *next_path, bool last, manta_spec_node **val,
+                                    int index)
+{
+    char gotbuf[128];
+    if (cur->kind == MANTA_SPEC_MAP) {
+        long k = map_index(cur, comp);
+        if (k >= 0) return &cur->items[k];
+        manta_spec_node *key = scalar_new(c, SET_FILE, index, 1, comp, strlen(comp), true);
+        manta_spec_node *v = last ? *val : node_new(c, MANTA_SPEC_MAP, SET_FILE, index, 1);
+        if (!key || !v || !set_paths(key, next_path) || !node_push(cur, key, v)) {
+            node_free(key);
+            if (v != *val) node_free(v);
+            manta_spec_errors_add(c->errs, SET_FILE, index, 1, "", "out of memory");
+            return NULL;
+        }
+        if (last) *val = NULL; /* now in the tree */
+        return &cur->items[cur->count - 1];
+    }
+    if (cur->kind == MANTA_SPEC_SEQ) {
+        size_t k;
+        if (!parse_index(comp, &k) || k >= cur->count) {
+            manta_spec_errors_add(c->errs, SET_FILE, index, 1, next_path,
+                                  "%s is a sequence of %zu items; expected an index from 0 "
+                                  "to %zu, got \"%s\"",
+                                  cur->path[0] ? cur->path : "the document", cur->count,
+                                  cur->count ? cur->count - 1 : 0, comp);
+            return NULL;
+        }
+        return &cur->items[k];
+    }
+    manta_spec_errors_add(c->errs, SET_FILE, index, 1, next_path,
+                          "cannot set a key inside %s: it is %s (at %s:%d:%d), not a "
+                          "mapping",
+                          cur->path, GOT(cur), cur->file, cur->line, cur->col);
+    return NULL;
+}
+
+/* Walk comps[0..nc) down from the root, making mappings on the way (a
+ * null becomes one), and put *val at the end (then *val is NULL). */
+static bool set_at(ctx *c, manta_spec_node *root, char **comps, size_t nc, manta_spec_node **val,
+                   int index)
+{
+    manta_spec_node *cur = root;
+    for (size_t i = 0; i < nc; i++) {
+        char *next_path = child_path(cur->path, comps[i]);
+        if (!next_path) {
+            manta_spec_errors_add(c->errs, SET_FILE, index, 1, "", "out of memory");
+            return false;
+        }
+        bool last = i + 1 == nc;
+        manta_spec_node **slot = child_slot(c, cur, comps[i], next_path, last, val, index);
+        if (slot && last && *val) {
+            node_free(*slot);
+            *slot = *val;
+            *val = NULL;
+        }
+        if (slot && !last && is_null_node(*slot)) {
+            manta_spec_node *m = node_new(c, MANTA_SPEC_MAP, SET_FILE, index, 1);
+            if (m) {
+                node_free(*slot);
+                *slot = m;
+            } else {
+                slot = NULL; /* reported */
+            }
+        }
+        bool ok = slot != NULL;
+        if (ok && !set_paths(*slot, next_path)) {
+            manta_spec_errors_add(c->errs, SET_FILE, index, 1, "", "out of memory");
+            ok = false;
+        }
+        free(next_path);
+        if (!ok || last) return ok;
+        cur = *slot;
+    }
+    return true;
+}
+
 /* Apply one "path=value" (the index-th, 1-based) to the root mapping. */
 static bool apply_set(ctx *c, manta_spec_node *root, const char *arg, int index)
 {
@@ -1164,146 +1344,17 @@ static bool apply_set(ctx *c, manta_spec_node *root, const char *arg, int index)
         return false;
     }
     char *path = strndup(arg, (size_t)(eq - arg));
+    if (!path) {
+        manta_spec_errors_add(c->errs, SET_FILE, index, 1, "", "out of memory");
+        return false;
+    }
     char *comps[MANTA_SPEC_MAX_DEPTH + 1];
     size_t nc = 0;
-    bool ok = path != NULL;
-    if (!ok) manta_spec_errors_add(c->errs, SET_FILE, index, 1, "", "out of memory");
-    /* Split the path; "groups" goes first when the head names a group. */
-    if (ok) {
-        const manta_spec_node *groups = map_get(root, "groups");
-        char *head = path, *dot = strchr(path, '.');
-        size_t hl = dot ? (size_t)(dot - path) : strlen(path);
-        char save = head[hl];
-        head[hl] = '\0';
-        bool top = is_top_key(head) || map_get(root, head);
-        bool group = !top && map_get(groups, head);
-        if (group) comps[nc++] = "groups";
-        if (!top && !group) {
-            char *name = strdup(head);
-            head[hl] = save;
-            manta_spec_errors_add(c->errs, SET_FILE, index, 1, path,
-                                  "no top-level key or group named \"%s\"", name ? name : head);
-            free(name);
-            ok = false;
-        }
-        head[hl] = save;
-        for (char *s = path; ok;) {
-            char *d = strchr(s, '.');
-            if (d) *d = '\0';
-            if (!*s || nc >= MANTA_SPEC_MAX_DEPTH) {
-                manta_spec_errors_add(c->errs, SET_FILE, index, 1, "",
-                                      !*s ? "empty component in the path \"%.*s\""
-                                          : "path \"%.*s\" is too deep",
-                                      (int)(eq - arg), arg);
-                ok = false;
-                break;
-            }
-            comps[nc++] = s;
-            if (!d) break;
-            s = d + 1;
-        }
-    }
-    /* Parse the value with positions inside the argument. */
     manta_spec_node *val = NULL;
-    if (ok) {
-        ctx vc = *c;
-        vc.file = SET_FILE;
-        vc.fixed_line = index;
-        vc.col_base = (int)(eq - arg) + 1;
-        vc.value_len = (int)strlen(eq + 1);
-        bool empty;
-        val = build_tree(&vc, eq + 1, strlen(eq + 1), &empty);
-        c->nodes = vc.nodes;
-        c->too_many = vc.too_many;
-        if (!val && empty) val = scalar_new(c, SET_FILE, index, vc.col_base + 1, "", 0, true);
-        ok = val != NULL;
-    }
-    /* Walk to the parent, making mappings on the way. */
-    manta_spec_node *cur = root;
-    char *full = NULL;
-    for (size_t i = 0; ok && i < nc; i++) {
-        char *next_path = child_path(cur->path, comps[i]);
-        if (!next_path) {
-            ok = false;
-            manta_spec_errors_add(c->errs, SET_FILE, index, 1, "", "out of memory");
-            break;
-        }
-        bool last = i + 1 == nc;
-        manta_spec_node **slot = NULL;
-        if (cur->kind == MANTA_SPEC_MAP) {
-            long k = map_index(cur, comps[i]);
-            if (k >= 0) {
-                slot = &cur->items[k];
-            } else {
-                manta_spec_node *key =
-                    scalar_new(c, SET_FILE, index, 1, comps[i], strlen(comps[i]), true);
-                manta_spec_node *v = last ? val : node_new(c, MANTA_SPEC_MAP, SET_FILE, index, 1);
-                if (!key || !v || !set_paths(key, next_path) || !node_push(cur, key, v)) {
-                    node_free(key);
-                    if (v != val) node_free(v);
-                    free(next_path);
-                    ok = false;
-                    manta_spec_errors_add(c->errs, SET_FILE, index, 1, "", "out of memory");
-                    break;
-                }
-                if (last) val = NULL; /* now in the tree */
-                slot = &cur->items[cur->count - 1];
-            }
-        } else if (cur->kind == MANTA_SPEC_SEQ) {
-            size_t k;
-            if (!parse_index(comps[i], &k) || k >= cur->count) {
-                manta_spec_errors_add(c->errs, SET_FILE, index, 1, next_path,
-                                      "%s is a sequence of %zu items; expected an index from 0 "
-                                      "to %zu, got \"%s\"",
-                                      cur->path[0] ? cur->path : "the document", cur->count,
-                                      cur->count ? cur->count - 1 : 0, comps[i]);
-                free(next_path);
-                ok = false;
-                break;
-            }
-            slot = &cur->items[k];
-        } else {
-            manta_spec_errors_add(c->errs, SET_FILE, index, 1, next_path,
-                                  "cannot set a key inside %s: it is %s (at %s:%d:%d), not a "
-                                  "mapping",
-                                  cur->path, GOT(cur), cur->file, cur->line, cur->col);
-            free(next_path);
-            ok = false;
-            break;
-        }
-        if (last) {
-            if (val) {
-                node_free(*slot);
-                *slot = val;
-                val = NULL;
-            }
-            full = next_path;
-            cur = *slot;
-            break;
-        }
-        if (is_null_node(*slot)) {
-            manta_spec_node *m = node_new(c, MANTA_SPEC_MAP, SET_FILE, index, 1);
-            if (!m) {
-                free(next_path);
-                ok = false;
-                break;
-            }
-            node_free(*slot);
-            *slot = m;
-        }
-        if (!set_paths(*slot, next_path)) {
-            manta_spec_errors_add(c->errs, SET_FILE, index, 1, "", "out of memory");
-            ok = false;
-        }
-        free(next_path);
-        cur = *slot;
-    }
-    if (ok && full && !set_paths(cur, full)) {
-        manta_spec_errors_add(c->errs, SET_FILE, index, 1, "", "out of memory");
-        ok = false;
-    }
+    bool ok = split_set_path(c, root, path, arg, eq, index, comps, &nc) &&
+              (val = parse_set_value(c, arg, eq, index)) != NULL &&
+              set_at(c, root, comps, nc, &val, index);
     node_free(val);
-    free(full);
     free(path);
     return ok;
 }
@@ -1444,12 +1495,12 @@ static void check_group(ctx *c, spec_impl *si, manta_spec_group *g, const manta_
         while (lib[0] == '.' && lib[1] == '/') lib += 2;
         char *lp = NULL;
         if (asprintf(&lp, "%s/%s", si->dir, lib) < 0)
-            manta_spec_errors_add(e, c->file, 0, 0, "", "out of memory");
+            node_err(e, map_get(v, "library"), "out of memory");
         else
             g->library_path = lp;
     } else if (g->library) {
         g->library_path = strdup(g->library);
-        if (!g->library_path) manta_spec_errors_add(e, c->file, 0, 0, "", "out of memory");
+        if (!g->library_path) node_err(e, map_get(v, "library"), "out of memory");
     }
 }
 
@@ -1469,7 +1520,7 @@ static void check_nodes(ctx *c, spec_impl *si, const manta_spec_node *nodes)
     }
     s->nodes = calloc(nodes->count, sizeof *s->nodes);
     if (!s->nodes) {
-        manta_spec_errors_add(e, c->file, 0, 0, "", "out of memory");
+        node_err(e, nodes, "out of memory");
         return;
     }
     s->n_nodes = nodes->count;
@@ -1549,7 +1600,7 @@ static void check_placement(ctx *c, manta_spec *s, const manta_spec_node *nodes)
     size_t *node_of = d ? malloc((total ? total : 1) * sizeof *node_of) : NULL;
     char why[512];
     if (!node_of)
-        manta_spec_errors_add(e, c->file, 0, 0, "", "out of memory");
+        node_err(e, nodes, "out of memory");
     else if (manta_spec_place(d, s->n_groups, s->nodes, s->n_nodes, MANTA_SPEC_FIRST_FIT, true,
                               node_of, why, sizeof why) != 0)
         node_err(e, nodes, "cannot place every replica (first-fit, largest first): %s", why);
@@ -1596,7 +1647,7 @@ static void check_groups(ctx *c, spec_impl *si, const manta_spec_node *groups,
     } else if (groups->count == 0) {
         node_err(e, groups, "expected at least one group, got an empty mapping");
     } else if (!(s->groups = calloc(groups->count, sizeof *s->groups))) {
-        manta_spec_errors_add(e, c->file, 0, 0, "", "out of memory");
+        node_err(e, groups, "out of memory");
     } else {
         s->n_groups = groups->count;
         for (size_t i = 0; i < groups->count; i++)

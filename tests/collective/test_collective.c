@@ -34,7 +34,7 @@ static test_redis redis;
 static manta_ctx *drv;
 static manta_actor *ranks[MAXR];
 
-enum { K_OPS = 1, K_BCAST_BIG, K_JOIN, K_IDLE, K_ALLREDUCE, K_GATHER_BYTES };
+enum { K_OPS = 1, K_BCAST_BIG, K_JOIN, K_IDLE, K_ALLREDUCE, K_GATHER_BYTES, K_FIELDS };
 
 typedef struct job {
     char group[64];
@@ -215,6 +215,43 @@ static int run_bcast_big(manta_coll_group *g, const job *j, result *res)
     return rc;
 }
 
+/* ---- a backend of the test's own: the rendezvous fields ---- */
+
+/* What a backend publishes at open (as NCCL does its unique id): rank 0
+ * puts a 16-byte token, every rank reads it back, polling until it is
+ * there. A read of the wrong size is EPROTO naming the field, and a field
+ * nobody publishes times out. Any other outcome fails the open, and with
+ * it manta_coll_create, with a message saying what went wrong. */
+static int fields_open(manta_coll_group *g, void **impl)
+{
+    unsigned char tok[16], got[16];
+    for (size_t i = 0; i < sizeof tok; i++) tok[i] = (unsigned char)(i * 37 + 11);
+    int64_t deadline = manta_coll_now_ms() + 10000;
+    int rc = manta_coll_rank(g) == 0 ? manta_coll_put(g, "tok", tok, sizeof tok) : 0;
+    if (rc == 0) rc = manta_coll_get(g, "tok", got, sizeof got, deadline);
+    if (rc) return rc;
+    if (memcmp(got, tok, sizeof tok) != 0)
+        return manta_coll_fail(g, MANTA_EPROTO, "test: the token read back differs");
+    rc = manta_coll_get(g, "tok", got, 8, deadline);
+    if (rc != MANTA_EPROTO || !strstr(manta_last_error(), "field tok has 16 bytes, expected 8"))
+        return manta_coll_fail(g, MANTA_EPROTO, "test: an 8-byte read of tok gave %d: %s", rc,
+                               manta_last_error());
+    rc = manta_coll_get(g, "absent", got, sizeof got, manta_coll_now_ms() + 50);
+    if (rc != MANTA_ETIMEDOUT || !strstr(manta_last_error(), "'absent' not published in time"))
+        return manta_coll_fail(g, MANTA_EPROTO, "test: reading an absent field gave %d: %s", rc,
+                               manta_last_error());
+    *impl = malloc(1);
+    return *impl ? 0 : manta_coll_fail(g, MANTA_ENOMEM, "out of memory");
+}
+
+static void fields_close(void *impl)
+{
+    free(impl);
+}
+
+static const manta_coll_backend fields_backend = {
+    .name = "fields", .open = fields_open, .close = fields_close};
+
 static int m_run(manta_req *c, void *st, const void *arg, size_t alen)
 {
     result res = {0};
@@ -226,6 +263,7 @@ static int m_run(manta_req *c, void *st, const void *arg, size_t alen)
      * when joining is what the test times. */
     int join_ms = j.kind == K_JOIN || j.timeout_ms > 10000 ? j.timeout_ms : 10000;
     manta_coll_options o = {.timeout_ms = join_ms, .chunk_bytes = j.chunk};
+    if (j.kind == K_FIELDS) o.backend = &fields_backend;
     int rc = manta_coll_create(manta_req_ctx(c), j.group, j.world, j.rank, &o, &g);
     if (rc) {
         rfail(&res, rc, "%s", manta_last_error());
@@ -250,7 +288,15 @@ static int m_run(manta_req *c, void *st, const void *arg, size_t alen)
         if (rc) rfail(&res, rc, "%s", manta_last_error());
         free(b);
     } else if (j.kind == K_IDLE) {
-        usleep((useconds_t)j.root * 1000); /* in the group, but never in an operation */
+        /* In the group, but never in an operation: until the driver says
+         * the others have timed out (or j.root ms, a cap for a lost driver). */
+        double until = test_now() + j.root / 1000.0;
+        void *v = NULL;
+        size_t vlen;
+        while (manta_kv_get(manta_req_ctx(c), "idle-release", &v, &vlen) == MANTA_ENOTFOUND &&
+               test_now() < until)
+            usleep(5000);
+        free(v);
     }
     manta_coll_free(g);
     return manta_reply(c, &res, sizeof res);
@@ -352,6 +398,19 @@ static void test_ops_all_sizes(void **st)
         }
 }
 
+/* A backend's own rendezvous fields (manta_coll_put/get, what NCCL uses
+ * for its id) travel between real processes and go with the group. */
+static void test_backend_fields(void **st)
+{
+    job j = {.kind = K_FIELDS, .timeout_ms = 10000};
+    snprintf(j.group, sizeof j.group, "fields");
+    result res[MAXR] = {0};
+    run_group(&j, 3, 0, res);
+    for (int r = 0; r < 3; r++)
+        if (res[r].rc) fail_msg("rank %d: %s (%s)", r, res[r].msg, manta_strerror(res[r].rc));
+    assert_int_equal(test_redis_count(&redis, "manta:*:coll:*"), 0);
+}
+
 static void test_broadcast_64mib_crc(void **st)
 {
     job j = {.kind = K_BCAST_BIG, .count = 64u << 20, .root = 1, .timeout_ms = 40000};
@@ -403,7 +462,7 @@ static void test_rank_never_enters_op(void **st)
 {
     job j = {.kind = K_ALLREDUCE, .count = 100000, .timeout_ms = 1000};
     snprintf(j.group, sizeof j.group, "idle");
-    job idle = {.kind = K_IDLE, .world = 3, .rank = 2, .root = 2500, .timeout_ms = 10000};
+    job idle = {.kind = K_IDLE, .world = 3, .rank = 2, .root = 20000, .timeout_ms = 10000};
     snprintf(idle.group, sizeof idle.group, "idle");
     manta_future *fi = manta_call_timeout(drv, ranks[2], "run", &idle, sizeof idle, 30000);
     manta_future *f[2];
@@ -424,6 +483,7 @@ static void test_rank_never_enters_op(void **st)
         if (r == 0) assert_non_null(strstr(res.msg, "group 'idle' rank 0: "));
         if (r == 0) assert_non_null(strstr(res.msg, "no message from rank 2"));
     }
+    assert_int_equal(manta_kv_set(drv, "idle-release", "1", 1), 0);
     assert_int_equal(manta_get(fi, -1, NULL, NULL), 0);
     manta_future_free(fi);
 }
@@ -435,11 +495,17 @@ static void test_disagreements(void **st)
     job j = {.kind = K_JOIN, .world = 3, .rank = 0, .timeout_ms = 1500};
     snprintf(j.group, sizeof j.group, "worlds");
     manta_future *f = manta_call_timeout(drv, ranks[0], "run", &j, sizeof j, 30000);
-    usleep(300000); /* let rank 0 announce world 3 first */
+    /* Rank 0 announces world 3 first: its record exists once it has. */
+    double until = test_now() + 10;
+    while (test_redis_count(&redis, "manta:coll-test:coll:worlds") != 1) {
+        if (test_now() > until) fail_msg("rank 0 never recorded group 'worlds' in Redis");
+        usleep(2000);
+    }
     manta_coll_group *g = NULL;
     int rc = manta_coll_create(drv, "worlds", 2, 1, NULL, &g);
     assert_int_equal(rc, MANTA_EINVAL);
-    assert_non_null(strstr(manta_last_error(), "group 'worlds' rank 1: this rank says world 2"));
+    if (!strstr(manta_last_error(), "group 'worlds': rank 1 says world 2, another member said 3"))
+        fail_msg("%s", manta_last_error());
     assert_int_equal(manta_get(f, -1, NULL, NULL), 0);
     manta_future_free(f);
 
@@ -517,13 +583,10 @@ int main(void)
         }
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_crc32c),
-        cmocka_unit_test(test_slices),
-        cmocka_unit_test(test_bad_arguments),
-        cmocka_unit_test(test_ops_all_sizes),
-        cmocka_unit_test(test_broadcast_64mib_crc),
-        cmocka_unit_test(test_missing_rank),
-        cmocka_unit_test(test_rank_never_enters_op),
+        cmocka_unit_test(test_crc32c),         cmocka_unit_test(test_slices),
+        cmocka_unit_test(test_bad_arguments),  cmocka_unit_test(test_ops_all_sizes),
+        cmocka_unit_test(test_backend_fields), cmocka_unit_test(test_broadcast_64mib_crc),
+        cmocka_unit_test(test_missing_rank),   cmocka_unit_test(test_rank_never_enters_op),
         cmocka_unit_test(test_disagreements),
     };
     if (getenv("TEST_FILTER")) cmocka_set_test_filter(getenv("TEST_FILTER"));
