@@ -115,13 +115,14 @@ static void act_sizes(const mk_config *c, int B, int T, size_t *s)
 
 static void gact_sizes(const mk_config *c, int B, int T, size_t *s)
 {
-    size_t C = c->n_embd, R = (size_t)B * T;
+    size_t C = c->n_embd, R = (size_t)B * T, NH = c->n_head;
     s[MK_G_RES] = R * C;
     s[MK_G_LN] = R * C;
     s[MK_G_QKV] = R * 3 * C;
     s[MK_G_ATTY] = R * C;
     s[MK_G_FCH] = R * 4 * C;
     s[MK_G_FCG] = R * 4 * C;
+    s[MK_G_ATT] = B * NH * T * T;
 }
 
 /* Carves base into n regions of sizes[i] floats, each 16-float aligned. */
@@ -570,7 +571,7 @@ int mk_backward(mk_model *m)
         /* attention branch: res2 = res + proj(attn(qkv(ln1(res)))) */
         be->mm_bwd(g[MK_G_ATTY], LG(l, MK_P_PROJW), LG(l, MK_P_PROJB), g[MK_G_RES], atty,
                    LP(l, MK_P_PROJW), (int)R, C, C);
-        be->attn_bwd(g[MK_G_QKV], g[MK_G_ATTY], qkv, att, B, T, C, NH);
+        be->attn_bwd(g[MK_G_QKV], g[MK_G_ATT], g[MK_G_ATTY], qkv, att, B, T, C, NH);
         be->mm_bwd(g[MK_G_LN], LG(l, MK_P_QKVW), LG(l, MK_P_QKVB), g[MK_G_QKV], ln1,
                    LP(l, MK_P_QKVW), (int)R, C, 3 * C);
         be->ln_bwd(g[MK_G_RES], LG(l, MK_P_LN1W), LG(l, MK_P_LN1B), g[MK_G_LN], res,
