@@ -357,11 +357,13 @@ __global__ static void kv_store_k(float *kc, float *vc, const float *qkv, const 
     vc[o] = qkv[(size_t)r * 3 * C + 2 * C + c];
 }
 
-/* one warp (one block) per (row, head); scores in shared memory */
-__global__ static void attn_decode_k(float *out, const float *qkv, const float *kc, const float *vc,
-                                     const int *slot, const int *pos, int C, int NH, int Tmax)
+/* one warp (one block) per (row, head); the scores in att [R, NH, Tmax] (global memory, so
+ * that any context length fits) */
+__global__ static void attn_decode_k(float *out, float *att, const float *qkv, const float *kc,
+                                     const float *vc, const int *slot, const int *pos, int C,
+                                     int NH, int Tmax)
 {
-    extern __shared__ float a[];
+    float *a = att + (size_t)blockIdx.x * Tmax;
     int r = blockIdx.x / NH, h = blockIdx.x % NH, lane = threadIdx.x;
     int hs = C / NH, n = pos[r] + 1;
     float scale = rsqrtf((float)hs);
@@ -394,11 +396,10 @@ static void kv_store(float *kc, float *vc, const float *qkv, const int *slot, co
     LAUNCHED();
 }
 
-/* att is not needed here: the scores stay in shared memory */
 static void attn_decode(float *out, float *att, const float *qkv, const float *kc, const float *vc,
                         const int *slot, const int *pos, int R, int C, int NH, int Tmax)
 {
-    attn_decode_k<<<R * NH, 32, sizeof(float) * Tmax>>>(out, qkv, kc, vc, slot, pos, C, NH, Tmax);
+    attn_decode_k<<<R * NH, 32>>>(out, att, qkv, kc, vc, slot, pos, C, NH, Tmax);
     LAUNCHED();
 }
 
