@@ -292,96 +292,111 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *
 /* Rows at most this many go to skinny_mm instead of BLAS. */
 #define SKINNY_ROWS 96
 
-/* 16 floats; the unaligned, aliasing variant reads and writes plain arrays */
-typedef float v16 __attribute__((vector_size(64)));
-typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
-#define load16(p)     (*(const v16u *)(p))
-#define store16(p, v) (*(v16u *)(p) = (v))
-
-/* out[r0:r0+NR, c0:c0+64] (+)= in[r0:r0+NR, k0:k1] w[k0:k1, c0:c0+64], accumulators in
- * registers (NR x 4 vectors of 16 floats); the first k-block starts from the bias, later ones
- * from what the previous block stored (float in, float out: the sum is the same as one pass). */
-#define SKINNY_TILE(NR)                                                                            \
-    do {                                                                                           \
-        v16 acc[NR][4];                                                                            \
-        for (int r = 0; r < NR; r++)                                                               \
-            for (int j = 0; j < 4; j++)                                                            \
-                acc[r][j] = k0 ? (v16)load16(out + (size_t)(r0 + r) * OC + c0 + 16 * j)            \
-                               : (bias ? (v16)load16(bias + c0 + 16 * j) : (v16){0});              \
-        for (int k = k0; k < k1; k++) {                                                            \
-            const float *wk = wb + (size_t)(k - k0) * ldw;                                         \
-            v16 w0 = load16(wk), w1 = load16(wk + 16), w2 = load16(wk + 32), w3 = load16(wk + 48); \
-            for (int r = 0; r < NR; r++) {                                                         \
-                float a = inp[(size_t)(r0 + r) * IC + k];                                          \
-                acc[r][0] += a * w0;                                                               \
-                acc[r][1] += a * w1;                                                               \
-                acc[r][2] += a * w2;                                                               \
-                acc[r][3] += a * w3;                                                               \
-            }                                                                                      \
-        }                                                                                          \
-        for (int r = 0; r < NR; r++)                                                               \
-            for (int j = 0; j < 4; j++)                                                            \
-                store16(out + (size_t)(r0 + r) * OC + c0 + 16 * j, acc[r][j]);                     \
-    } while (0)
-
 /* Rows of w per k-block: a block of the strip (SKINNY_KB x 64 floats, 32 KiB) is copied to a
  * contiguous buffer that stays in L1 while every row tile passes over it.  (In place, its rows lie
  * OC floats apart, a multiple of 1.5 KiB, and map onto a quarter or less of L1's sets.) */
 #define SKINNY_KB 128
 
-/* One 64-column strip of out for every row, k-block by k-block: 6-row tiles (24 accumulators
- * in vector registers) while they last, then a 4-, 2- and 1-row tile.  w is read from memory once
- * per call.  Built three times (AVX-512+FMA, AVX2+FMA, baseline) with contraction into FMA
- * allowed, and picked at start-up from the CPU's flags (target_clones would pick by CPU model,
- * which some hypervisors hide). */
-#define SKINNY_STRIP_BODY                                                                          \
-    {                                                                                              \
-        float wp[SKINNY_KB * 64] __attribute__((aligned(64)));                                     \
-        for (int k0 = 0; k0 < IC; k0 += SKINNY_KB) {                                               \
-            int k1 = k0 + SKINNY_KB < IC ? k0 + SKINNY_KB : IC;                                    \
-            const float *wb = w + (size_t)k0 * OC + c0; /* one row tile: read w in place */        \
-            int ldw = OC;                                                                          \
-            if (R > 6) {                                                                           \
-                for (int k = k0; k < k1; k++)                                                      \
-                    memcpy(wp + (size_t)(k - k0) * 64, w + (size_t)k * OC + c0,                    \
-                           64 * sizeof(float));                                                    \
-                wb = wp;                                                                           \
-                ldw = 64;                                                                          \
-            }                                                                                      \
-            int r0 = 0;                                                                            \
-            for (; r0 + 6 <= R; r0 += 6) SKINNY_TILE(6);                                           \
-            if (r0 + 4 <= R) {                                                                     \
-                SKINNY_TILE(4);                                                                    \
-                r0 += 4;                                                                           \
-            }                                                                                      \
-            if (r0 + 2 <= R) {                                                                     \
-                SKINNY_TILE(2);                                                                    \
-                r0 += 2;                                                                           \
-            }                                                                                      \
-            if (r0 < R) SKINNY_TILE(1);                                                            \
-        }                                                                                          \
-    }
-#define SKINNY_ARGS                                                                                \
-    float *out, const float *inp, const float *w, const float *bias, int R, int IC, int OC, int c0
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f,fma"), optimize("fp-contract=fast"))) static void
-    skinny_strip_avx512(SKINNY_ARGS) SKINNY_STRIP_BODY
-    __attribute__((target("avx2,fma"), optimize("fp-contract=fast"))) static void skinny_strip_avx2(
-        SKINNY_ARGS) SKINNY_STRIP_BODY
-#endif
-    static void skinny_strip_base(SKINNY_ARGS) SKINNY_STRIP_BODY
-    static void (*skinny_strip)(SKINNY_ARGS) = skinny_strip_base;
+/* 16 floats as one GCC vector; the unaligned, aliasing variant reads and writes plain arrays */
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
+#define load16(p)     (*(const v16u *)(p))
+#define store16(p, v) (*(v16u *)(p) = (v))
 
-static void choose_vector_kernels(void)
-{
+/* The vector kernels below (the skinny product, decode attention) are written once as
+ * always-inline functions and compiled into three callers - AVX-512+FMA, AVX2+FMA and baseline
+ * x86-64, with contraction into FMA allowed - one of which is picked at start-up from the CPU's
+ * flags (target_clones would pick by CPU model, which some hypervisors hide).  Their tile sizes
+ * are arguments that the callers pass as constants, so each inlined copy keeps its accumulators
+ * in vector registers. */
+#define MK_INLINE static inline __attribute__((always_inline))
 #if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
-        skinny_strip = skinny_strip_avx512;
-    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        skinny_strip = skinny_strip_avx2;
+#define MK_VEC_X86 1
+#define MK_AVX512  __attribute__((target("avx512f,fma"), optimize("fp-contract=fast")))
+#define MK_AVX2    __attribute__((target("avx2,fma"), optimize("fp-contract=fast")))
 #endif
+
+/* out[r0:r0+nr, c0:c0+64] (+)= inp[r0:r0+nr, k0:k1] w[k0:k1, c0:c0+64] with wb the rows k0..k1
+ * of the strip (ldw floats apart), nr <= 6: nr x 4 accumulators of 16 floats.  The first k-block
+ * starts from the bias, later ones from what the previous block stored (float in, float out: the
+ * sum is the same as one pass). */
+MK_INLINE void skinny_tile(float *out, const float *inp, const float *wb, int ldw,
+                           const float *bias, int IC, int OC, int c0, int r0, int nr, int k0,
+                           int k1)
+{
+    v16 acc[6][4];
+    for (int r = 0; r < nr; r++)
+        for (int j = 0; j < 4; j++) {
+            float *o = out + (size_t)(r0 + r) * OC + c0 + 16 * j;
+            acc[r][j] = k0 ? (v16)load16(o) : (bias ? (v16)load16(bias + c0 + 16 * j) : (v16){0});
+        }
+    for (int k = k0; k < k1; k++) {
+        const float *wk = wb + (size_t)(k - k0) * ldw;
+        v16 w0 = load16(wk), w1 = load16(wk + 16), w2 = load16(wk + 32), w3 = load16(wk + 48);
+        for (int r = 0; r < nr; r++) {
+            float a = inp[(size_t)(r0 + r) * IC + k];
+            acc[r][0] += a * w0;
+            acc[r][1] += a * w1;
+            acc[r][2] += a * w2;
+            acc[r][3] += a * w3;
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int j = 0; j < 4; j++) store16(out + (size_t)(r0 + r) * OC + c0 + 16 * j, acc[r][j]);
 }
+
+/* One 64-column strip of out (columns c0..c0+64) for every row, k-block by k-block: 6-row tiles
+ * (24 accumulators) while they last, then a 4-, 2- and 1-row tile.  With more than one row tile
+ * the k-block is first copied to a contiguous buffer; a single tile reads w in place. */
+MK_INLINE void skinny_strip_any(float *out, const float *inp, const float *w, const float *bias,
+                                int R, int IC, int OC, int c0)
+{
+    float wp[SKINNY_KB * 64] __attribute__((aligned(64)));
+    for (int k0 = 0; k0 < IC; k0 += SKINNY_KB) {
+        int k1 = k0 + SKINNY_KB < IC ? k0 + SKINNY_KB : IC;
+        const float *wb = w + (size_t)k0 * OC + c0;
+        int ldw = OC;
+        if (R > 6) {
+            for (int k = k0; k < k1; k++)
+                memcpy(wp + (size_t)(k - k0) * 64, w + (size_t)k * OC + c0, 64 * sizeof(float));
+            wb = wp;
+            ldw = 64;
+        }
+        int r0 = 0;
+        for (; r0 + 6 <= R; r0 += 6)
+            skinny_tile(out, inp, wb, ldw, bias, IC, OC, c0, r0, 6, k0, k1);
+        if (r0 + 4 <= R) {
+            skinny_tile(out, inp, wb, ldw, bias, IC, OC, c0, r0, 4, k0, k1);
+            r0 += 4;
+        }
+        if (r0 + 2 <= R) {
+            skinny_tile(out, inp, wb, ldw, bias, IC, OC, c0, r0, 2, k0, k1);
+            r0 += 2;
+        }
+        if (r0 < R) skinny_tile(out, inp, wb, ldw, bias, IC, OC, c0, r0, 1, k0, k1);
+    }
+}
+
+typedef void skinny_strip_fn(float *out, const float *inp, const float *w, const float *bias, int R,
+                             int IC, int OC, int c0);
+#ifdef MK_VEC_X86
+MK_AVX512 static void skinny_strip_avx512(float *out, const float *inp, const float *w,
+                                          const float *bias, int R, int IC, int OC, int c0)
+{
+    skinny_strip_any(out, inp, w, bias, R, IC, OC, c0);
+}
+MK_AVX2 static void skinny_strip_avx2(float *out, const float *inp, const float *w,
+                                      const float *bias, int R, int IC, int OC, int c0)
+{
+    skinny_strip_any(out, inp, w, bias, R, IC, OC, c0);
+}
+#endif
+static void skinny_strip_base(float *out, const float *inp, const float *w, const float *bias,
+                              int R, int IC, int OC, int c0)
+{
+    skinny_strip_any(out, inp, w, bias, R, IC, OC, c0);
+}
+static skinny_strip_fn *skinny_strip = skinny_strip_base;
 
 /* out[R,OC] = inp[R,IC] w[IC,OC] + bias for few rows (a decoding step, a
  * short prefill).  BLAS packs all of w into a scratch layout on every call,
@@ -560,36 +575,33 @@ MK_CLONES static void softmax_bwd_rows(float *dp, const float *p, int T, float s
 }
 
 /* Per (b, h): dP = dY V^T, dS from the softmax, then dQ = dS K, dK = dS^T Q,
- * dV = P^T dY straight into the head's slices of dqkv (overwritten). */
-static void attn_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
-                     int T, int C, int NH)
+ * dV = P^T dY straight into the head's slices of dqkv (overwritten).  datt
+ * [B,NH,T,T] holds dP, then dS, of each (b, h). */
+static void attn_bwd(float *dqkv, float *datt, const float *dout, const float *qkv,
+                     const float *att, int B, int T, int C, int NH)
 {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     int C3 = 3 * C;
-#pragma omp parallel num_threads(n_threads) if ((size_t)B * T * T * C > PAR_MIN)
-    {
-        float *dp = malloc(sizeof(float) * (size_t)T * T);
-        if (!dp) mk__die(__FILE__, __LINE__, "out of memory in attention backward", NULL);
-#pragma omp for collapse(2) schedule(dynamic, 1)
-        for (int b = 0; b < B; b++)
-            for (int h = 0; h < NH; h++) {
-                size_t o = (size_t)b * T * C3 + h * hs;
-                const float *q = qkv + o, *k = q + C, *v = q + 2 * C;
-                const float *p = att + ((size_t)b * NH + h) * T * T;
-                const float *dy = dout + (size_t)b * T * C + h * hs;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3,
-                            0.0f, dp, T);
-                softmax_bwd_rows(dp, p, T, scale);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, dp, T, k, C3,
-                            0.0f, dqkv + o, C3);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, dp, T, q, C3,
-                            0.0f, dqkv + o + C, C3);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, dy, C,
-                            0.0f, dqkv + o + 2 * C, C3);
-            }
-        free(dp);
-    }
+#pragma omp parallel for num_threads(n_threads) collapse(2)                                        \
+    schedule(dynamic, 1) if ((size_t)B * T * T * C > PAR_MIN)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            size_t o = (size_t)b * T * C3 + h * hs;
+            const float *q = qkv + o, *k = q + C, *v = q + 2 * C;
+            const float *p = att + ((size_t)b * NH + h) * T * T;
+            float *dp = datt + ((size_t)b * NH + h) * T * T;
+            const float *dy = dout + (size_t)b * T * C + h * hs;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3, 0.0f,
+                        dp, T);
+            softmax_bwd_rows(dp, p, T, scale);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, dp, T, k, C3,
+                        0.0f, dqkv + o, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, dp, T, q, C3, 0.0f,
+                        dqkv + o + C, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, dy, C, 0.0f,
+                        dqkv + o + 2 * C, C3);
+        }
 }
 
 static void kv_store(float *kc, float *vc, const float *qkv, const int *slot, const int *pos, int R,
@@ -602,138 +614,178 @@ static void kv_store(float *kc, float *vc, const float *qkv, const int *slot, co
     }
 }
 
-/* One row's attention for one head over its slot's cache: a[] is scratch. */
-MK_CLONES static void attend_cached(float *y, const float *q, const float *k, const float *v, int n,
-                                    int C, int hs, float scale, float *a)
+/* One row's attention for one head of any size over its slot's cache, in plain loops that the
+ * compiler vectorises: the fallback for head sizes that are not 16, 32, ..., 128.  a: scratch [n].
+ */
+MK_CLONES static void attend_one_head(float *y, const float *q, const float *k, const float *v,
+                                      int n, int C, int hs, float scale, float *a)
 {
-    for (int t2 = 0; t2 < n; t2++) a[t2] = dot(q, k + (size_t)t2 * C, hs) * scale;
+    for (int t = 0; t < n; t++) a[t] = dot(q, k + (size_t)t * C, hs) * scale;
     softmax_inplace(a, n);
     for (int i = 0; i < hs; i++) y[i] = 0.0f;
-    for (int t2 = 0; t2 < n; t2++) {
-        const float *vv = v + (size_t)t2 * C;
-        float p = a[t2];
+    for (int t = 0; t < n; t++) {
+        const float *vt = v + (size_t)t * C;
+        float p = a[t];
 #pragma omp simd
-        for (int i = 0; i < hs; i++) y[i] += p * vv[i];
+        for (int i = 0; i < hs; i++) y[i] += p * vt[i];
     }
 }
 
-/* Attention of one row over its slot's cache for a group of NH heads of hs = 16 NV floats each
- * (the row's heads, or one head when few rows share the team): scores position by position, so
- * the keys stream through memory in order, reduced in vector registers; the softmax; then per
- * head the probability-weighted values, the accumulators in registers (two sets, even and odd
- * positions, for the FMA latency).  a: scratch [NH, Tmax]. */
+/* Sum of the 16 lanes, pairwise. */
 typedef float v8f __attribute__((vector_size(32)));
 typedef float v4f __attribute__((vector_size(16)));
-#define HSUM16(s)                                                                                  \
-    ({                                                                                             \
-        v8f h8_ = __builtin_shufflevector(s, s, 0, 1, 2, 3, 4, 5, 6, 7) +                          \
-                  __builtin_shufflevector(s, s, 8, 9, 10, 11, 12, 13, 14, 15);                     \
-        v4f h4_ = __builtin_shufflevector(h8_, h8_, 0, 1, 2, 3) +                                  \
-                  __builtin_shufflevector(h8_, h8_, 4, 5, 6, 7);                                   \
-        (h4_[0] + h4_[2]) + (h4_[1] + h4_[3]);                                                     \
-    })
-#define ATTN_GROUP(NV)                                                                             \
-    do {                                                                                           \
-        for (int t = 0; t < n; t++) {                                                              \
-            const float *kr = k + (size_t)t * C;                                                   \
-            for (int h = 0; h < NH; h++) {                                                         \
-                const float *qh = q + h * 16 * NV, *kh = kr + h * 16 * NV;                         \
-                v16 sv = (v16)load16(qh) * (v16)load16(kh);                                        \
-                for (int j = 1; j < NV; j++) sv += (v16)load16(qh + 16 * j) * load16(kh + 16 * j); \
-                a[(size_t)h * Tmax + t] = HSUM16(sv) * scale;                                      \
-            }                                                                                      \
-        }                                                                                          \
-        for (int h = 0; h < NH; h++) softmax_inplace(a + (size_t)h * Tmax, n);                     \
-        for (int h = 0; h < NH; h++) {                                                             \
-            const float *ph = a + (size_t)h * Tmax, *vh = v + h * 16 * NV;                         \
-            v16 e[NV], o[NV];                                                                      \
-            for (int j = 0; j < NV; j++) e[j] = o[j] = (v16){0};                                   \
-            int t = 0;                                                                             \
-            for (; t + 2 <= n; t += 2) {                                                           \
-                const float *v0 = vh + (size_t)t * C, *v1 = v0 + C;                                \
-                float p0 = ph[t], p1 = ph[t + 1];                                                  \
-                for (int j = 0; j < NV; j++) {                                                     \
-                    e[j] += p0 * (v16)load16(v0 + 16 * j);                                         \
-                    o[j] += p1 * (v16)load16(v1 + 16 * j);                                         \
-                }                                                                                  \
-            }                                                                                      \
-            if (t < n)                                                                             \
-                for (int j = 0; j < NV; j++)                                                       \
-                    e[j] += ph[t] * (v16)load16(vh + (size_t)t * C + 16 * j);                      \
-            for (int j = 0; j < NV; j++) store16(y + h * 16 * NV + 16 * j, e[j] + o[j]);           \
-        }                                                                                          \
-    } while (0)
-#define ATTN_GROUP_ARGS                                                                            \
-    float *y, const float *q, const float *k, const float *v, int n, int C, int NH, int hs,        \
-        float scale, float *a, int Tmax
-#define ATTN_GROUP_BODY                                                                            \
-    {                                                                                              \
-        switch (hs) {                                                                              \
-        case 16:                                                                                   \
-            ATTN_GROUP(1);                                                                         \
-            break;                                                                                 \
-        case 32:                                                                                   \
-            ATTN_GROUP(2);                                                                         \
-            break;                                                                                 \
-        case 64:                                                                                   \
-            ATTN_GROUP(4);                                                                         \
-            break;                                                                                 \
-        default:                                                                                   \
-            ATTN_GROUP(8);                                                                         \
-            break;                                                                                 \
-        }                                                                                          \
-    }
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f,fma"), optimize("fp-contract=fast"))) static void
-attend_group_avx512(ATTN_GROUP_ARGS) ATTN_GROUP_BODY
-    __attribute__((target("avx2,fma"), optimize("fp-contract=fast"))) static void attend_group_avx2(
-        ATTN_GROUP_ARGS) ATTN_GROUP_BODY
-#endif
-    static void attend_group_base(ATTN_GROUP_ARGS) ATTN_GROUP_BODY
-
-    static void attend_group(ATTN_GROUP_ARGS)
+MK_INLINE float hsum16(const v16 *s)
 {
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) {
-        attend_group_avx512(y, q, k, v, n, C, NH, hs, scale, a, Tmax);
-        return;
-    }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        attend_group_avx2(y, q, k, v, n, C, NH, hs, scale, a, Tmax);
-        return;
-    }
-#endif
-    attend_group_base(y, q, k, v, n, C, NH, hs, scale, a, Tmax);
+    v8f h8 = __builtin_shufflevector(*s, *s, 0, 1, 2, 3, 4, 5, 6, 7) +
+             __builtin_shufflevector(*s, *s, 8, 9, 10, 11, 12, 13, 14, 15);
+    v4f h4 =
+        __builtin_shufflevector(h8, h8, 0, 1, 2, 3) + __builtin_shufflevector(h8, h8, 4, 5, 6, 7);
+    return (h4[0] + h4[2]) + (h4[1] + h4[3]);
 }
 
-static void attn_decode(float *out, const float *qkv, const float *kc, const float *vc,
+/* Attention of one row over its slot's cache for nh consecutive heads of hs = 16 nv floats each
+ * (nv <= 8): q, k, v point at the first head's slice of the query and of position 0's key and
+ * value (positions C floats apart), y at the first head's output; a: scratch [nh, Tmax].
+ * Three passes:
+ *  - scores position by position, every head of the group per position, so the keys stream
+ *    through memory in order; each head's dot product is nv vector products summed in a register;
+ *  - the softmax of each head's n scores;
+ *  - per head, the probability-weighted sum of the values, its nv vectors in registers, in two
+ *    sets (even and odd positions) so that consecutive positions do not wait on each other's FMA.
+ */
+MK_INLINE void attend_heads(float *y, const float *q, const float *k, const float *v, int n, int C,
+                            int nh, int nv, float scale, float *a, int Tmax)
+{
+    int hs = 16 * nv;
+    for (int t = 0; t < n; t++) {
+        const float *kt = k + (size_t)t * C;
+        for (int h = 0; h < nh; h++) {
+            const float *qh = q + h * hs, *kh = kt + h * hs;
+            v16 s = (v16)load16(qh) * (v16)load16(kh);
+            for (int j = 1; j < nv; j++) s += (v16)load16(qh + 16 * j) * (v16)load16(kh + 16 * j);
+            a[(size_t)h * Tmax + t] = hsum16(&s) * scale;
+        }
+    }
+    for (int h = 0; h < nh; h++) softmax_inplace(a + (size_t)h * Tmax, n);
+    for (int h = 0; h < nh; h++) {
+        const float *p = a + (size_t)h * Tmax, *vh = v + h * hs;
+        v16 even[8], odd[8];
+        for (int j = 0; j < nv; j++) even[j] = odd[j] = (v16){0};
+        int t = 0;
+        for (; t + 2 <= n; t += 2) {
+            const float *v0 = vh + (size_t)t * C, *v1 = v0 + C;
+            for (int j = 0; j < nv; j++) {
+                even[j] += p[t] * (v16)load16(v0 + 16 * j);
+                odd[j] += p[t + 1] * (v16)load16(v1 + 16 * j);
+            }
+        }
+        if (t < n)
+            for (int j = 0; j < nv; j++) even[j] += p[t] * (v16)load16(vh + (size_t)t * C + 16 * j);
+        for (int j = 0; j < nv; j++) store16(y + h * hs + 16 * j, even[j] + odd[j]);
+    }
+}
+
+/* attend_heads for hs = 16, 32, ..., 128: one call per head size, each with a constant nv. */
+MK_INLINE void attend_heads_any(float *y, const float *q, const float *k, const float *v, int n,
+                                int C, int nh, int hs, float scale, float *a, int Tmax)
+{
+    switch (hs / 16) {
+    case 1:
+        attend_heads(y, q, k, v, n, C, nh, 1, scale, a, Tmax);
+        break;
+    case 2:
+        attend_heads(y, q, k, v, n, C, nh, 2, scale, a, Tmax);
+        break;
+    case 3:
+        attend_heads(y, q, k, v, n, C, nh, 3, scale, a, Tmax);
+        break;
+    case 4:
+        attend_heads(y, q, k, v, n, C, nh, 4, scale, a, Tmax);
+        break;
+    case 5:
+        attend_heads(y, q, k, v, n, C, nh, 5, scale, a, Tmax);
+        break;
+    case 6:
+        attend_heads(y, q, k, v, n, C, nh, 6, scale, a, Tmax);
+        break;
+    case 7:
+        attend_heads(y, q, k, v, n, C, nh, 7, scale, a, Tmax);
+        break;
+    case 8:
+        attend_heads(y, q, k, v, n, C, nh, 8, scale, a, Tmax);
+        break;
+    default:
+        mk__die(__FILE__, __LINE__, "attend_heads: head size not 16..128", NULL);
+    }
+}
+
+/* Head sizes the vector path takes: multiples of 16 up to 128. */
+static int attend_vector_ok(int hs)
+{
+    return hs % 16 == 0 && hs >= 16 && hs <= 128;
+}
+
+typedef void attend_fn(float *y, const float *q, const float *k, const float *v, int n, int C,
+                       int nh, int hs, float scale, float *a, int Tmax);
+#ifdef MK_VEC_X86
+MK_AVX512 static void attend_heads_avx512(float *y, const float *q, const float *k, const float *v,
+                                          int n, int C, int nh, int hs, float scale, float *a,
+                                          int Tmax)
+{
+    attend_heads_any(y, q, k, v, n, C, nh, hs, scale, a, Tmax);
+}
+MK_AVX2 static void attend_heads_avx2(float *y, const float *q, const float *k, const float *v,
+                                      int n, int C, int nh, int hs, float scale, float *a, int Tmax)
+{
+    attend_heads_any(y, q, k, v, n, C, nh, hs, scale, a, Tmax);
+}
+#endif
+static void attend_heads_base(float *y, const float *q, const float *k, const float *v, int n,
+                              int C, int nh, int hs, float scale, float *a, int Tmax)
+{
+    attend_heads_any(y, q, k, v, n, C, nh, hs, scale, a, Tmax);
+}
+static attend_fn *attend_vector = attend_heads_base;
+
+/* att: scratch [R, NH, Tmax] for the scores, row r's heads at att + r NH Tmax. */
+static void attn_decode(float *out, float *att, const float *qkv, const float *kc, const float *vc,
                         const int *slot, const int *pos, int R, int C, int NH, int Tmax)
 {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     size_t work = 0; /* multiply-adds: each row attends to pos + 1 cached positions */
     for (int r = 0; r < R; r++) work += (size_t)(pos[r] + 1) * 2 * C;
-    int vec = hs % 16 == 0 && hs <= 128;
+    int vec = attend_vector_ok(hs);
     /* enough rows: one work item per row, all its heads (its keys and values stream in order);
      * few rows (batch 1, a prompt): one per (row, head) so that every thread has work */
     int per = vec && R >= 4 * n_threads ? NH : 1, items = R * (NH / per);
-#pragma omp parallel num_threads(n_threads) if (work > 4 * PAR_MIN)
-    {
-        float *a = malloc(sizeof(float) * (size_t)Tmax * NH);
-        if (!a) mk__die(__FILE__, __LINE__, "out of memory in attention decode", NULL);
-#pragma omp for schedule(dynamic, 1)
-        for (int it = 0; it < items; it++) {
-            int r = it / (NH / per), h = it % (NH / per) * per;
-            size_t base = (size_t)slot[r] * Tmax * C + h * hs;
-            float *y = out + (size_t)r * C + h * hs;
-            const float *q = qkv + (size_t)r * 3 * C + h * hs;
-            if (vec)
-                attend_group(y, q, kc + base, vc + base, pos[r] + 1, C, per, hs, scale, a, Tmax);
-            else
-                attend_cached(y, q, kc + base, vc + base, pos[r] + 1, C, hs, scale, a);
-        }
-        free(a);
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1) if (work > 4 * PAR_MIN)
+    for (int it = 0; it < items; it++) {
+        int r = it / (NH / per), h = it % (NH / per) * per;
+        size_t base = (size_t)slot[r] * Tmax * C + h * hs;
+        float *y = out + (size_t)r * C + h * hs;
+        const float *q = qkv + (size_t)r * 3 * C + h * hs;
+        float *a = att + ((size_t)r * NH + h) * Tmax;
+        if (vec)
+            attend_vector(y, q, kc + base, vc + base, pos[r] + 1, C, per, hs, scale, a, Tmax);
+        else
+            attend_one_head(y, q, kc + base, vc + base, pos[r] + 1, C, hs, scale, a);
     }
+}
+
+/* Picks the vector kernels' copies for this CPU (once, from blas_init_once). */
+static void choose_vector_kernels(void)
+{
+#ifdef MK_VEC_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) {
+        skinny_strip = skinny_strip_avx512;
+        attend_vector = attend_heads_avx512;
+    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        skinny_strip = skinny_strip_avx2;
+        attend_vector = attend_heads_avx2;
+    }
+#endif
 }
 
 /* ---- GELU and residuals ------------------------------------------------- */

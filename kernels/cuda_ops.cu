@@ -337,8 +337,9 @@ static void attn_fwd(float *out, float *att, const float *qkv, int B, int T, int
     LAUNCHED();
 }
 
-static void attn_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
-                     int T, int C, int NH)
+/* datt is not needed here: each warp recomputes its row of dP */
+static void attn_bwd(float *dqkv, float *datt, const float *dout, const float *qkv,
+                     const float *att, int B, int T, int C, int NH)
 {
     cu_zero(dqkv, sizeof(float) * (size_t)B * T * 3 * C);
     attn_bwd_k<<<blocks((size_t)B * NH * T * 32, 128), 128>>>(dqkv, dout, qkv, att, B, T, C, NH);
@@ -356,11 +357,13 @@ __global__ static void kv_store_k(float *kc, float *vc, const float *qkv, const 
     vc[o] = qkv[(size_t)r * 3 * C + 2 * C + c];
 }
 
-/* one warp (one block) per (row, head); scores in shared memory */
-__global__ static void attn_decode_k(float *out, const float *qkv, const float *kc, const float *vc,
-                                     const int *slot, const int *pos, int C, int NH, int Tmax)
+/* one warp (one block) per (row, head); the scores in att [R, NH, Tmax] (global memory, so
+ * that any context length fits) */
+__global__ static void attn_decode_k(float *out, float *att, const float *qkv, const float *kc,
+                                     const float *vc, const int *slot, const int *pos, int C,
+                                     int NH, int Tmax)
 {
-    extern __shared__ float a[];
+    float *a = att + (size_t)blockIdx.x * Tmax;
     int r = blockIdx.x / NH, h = blockIdx.x % NH, lane = threadIdx.x;
     int hs = C / NH, n = pos[r] + 1;
     float scale = rsqrtf((float)hs);
@@ -393,10 +396,10 @@ static void kv_store(float *kc, float *vc, const float *qkv, const int *slot, co
     LAUNCHED();
 }
 
-static void attn_decode(float *out, const float *qkv, const float *kc, const float *vc,
+static void attn_decode(float *out, float *att, const float *qkv, const float *kc, const float *vc,
                         const int *slot, const int *pos, int R, int C, int NH, int Tmax)
 {
-    attn_decode_k<<<R * NH, 32, sizeof(float) * Tmax>>>(out, qkv, kc, vc, slot, pos, C, NH, Tmax);
+    attn_decode_k<<<R * NH, 32>>>(out, att, qkv, kc, vc, slot, pos, C, NH, Tmax);
     LAUNCHED();
 }
 
@@ -552,10 +555,13 @@ __global__ static void sumsq_k(double *out, const float *x, size_t n)
     if (threadIdx.x == 0) atomicAdd(out, part[0]);
 }
 
+/* the sum's accumulator, allocated once with the cuBLAS handle (mk_backend_cuda), so that a
+ * step allocates nothing */
+static double *sumsq_acc;
+
 static double sumsq(const float *x, size_t n)
 {
-    double *d, h = 0.0;
-    CUDA_CHECK(cudaMalloc(&d, sizeof(double)));
+    double *d = sumsq_acc, h = 0.0;
     CUDA_CHECK(cudaMemset(d, 0, sizeof(double)));
     int nb = blocks(n, 256);
     if (nb > 1024) nb = 1024;
@@ -563,7 +569,6 @@ static double sumsq(const float *x, size_t n)
     sumsq_k<<<nb, 256>>>(d, x, n);
     LAUNCHED();
     CUDA_CHECK(cudaMemcpy(&h, d, sizeof(double), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaFree(d));
     return h;
 }
 
@@ -604,6 +609,12 @@ extern "C" const mk_backend *mk_backend_cuda(void)
     cublasStatus_t s = cublasCreate(&blas);
     if (s != CUBLAS_STATUS_SUCCESS) {
         mk__fail(MK_ERR_DEVICE, "cublasCreate: %s", cublasGetStatusString(s));
+        return NULL;
+    }
+    e = cudaMalloc(&sumsq_acc, sizeof(double));
+    if (e != cudaSuccess) {
+        mk__fail(MK_ERR_DEVICE, "cudaMalloc of the sum-of-squares accumulator: %s",
+                 cudaGetErrorString(e));
         return NULL;
     }
     ready = 1;

@@ -25,6 +25,7 @@ struct mk_decoder {
     int S, Tmax, max_rows;
     float *kc, *vc;                            /* back-end [L, S, Tmax, C] */
     float *x, *ln, *qkv, *atty, *fch, *logits; /* back-end row buffers */
+    float *att;                                /* back-end [max_rows, NH, Tmax] scores */
     int *d_tok, *d_slot, *d_pos;               /* back-end [max_rows] */
     int *h_tok, *h_slot, *h_pos;               /* host [max_rows] */
     int *len, *pending;                        /* host [S] */
@@ -67,6 +68,7 @@ int mk_decoder_new(mk_decoder **out, mk_model *m, int n_slots)
         (rc = be->alloc((void **)&d->ln, Rm * C * sizeof(float))) ||
         (rc = be->alloc((void **)&d->qkv, Rm * 3 * C * sizeof(float))) ||
         (rc = be->alloc((void **)&d->atty, Rm * C * sizeof(float))) ||
+        (rc = be->alloc((void **)&d->att, Rm * c->n_head * d->Tmax * sizeof(float))) ||
         (rc = be->alloc((void **)&d->fch, Rm * 4 * C * sizeof(float))) ||
         (rc = be->alloc((void **)&d->logits, (size_t)n_slots * V * sizeof(float))) ||
         (rc = be->alloc((void **)&d->d_tok, Rm * sizeof(int))) ||
@@ -83,8 +85,8 @@ int mk_decoder_new(mk_decoder **out, mk_model *m, int n_slots)
 void mk_decoder_free(mk_decoder *d)
 {
     if (!d) return;
-    void *dev[] = {d->kc,  d->vc,     d->x,     d->ln,     d->qkv,  d->atty,
-                   d->fch, d->logits, d->d_tok, d->d_slot, d->d_pos};
+    void *dev[] = {d->kc,  d->vc,  d->x,      d->ln,    d->qkv,    d->atty,
+                   d->att, d->fch, d->logits, d->d_tok, d->d_slot, d->d_pos};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) d->m->be->release(dev[i]);
     free(d->len);
@@ -138,7 +140,7 @@ static void run_rows(mk_decoder *d, int R, int want_logits)
         be->ln_fwd(d->ln, NULL, NULL, d->x, LP(l, MK_P_LN1W), LP(l, MK_P_LN1B), R, C);
         be->mm_fwd(d->qkv, d->ln, LP(l, MK_P_QKVW), LP(l, MK_P_QKVB), R, C, 3 * C);
         be->kv_store(kc, vc, d->qkv, d->d_slot, d->d_pos, R, C, d->Tmax);
-        be->attn_decode(d->atty, d->qkv, kc, vc, d->d_slot, d->d_pos, R, C, NH, d->Tmax);
+        be->attn_decode(d->atty, d->att, d->qkv, kc, vc, d->d_slot, d->d_pos, R, C, NH, d->Tmax);
         be->mm_fwd(d->ln, d->atty, LP(l, MK_P_PROJW), LP(l, MK_P_PROJB), R, C, C);
         be->add(d->x, d->x, d->ln, RC);
         be->ln_fwd(d->ln, NULL, NULL, d->x, LP(l, MK_P_LN2W), LP(l, MK_P_LN2B), R, C);

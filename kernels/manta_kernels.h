@@ -26,7 +26,9 @@
  *    OpenBLAS on one thread of the team.
  *  - Memory.  A model owns one allocation each for parameters, gradients, the
  *    AdamW moments and activations (sized for max_batch x max_seq at creation);
- *    nothing is allocated during forward, backward or a step.
+ *    a decoder allocates its caches and buffers when it is created.  Nothing is
+ *    allocated during forward, the losses, backward or a step, nor by
+ *    mk_decoder_append or mk_decoder_step.
  *  - Back-ends.  The CPU back-end is always present.  The CUDA back-end
  *    (mk_backend_cuda) keeps parameters, gradients and activations in device
  *    memory; every function here hides that, except mk_model_params and

@@ -56,9 +56,9 @@ struct mk__backend {
     /* causal attention: qkv [B,T,3C] (q|k|v, heads of C/NH), out [B,T,C],
      * att [B,NH,T,T] softmax probabilities (row t uses 0..t) */
     void (*attn_fwd)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-    /* dqkv = (overwrites) */
-    void (*attn_bwd)(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
-                     int T, int C, int NH);
+    /* dqkv = (overwrites); datt [B,NH,T,T] is scratch (the gradient of att) */
+    void (*attn_bwd)(float *dqkv, float *datt, const float *dout, const float *qkv,
+                     const float *att, int B, int T, int C, int NH);
     /* tanh GELU (GPT-2 "gelu_new"); bwd overwrites dinp */
     void (*gelu_fwd)(float *out, const float *inp, size_t n);
     void (*gelu_bwd)(float *dinp, const float *inp, const float *dout, size_t n);
@@ -69,8 +69,9 @@ struct mk__backend {
      * Row r belongs to slot[r] at position pos[r]; qkv [R,3C]. */
     void (*kv_store)(float *kc, float *vc, const float *qkv, const int *slot, const int *pos, int R,
                      int C, int Tmax);
-    /* out[r] = attention of q[r] over kc/vc[slot[r], 0..pos[r]] */
-    void (*attn_decode)(float *out, const float *qkv, const float *kc, const float *vc,
+    /* out[r] = attention of q[r] over kc/vc[slot[r], 0..pos[r]]; att [R,NH,Tmax] is
+     * scratch for the scores */
+    void (*attn_decode)(float *out, float *att, const float *qkv, const float *kc, const float *vc,
                         const int *slot, const int *pos, int R, int C, int NH, int Tmax);
 
     /* per row: logp[r] = log softmax(logits[r])[targets[r]], ent[r] = entropy */
@@ -134,6 +135,7 @@ enum {
     MK_G_ATTY, /* [B,T,C] */
     MK_G_FCH,  /* [B,T,4C] */
     MK_G_FCG,  /* [B,T,4C] */
+    MK_G_ATT,  /* [B,NH,T,T] gradient of the attention probabilities (attn_bwd's scratch) */
     MK_G_N
 };
 

@@ -41,40 +41,42 @@ static const char *const layer_names[MK_P_PER_LAYER] = {
     "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias",
 };
 
+/* Appends a tensor of d0 x d1 floats (d1 = 0: a vector of d0) named name to the table t (may be
+ * NULL: then only counts), at *off, which it advances. */
+static void add_tensor(mk_tensor_info *t, int *n, size_t *off, const char *name, int d0, int d1)
+{
+    size_t numel = (size_t)d0 * (d1 > 0 ? (size_t)d1 : 1);
+    if (t) {
+        mk_tensor_info *e = &t[*n];
+        snprintf(e->name, sizeof e->name, "%s", name);
+        e->offset = *off;
+        e->ndim = d1 > 0 ? 2 : 1;
+        e->shape[0] = d0;
+        e->shape[1] = d1 > 0 ? d1 : 0;
+        e->numel = numel;
+    }
+    *off += numel;
+    (*n)++;
+}
+
 /* Fills t[] (may be NULL) and returns the number of tensors; *total gets the
  * number of parameters. */
 static int build_table(const mk_config *c, mk_tensor_info *t, size_t *total)
 {
-    int n = 0;
+    int n = 0, C = c->n_embd;
     size_t off = 0;
-    int C = c->n_embd;
-#define ADD(nm_fmt, layer, d0, d1)                                                                 \
-    do {                                                                                           \
-        if (t) {                                                                                   \
-            snprintf(t[n].name, sizeof t[n].name, nm_fmt, layer);                                  \
-            t[n].offset = off;                                                                     \
-            t[n].ndim = (d1) > 0 ? 2 : 1;                                                          \
-            t[n].shape[0] = (d0);                                                                  \
-            t[n].shape[1] = (d1) > 0 ? (d1) : 0;                                                   \
-            t[n].numel = (size_t)(d0) * ((d1) > 0 ? (size_t)(d1) : 1);                             \
-        }                                                                                          \
-        off += (size_t)(d0) * ((d1) > 0 ? (size_t)(d1) : 1);                                       \
-        n++;                                                                                       \
-    } while (0)
-    ADD("wte.weight%.0d", 0, c->vocab_size, C);
-    ADD("wpe.weight%.0d", 0, c->block_size, C);
-    for (int l = 0; l < c->n_layer; l++) {
-        const int d0[MK_P_PER_LAYER] = {C, C, C, 3 * C, C, C, C, C, C, 4 * C, 4 * C, C};
-        const int d1[MK_P_PER_LAYER] = {0, 0, 3 * C, 0, C, 0, 0, 0, 4 * C, 0, C, 0};
+    add_tensor(t, &n, &off, "wte.weight", c->vocab_size, C);
+    add_tensor(t, &n, &off, "wpe.weight", c->block_size, C);
+    const int d0[MK_P_PER_LAYER] = {C, C, C, 3 * C, C, C, C, C, C, 4 * C, 4 * C, C};
+    const int d1[MK_P_PER_LAYER] = {0, 0, 3 * C, 0, C, 0, 0, 0, 4 * C, 0, C, 0};
+    for (int l = 0; l < c->n_layer; l++)
         for (int k = 0; k < MK_P_PER_LAYER; k++) {
-            char fmt[64];
-            snprintf(fmt, sizeof fmt, "h.%%d.%s", layer_names[k]);
-            ADD(fmt, l, d0[k], d1[k]);
+            char name[sizeof t->name];
+            snprintf(name, sizeof name, "h.%d.%s", l, layer_names[k]);
+            add_tensor(t, &n, &off, name, d0[k], d1[k]);
         }
-    }
-    ADD("ln_f.weight%.0d", 0, C, 0);
-    ADD("ln_f.bias%.0d", 0, C, 0);
-#undef ADD
+    add_tensor(t, &n, &off, "ln_f.weight", C, 0);
+    add_tensor(t, &n, &off, "ln_f.bias", C, 0);
     *total = off;
     return n;
 }
@@ -115,13 +117,14 @@ static void act_sizes(const mk_config *c, int B, int T, size_t *s)
 
 static void gact_sizes(const mk_config *c, int B, int T, size_t *s)
 {
-    size_t C = c->n_embd, R = (size_t)B * T;
+    size_t C = c->n_embd, R = (size_t)B * T, NH = c->n_head;
     s[MK_G_RES] = R * C;
     s[MK_G_LN] = R * C;
     s[MK_G_QKV] = R * 3 * C;
     s[MK_G_ATTY] = R * C;
     s[MK_G_FCH] = R * 4 * C;
     s[MK_G_FCG] = R * 4 * C;
+    s[MK_G_ATT] = B * NH * T * T;
 }
 
 /* Carves base into n regions of sizes[i] floats, each 16-float aligned. */
@@ -570,7 +573,7 @@ int mk_backward(mk_model *m)
         /* attention branch: res2 = res + proj(attn(qkv(ln1(res)))) */
         be->mm_bwd(g[MK_G_ATTY], LG(l, MK_P_PROJW), LG(l, MK_P_PROJB), g[MK_G_RES], atty,
                    LP(l, MK_P_PROJW), (int)R, C, C);
-        be->attn_bwd(g[MK_G_QKV], g[MK_G_ATTY], qkv, att, B, T, C, NH);
+        be->attn_bwd(g[MK_G_QKV], g[MK_G_ATT], g[MK_G_ATTY], qkv, att, B, T, C, NH);
         be->mm_bwd(g[MK_G_LN], LG(l, MK_P_QKVW), LG(l, MK_P_QKVB), g[MK_G_QKV], ln1,
                    LP(l, MK_P_QKVW), (int)R, C, 3 * C);
         be->ln_bwd(g[MK_G_RES], LG(l, MK_P_LN1W), LG(l, MK_P_LN1B), g[MK_G_LN], res,

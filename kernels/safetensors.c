@@ -6,9 +6,10 @@
  * JSON mapping each tensor name to {"dtype", "shape", "data_offsets"}, then
  * the raw data (offsets relative to the end of the header).  The JSON parser
  * here reads exactly that shape of document and nothing more: objects,
- * strings, integer arrays, and skips any other value (the metadata).  Loading
- * validates every tensor the model needs before touching the model, so a
- * refused file leaves the parameters as they were.
+ * strings, integer arrays, and skips any other value (the metadata).  Strings
+ * are unescaped in place in the header buffer, so names of any length are
+ * kept whole.  Loading validates every tensor the model needs before touching
+ * the model, so a refused file leaves the parameters as they were.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -20,18 +21,18 @@
 #include "mk_internal.h"
 
 #define MAX_HEADER (64u << 20) /* far above any GPT-2 header; guards garbage lengths */
+#define MAX_DIMS   8           /* more dimensions than this is an error, not a truncation */
 
 typedef struct entry {
-    char name[128];
-    char dtype[16];
+    const char *name, *dtype; /* into the header buffer */
     int ndim;
-    long long shape[8];
+    long long shape[MAX_DIMS];
     long long begin, end;
 } entry;
 
 typedef struct parser {
-    const char *s, *end;
-    const char *file;
+    char *s, *end; /* the header; strings are unescaped in place */
+    const char *start;
     char err[320];
 } parser;
 
@@ -46,30 +47,31 @@ static int expect(parser *p, char c)
     ws(p);
     if (p->s >= p->end || *p->s != c) {
         snprintf(p->err, sizeof p->err, "expected '%c' at header byte %ld", c,
-                 (long)(p->end - p->s));
+                 (long)(p->s - p->start));
         return -1;
     }
     p->s++;
     return 0;
 }
 
-/* Reads a JSON string into out (truncated to cap-1; escapes other than \" and
- * \\ are kept verbatim, which is enough for tensor names). */
-static int str(parser *p, char *out, size_t cap)
+/* Reads a JSON string, unescaping it in place (a backslash keeps the character after it, which
+ * is enough for tensor names), and points *out at it, NUL-terminated. */
+static int str(parser *p, const char **out)
 {
     if (expect(p, '"')) return -1;
-    size_t n = 0;
+    char *dst = p->s, *begin = p->s;
     while (p->s < p->end && *p->s != '"') {
         char c = *p->s++;
         if (c == '\\' && p->s < p->end) c = *p->s++;
-        if (n + 1 < cap) out[n++] = c;
+        *dst++ = c;
     }
     if (p->s >= p->end) {
         snprintf(p->err, sizeof p->err, "unterminated string");
         return -1;
     }
     p->s++;
-    out[n] = 0;
+    *dst = 0; /* dst <= the closing quote, already consumed */
+    *out = begin;
     return 0;
 }
 
@@ -80,7 +82,8 @@ static int integer(parser *p, long long *v)
     errno = 0;
     long long x = strtoll(p->s, &e, 10);
     if (e == p->s || errno || x < 0) {
-        snprintf(p->err, sizeof p->err, "expected a non-negative integer");
+        snprintf(p->err, sizeof p->err, "expected a non-negative integer at header byte %ld",
+                 (long)(p->s - p->start));
         return -1;
     }
     p->s = e;
@@ -88,7 +91,8 @@ static int integer(parser *p, long long *v)
     return 0;
 }
 
-static int int_array(parser *p, long long *v, int cap, int *n)
+/* Reads an array of at most cap integers; more is an error naming what. */
+static int int_array(parser *p, long long *v, int cap, int *n, const char *what)
 {
     if (expect(p, '[')) return -1;
     *n = 0;
@@ -100,8 +104,11 @@ static int int_array(parser *p, long long *v, int cap, int *n)
     for (;;) {
         long long x;
         if (integer(p, &x)) return -1;
-        if (*n < cap) v[*n] = x;
-        (*n)++;
+        if (*n == cap) {
+            snprintf(p->err, sizeof p->err, "%.200s has more than %d entries", what, cap);
+            return -1;
+        }
+        v[(*n)++] = x;
         ws(p);
         if (p->s < p->end && *p->s == ',') {
             p->s++;
@@ -117,10 +124,8 @@ static int skip(parser *p)
     ws(p);
     if (p->s >= p->end) return expect(p, '?');
     char c = *p->s;
-    if (c == '"') {
-        char tmp[8];
-        return str(p, tmp, sizeof tmp);
-    }
+    const char *ignored;
+    if (c == '"') return str(p, &ignored);
     if (c == '{' || c == '[') {
         char close = c == '{' ? '}' : ']';
         p->s++;
@@ -130,10 +135,7 @@ static int skip(parser *p)
             return 0;
         }
         for (;;) {
-            if (c == '{') {
-                char k[8];
-                if (str(p, k, sizeof k) || expect(p, ':')) return -1;
-            }
+            if (c == '{' && (str(p, &ignored) || expect(p, ':'))) return -1;
             if (skip(p)) return -1;
             ws(p);
             if (p->s < p->end && *p->s == ',') {
@@ -147,38 +149,42 @@ static int skip(parser *p)
     return 0;
 }
 
+/* One field of a tensor's object; have collects which of the three were seen. */
+static int tensor_field(parser *p, entry *e, const char *key, int *have)
+{
+    if (!strcmp(key, "dtype")) {
+        *have |= 1;
+        return str(p, &e->dtype);
+    }
+    if (!strcmp(key, "shape")) {
+        char what[160];
+        snprintf(what, sizeof what, "the shape of tensor %.100s", e->name);
+        *have |= 2;
+        return int_array(p, e->shape, MAX_DIMS, &e->ndim, what);
+    }
+    if (!strcmp(key, "data_offsets")) {
+        long long off[2];
+        int n;
+        if (int_array(p, off, 2, &n, "data_offsets")) return -1;
+        if (n != 2 || off[1] < off[0]) {
+            snprintf(p->err, sizeof p->err, "tensor %.100s has bad data_offsets", e->name);
+            return -1;
+        }
+        e->begin = off[0];
+        e->end = off[1];
+        *have |= 4;
+        return 0;
+    }
+    return skip(p);
+}
+
 static int tensor_entry(parser *p, entry *e)
 {
     if (expect(p, '{')) return -1;
     int have = 0;
     for (;;) {
-        char key[32];
-        if (str(p, key, sizeof key) || expect(p, ':')) return -1;
-        if (!strcmp(key, "dtype")) {
-            if (str(p, e->dtype, sizeof e->dtype)) return -1;
-            have |= 1;
-        } else if (!strcmp(key, "shape")) {
-            if (int_array(p, e->shape, 8, &e->ndim)) return -1;
-            if (e->ndim > 8) {
-                snprintf(p->err, sizeof p->err, "tensor %.100s has %d dimensions", e->name,
-                         e->ndim);
-                return -1;
-            }
-            have |= 2;
-        } else if (!strcmp(key, "data_offsets")) {
-            long long off[2];
-            int n;
-            if (int_array(p, off, 2, &n)) return -1;
-            if (n != 2 || off[1] < off[0]) {
-                snprintf(p->err, sizeof p->err, "tensor %.100s has bad data_offsets", e->name);
-                return -1;
-            }
-            e->begin = off[0];
-            e->end = off[1];
-            have |= 4;
-        } else if (skip(p)) {
-            return -1;
-        }
+        const char *key;
+        if (str(p, &key) || expect(p, ':') || tensor_field(p, e, key, &have)) return -1;
         ws(p);
         if (p->s < p->end && *p->s == ',') {
             p->s++;
@@ -195,7 +201,7 @@ static int tensor_entry(parser *p, entry *e)
     return 0;
 }
 
-/* Parses the header into a new array of entries. */
+/* Parses the header into a new array of entries (grown as needed). */
 static int parse_header(parser *p, entry **out, int *n_out)
 {
     int cap = 64, n = 0;
@@ -210,11 +216,14 @@ static int parse_header(parser *p, entry **out, int *n_out)
     for (;;) {
         if (n == cap) {
             entry *ne = realloc(es, sizeof(entry) * (cap *= 2));
-            if (!ne) goto fail;
+            if (!ne) {
+                snprintf(p->err, sizeof p->err, "out of memory for %d tensors", cap);
+                goto fail;
+            }
             es = ne;
         }
         memset(&es[n], 0, sizeof es[n]);
-        if (str(p, es[n].name, sizeof es[n].name) || expect(p, ':')) goto fail;
+        if (str(p, &es[n].name) || expect(p, ':')) goto fail;
         if (!strcmp(es[n].name, "__metadata__")) {
             if (skip(p)) goto fail;
         } else {
@@ -238,114 +247,127 @@ fail:
     return -1;
 }
 
+/* The entry named name, or "transformer." name (checkpoints of GPT2LMHeadModel). */
 static const entry *find(const entry *es, int n, const char *name)
 {
-    char pref[160];
-    snprintf(pref, sizeof pref, "transformer.%s", name);
-    for (int i = 0; i < n; i++)
-        if (!strcmp(es[i].name, name) || !strcmp(es[i].name, pref)) return &es[i];
+    static const char prefix[] = "transformer.";
+    for (int i = 0; i < n; i++) {
+        const char *e = es[i].name;
+        if (!strncmp(e, prefix, sizeof prefix - 1)) e += sizeof prefix - 1;
+        if (!strcmp(e, name)) return &es[i];
+    }
     return NULL;
+}
+
+/* ---- loading: open, read the header, check every tensor, read them ----- */
+
+typedef struct checkpoint {
+    const char *path;
+    FILE *f;
+    long long file_size, data_size; /* bytes: the whole file, the data after the header */
+    unsigned long long header_len;  /* N */
+    char *header;
+    entry *es;
+    int n_es;
+} checkpoint;
+
+/* Opens the file and reads the header length, checking it against the file's size. */
+static int open_checkpoint(checkpoint *ck)
+{
+    ck->f = fopen(ck->path, "rb");
+    if (!ck->f) return mk__fail(MK_ERR_IO, "%s: %s", ck->path, strerror(errno));
+    struct stat st;
+    unsigned char lenb[8];
+    if (fstat(fileno(ck->f), &st) || fread(lenb, 1, 8, ck->f) != 8)
+        return mk__fail(MK_ERR_TRUNCATED, "%s: shorter than the 8-byte header length", ck->path);
+    unsigned long long N = 0;
+    for (int i = 7; i >= 0; i--) N = N << 8 | lenb[i];
+    if (N > MAX_HEADER)
+        return mk__fail(MK_ERR_FORMAT, "%s: header length %llu is not plausible", ck->path, N);
+    if (8 + N > (unsigned long long)st.st_size)
+        return mk__fail(MK_ERR_TRUNCATED, "%s: header of %llu bytes but the file has %lld",
+                        ck->path, N, (long long)st.st_size);
+    ck->header_len = N;
+    ck->file_size = (long long)st.st_size;
+    ck->data_size = ck->file_size - 8 - (long long)N;
+    return MK_OK;
+}
+
+/* Reads and parses the JSON header into ck->es. */
+static int read_header(checkpoint *ck)
+{
+    size_t N = (size_t)ck->header_len;
+    ck->header = malloc(N + 1);
+    if (!ck->header) return mk__fail(MK_ERR_NOMEM, "%s: cannot allocate the header", ck->path);
+    if (fread(ck->header, 1, N, ck->f) != N)
+        return mk__fail(MK_ERR_IO, "%s: cannot read the header", ck->path);
+    ck->header[N] = 0;
+    parser p = {.s = ck->header, .end = ck->header + N, .start = ck->header};
+    if (parse_header(&p, &ck->es, &ck->n_es))
+        return mk__fail(MK_ERR_FORMAT, "%s: bad header: %s", ck->path, p.err);
+    return MK_OK;
+}
+
+/* Checks one of the model's tensors against its entry: dtype, shape, size, inside the file. */
+static int check_tensor(const checkpoint *ck, const mk_tensor_info *t, const entry *e)
+{
+    if (!e) return mk__fail(MK_ERR_MISSING, "%s: tensor '%s' is missing", ck->path, t->name);
+    if (strcmp(e->dtype, "F32"))
+        return mk__fail(MK_ERR_DTYPE, "%s: tensor '%s' has dtype %s, need F32", ck->path, e->name,
+                        e->dtype);
+    int same = e->ndim == t->ndim && e->shape[0] == t->shape[0] &&
+               (t->ndim == 1 || e->shape[1] == t->shape[1]);
+    if (!same) {
+        char got[MAX_DIMS * 22] = "", *g = got;
+        for (int d = 0; d < e->ndim; d++)
+            g += snprintf(g, sizeof got - (size_t)(g - got), "%s%lld", d ? "," : "", e->shape[d]);
+        if (t->ndim == 1)
+            return mk__fail(MK_ERR_SHAPE, "%s: tensor '%s' has shape [%s], need [%d]", ck->path,
+                            e->name, got, t->shape[0]);
+        return mk__fail(MK_ERR_SHAPE, "%s: tensor '%s' has shape [%s], need [%d,%d]", ck->path,
+                        e->name, got, t->shape[0], t->shape[1]);
+    }
+    if (e->end - e->begin != (long long)(t->numel * sizeof(float)))
+        return mk__fail(MK_ERR_FORMAT, "%s: tensor '%s' data_offsets span %lld bytes, need %zu",
+                        ck->path, e->name, e->end - e->begin, t->numel * sizeof(float));
+    if (e->end > ck->data_size)
+        return mk__fail(MK_ERR_TRUNCATED,
+                        "%s: tensor '%s' ends at data byte %lld but the file holds %lld", ck->path,
+                        e->name, e->end, ck->data_size);
+    return MK_OK;
+}
+
+/* Reads every tensor into one host buffer, then uploads it: the parameters change only when
+ * all of it was read. */
+static int read_tensors(mk_model *m, const checkpoint *ck)
+{
+    float *buf = malloc(sizeof(float) * m->n_params);
+    if (!buf) return mk__fail(MK_ERR_NOMEM, "cannot allocate %zu parameters", m->n_params);
+    int rc = MK_OK;
+    for (int i = 0; i < m->n_tensors && !rc; i++) {
+        const mk_tensor_info *t = &m->tensors[i];
+        const entry *e = find(ck->es, ck->n_es, t->name);
+        if (fseeko(ck->f, (off_t)(8 + ck->header_len + e->begin), SEEK_SET) ||
+            fread(buf + t->offset, sizeof(float), t->numel, ck->f) != t->numel)
+            rc = mk__fail(MK_ERR_IO, "%s: cannot read tensor '%s'", ck->path, e->name);
+    }
+    if (!rc) m->be->upload(m->params, buf, sizeof(float) * m->n_params);
+    free(buf);
+    return rc;
 }
 
 int mk_load(mk_model *m, const char *path)
 {
     if (!m || !path) return mk__fail(MK_ERR_ARG, "NULL argument");
-    FILE *f = fopen(path, "rb");
-    if (!f) return mk__fail(MK_ERR_IO, "%s: %s", path, strerror(errno));
-    int rc = MK_OK;
-    char *hdr = NULL;
-    entry *es = NULL;
-    float *buf = NULL;
-    struct stat st;
-    unsigned char lenb[8];
-    if (fstat(fileno(f), &st) || fread(lenb, 1, 8, f) != 8) {
-        rc = mk__fail(MK_ERR_TRUNCATED, "%s: shorter than the 8-byte header length", path);
-        goto out;
-    }
-    unsigned long long N = 0;
-    for (int i = 7; i >= 0; i--) N = N << 8 | lenb[i];
-    if (N > MAX_HEADER) {
-        rc = mk__fail(MK_ERR_FORMAT, "%s: header length %llu is not plausible", path, N);
-        goto out;
-    }
-    if (8 + N > (unsigned long long)st.st_size) {
-        rc = mk__fail(MK_ERR_TRUNCATED, "%s: header of %llu bytes but the file has %lld", path, N,
-                      (long long)st.st_size);
-        goto out;
-    }
-    hdr = malloc(N + 1);
-    if (!hdr || fread(hdr, 1, N, f) != N) {
-        rc = mk__fail(hdr ? MK_ERR_IO : MK_ERR_NOMEM, "%s: cannot read header", path);
-        goto out;
-    }
-    hdr[N] = 0;
-    parser p = {.s = hdr, .end = hdr + N, .file = path};
-    int n_es;
-    if (parse_header(&p, &es, &n_es)) {
-        rc = mk__fail(MK_ERR_FORMAT, "%s: bad header: %s", path, p.err);
-        goto out;
-    }
-    long long data_size = (long long)st.st_size - 8 - (long long)N;
-    /* validate everything first */
-    for (int i = 0; i < m->n_tensors; i++) {
-        const mk_tensor_info *t = &m->tensors[i];
-        const entry *e = find(es, n_es, t->name);
-        if (!e) {
-            rc = mk__fail(MK_ERR_MISSING, "%s: tensor '%s' is missing", path, t->name);
-            goto out;
-        }
-        if (strcmp(e->dtype, "F32")) {
-            rc = mk__fail(MK_ERR_DTYPE, "%s: tensor '%s' has dtype %s, need F32", path, e->name,
-                          e->dtype);
-            goto out;
-        }
-        int same = e->ndim == t->ndim && e->shape[0] == t->shape[0] &&
-                   (t->ndim == 1 || e->shape[1] == t->shape[1]);
-        if (!same) {
-            char got[96] = "", *g = got;
-            for (int d = 0; d < e->ndim && d < 8; d++)
-                g += snprintf(g, sizeof got - (size_t)(g - got), "%s%lld", d ? "," : "",
-                              e->shape[d]);
-            if (t->ndim == 1)
-                rc = mk__fail(MK_ERR_SHAPE, "%s: tensor '%s' has shape [%s], need [%d]", path,
-                              e->name, got, t->shape[0]);
-            else
-                rc = mk__fail(MK_ERR_SHAPE, "%s: tensor '%s' has shape [%s], need [%d,%d]", path,
-                              e->name, got, t->shape[0], t->shape[1]);
-            goto out;
-        }
-        if (e->end - e->begin != (long long)(t->numel * sizeof(float))) {
-            rc = mk__fail(MK_ERR_FORMAT, "%s: tensor '%s' data_offsets span %lld bytes, need %zu",
-                          path, e->name, e->end - e->begin, t->numel * sizeof(float));
-            goto out;
-        }
-        if (e->end > data_size) {
-            rc = mk__fail(MK_ERR_TRUNCATED,
-                          "%s: tensor '%s' ends at data byte %lld but the file holds %lld", path,
-                          e->name, e->end, data_size);
-            goto out;
-        }
-    }
-    buf = malloc(sizeof(float) * m->n_params);
-    if (!buf) {
-        rc = mk__fail(MK_ERR_NOMEM, "cannot allocate %zu parameters", m->n_params);
-        goto out;
-    }
-    for (int i = 0; i < m->n_tensors; i++) {
-        const mk_tensor_info *t = &m->tensors[i];
-        const entry *e = find(es, n_es, t->name);
-        if (fseeko(f, (off_t)(8 + N + e->begin), SEEK_SET) ||
-            fread(buf + t->offset, sizeof(float), t->numel, f) != t->numel) {
-            rc = mk__fail(MK_ERR_IO, "%s: cannot read tensor '%s'", path, e->name);
-            goto out;
-        }
-    }
-    m->be->upload(m->params, buf, sizeof(float) * m->n_params);
-out:
-    free(buf);
-    free(es);
-    free(hdr);
-    fclose(f);
+    checkpoint ck = {.path = path};
+    int rc = open_checkpoint(&ck);
+    if (!rc) rc = read_header(&ck);
+    for (int i = 0; i < m->n_tensors && !rc; i++)
+        rc = check_tensor(&ck, &m->tensors[i], find(ck.es, ck.n_es, m->tensors[i].name));
+    if (!rc) rc = read_tensors(m, &ck);
+    free(ck.es);
+    free(ck.header);
+    if (ck.f) fclose(ck.f);
     return rc;
 }
 
@@ -401,8 +423,13 @@ int mk_save(const mk_model *m, const char *path)
         return mk__fail(MK_ERR_NOMEM, "cannot build checkpoint in memory");
     }
     m->be->download(buf, m->params, sizeof(float) * m->n_params);
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    char *tmp = malloc(strlen(path) + sizeof ".tmp");
+    if (!tmp) {
+        free(buf);
+        free(h.s);
+        return mk__fail(MK_ERR_NOMEM, "cannot allocate a temporary name for %s", path);
+    }
+    sprintf(tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
     int rc = MK_OK;
     if (!f) {
@@ -419,6 +446,7 @@ int mk_save(const mk_model *m, const char *path)
             remove(tmp);
         }
     }
+    free(tmp);
     free(buf);
     free(h.s);
     return rc;

@@ -62,6 +62,58 @@ static int by_prob_desc(const void *a, const void *b, void *ctx)
     return (i > j) - (i < j);
 }
 
+/* p[j] = softmax(logits / temperature)[j], with mx the largest logit. */
+static void tempered_probs(float *p, const float *logits, int V, float mx, float temperature)
+{
+    double inv_t = 1.0 / temperature, st = 0.0;
+    for (int j = 0; j < V; j++) st += (p[j] = (float)exp(((double)logits[j] - mx) * inv_t));
+    for (int j = 0; j < V; j++) p[j] = (float)(p[j] / st);
+}
+
+/* Draws with uniform u from the nucleus of p: the most probable tokens whose probabilities first
+ * reach top_p, renormalised.  idx: scratch [V].  *lps: the token's log-prob in the nucleus. */
+static int sample_nucleus(const float *p, int V, float top_p, double u, int *idx, double *lps)
+{
+    for (int j = 0; j < V; j++) idx[j] = j;
+    qsort_r(idx, (size_t)V, sizeof(int), by_prob_desc, (void *)p);
+    double cum = 0.0;
+    int k = 0;
+    while (k < V) {
+        cum += p[idx[k++]];
+        if (cum >= top_p) break;
+    }
+    double target = u * cum, acc = 0.0;
+    int tok = idx[k - 1];
+    for (int i = 0; i < k; i++) {
+        acc += p[idx[i]];
+        if (target < acc) {
+            tok = idx[i];
+            break;
+        }
+    }
+    *lps = log((double)p[tok] / cum);
+    return tok;
+}
+
+/* Draws with uniform u from all of p.  *lps: the token's log-prob. */
+static int sample_full(const float *p, int V, double u, double *lps)
+{
+    double acc = 0.0;
+    int tok = -1;
+    for (int j = 0; j < V; j++) {
+        acc += p[j];
+        if (u < acc && p[j] > 0.0f) {
+            tok = j;
+            break;
+        }
+    }
+    if (tok < 0) /* rounding left u above the total: take the last nonzero */
+        for (int j = V - 1; j >= 0 && tok < 0; j--)
+            if (p[j] > 0.0f) tok = j;
+    *lps = log((double)p[tok]);
+    return tok;
+}
+
 int mk_sample(const float *logits, int V, float temperature, float top_p, mk_rng *rng,
               void *scratch, float *logp_sample, float *logp_policy)
 {
@@ -78,49 +130,16 @@ int mk_sample(const float *logits, int V, float temperature, float top_p, mk_rng
     for (int j = 0; j < V; j++) s += exp((double)logits[j] - mx);
     double lse = mx + log(s);
     int tok;
-    double lps;
+    double lps = 0.0;
     if (temperature <= 0.0f) {
-        tok = arg;
-        lps = 0.0;
+        tok = arg; /* greedy */
     } else {
-        double inv_t = 1.0 / temperature, st = 0.0;
-        for (int j = 0; j < V; j++) st += (p[j] = (float)exp(((double)logits[j] - mx) * inv_t));
-        for (int j = 0; j < V; j++) p[j] = (float)(p[j] / st);
+        tempered_probs(p, logits, V, mx, temperature);
         double u = mk_rng_uniform(rng);
-        if (top_p > 0.0f && top_p < 1.0f) {
-            for (int j = 0; j < V; j++) idx[j] = j;
-            qsort_r(idx, (size_t)V, sizeof(int), by_prob_desc, p);
-            double cum = 0.0;
-            int k = 0;
-            while (k < V) {
-                cum += p[idx[k++]];
-                if (cum >= top_p) break;
-            }
-            double target = u * cum, acc = 0.0;
-            tok = idx[k - 1];
-            for (int i = 0; i < k; i++) {
-                acc += p[idx[i]];
-                if (target < acc) {
-                    tok = idx[i];
-                    break;
-                }
-            }
-            lps = log((double)p[tok] / cum);
-        } else {
-            double acc = 0.0;
-            tok = -1;
-            for (int j = 0; j < V; j++) {
-                acc += p[j];
-                if (u < acc && p[j] > 0.0f) {
-                    tok = j;
-                    break;
-                }
-            }
-            if (tok < 0) /* rounding left u above the total: take the last nonzero */
-                for (int j = V - 1; j >= 0 && tok < 0; j--)
-                    if (p[j] > 0.0f) tok = j;
-            lps = log((double)p[tok]);
-        }
+        if (top_p > 0.0f && top_p < 1.0f)
+            tok = sample_nucleus(p, V, top_p, u, idx, &lps);
+        else
+            tok = sample_full(p, V, u, &lps);
     }
     if (logp_sample) *logp_sample = (float)lps;
     if (logp_policy) *logp_policy = (float)((double)logits[tok] - lse);

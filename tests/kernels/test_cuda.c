@@ -167,7 +167,9 @@ static void test_attention(void **state)
     cpu->attn_fwd(y, att, qkv, B, T, C, NH), gpu->attn_fwd(gy, gatt, gq, B, T, C, NH);
     cmp(gy, y, ny, 1e-5, 1e-4, "attn_fwd out");
     cmp(gatt, att, na, 1e-5, 1e-4, "attn_fwd att");
-    cpu->attn_bwd(dqkv, dy, qkv, att, B, T, C, NH), gpu->attn_bwd(gdq, gdy, gq, gatt, B, T, C, NH);
+    float *datt = calloc(na, 4), *gdatt = dev(NULL, na * 4);
+    cpu->attn_bwd(dqkv, datt, dy, qkv, att, B, T, C, NH);
+    gpu->attn_bwd(gdq, gdatt, gdy, gq, gatt, B, T, C, NH);
     cmp(gdq, dqkv, nq, 1e-5, 1e-4, "attn_bwd dqkv");
     /* decode attention: rows of B slots at every position, cache of Tmax */
     int Tmax = T + 4, slot[B * T], pos[B * T];
@@ -180,12 +182,14 @@ static void test_attention(void **state)
     gpu->kv_store(gkc, gvc, gq, gs, gp, B * T, C, Tmax);
     cmp(gkc, kc, nc, 0, 0, "kv_store k");
     cmp(gvc, vc, nc, 0, 0, "kv_store v");
-    cpu->attn_decode(y, qkv, kc, vc, slot, pos, B * T, C, NH, Tmax);
-    gpu->attn_decode(gy, gq, gkc, gvc, gs, gp, B * T, C, NH, Tmax);
+    size_t nsc = (size_t)B * T * NH * Tmax;
+    float *sc = calloc(nsc, 4), *gsc = dev(NULL, nsc * 4);
+    cpu->attn_decode(y, sc, qkv, kc, vc, slot, pos, B * T, C, NH, Tmax);
+    gpu->attn_decode(gy, gsc, gq, gkc, gvc, gs, gp, B * T, C, NH, Tmax);
     cmp(gy, y, ny, 1e-5, 1e-4, "attn_decode");
-    void *all[] = {gq, gdy, gy, gatt, gdq, gkc, gvc, gs, gp};
+    void *all[] = {gq, gdy, gy, gatt, gdq, gkc, gvc, gs, gp, gdatt, gsc};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->release(all[i]);
-    free(qkv), free(dy), free(y), free(att), free(dqkv), free(kc), free(vc);
+    free(qkv), free(dy), free(y), free(att), free(dqkv), free(kc), free(vc), free(datt), free(sc);
 }
 
 static void test_rows_and_optimiser(void **state)

@@ -7,9 +7,10 @@
  * slot's sequence goes through mk_forward and every logit vector a step used
  * must equal the forward pass's at that position (1e-4 abs: the same math in
  * another order), and every returned policy log-prob must equal
- * log_softmax(forward logits) at the sampled token.  The sampler is checked
- * with a chi-square test over 200000 draws (critical values at p = 0.001),
- * which also must reject a wrong distribution, so the check has power.
+ * log_softmax(forward logits) at the sampled token.  The same holds for every head size
+ * (8 to 128, vector kernels and plain loop) on each step of a 40-token sequence.  The sampler is
+ * checked with a chi-square test over 200000 draws (critical values at p = 0.001), which also must
+ * reject a wrong distribution, so the check has power.
  */
 #include "ktest.h"
 
@@ -28,10 +29,10 @@ static track tr[S];
 static mk_model *model;
 static mk_decoder *dec;
 
-static mk_model *new_model(uint64_t seed)
+static mk_model *new_model_cfg(const mk_config *c, uint64_t seed)
 {
     mk_model *m;
-    assert_mk_ok(mk_model_new(&m, &cfg, 1, CTX, NULL));
+    assert_mk_ok(mk_model_new(&m, c, 1, c->block_size, NULL));
     mk_model_init(m, seed);
     /* sharper than GPT-2's init so that logits differ clearly across tokens */
     size_t P = mk_model_num_params(m);
@@ -40,6 +41,11 @@ static mk_model *new_model(uint64_t seed)
     mk_rng_seed(&r, seed + 1);
     for (size_t i = 0; i < P; i++) p[i] += 0.2f * (mk_rng_uniform(&r) - 0.5f);
     return m;
+}
+
+static mk_model *new_model(uint64_t seed)
+{
+    return new_model_cfg(&cfg, seed);
 }
 
 static void reset(int s, uint64_t seed)
@@ -130,6 +136,71 @@ static void test_kv_cache_equals_forward(void **state)
     free(logits);
     mk_decoder_free(dec);
     mk_model_free(model);
+}
+
+/* ---- every head size: each step of a 40-token sequence equals the forward pass ---- */
+
+enum { HS_STEPS = 40, HS_SLOTS = 8, HS_CTX = HS_SLOTS + HS_STEPS, HS_V = 40 };
+
+/* Decodes HS_STEPS tokens after a prompt of prompt_len tokens in each of n_slots slots stepping
+ * together, then checks every step's logits against mk_forward over the slot's whole sequence. */
+static void decode_matches_forward(mk_model *m, int n_slots, int hs)
+{
+    mk_decoder *d;
+    assert_mk_ok(mk_decoder_new(&d, m, n_slots));
+    static int seq[HS_SLOTS][HS_CTX];
+    static float step_logits[HS_SLOTS][HS_CTX][HS_V];
+    int len[HS_SLOTS], slots[HS_SLOTS];
+    float temp[HS_SLOTS], topp[HS_SLOTS];
+    for (int s = 0; s < n_slots; s++) {
+        assert_mk_ok(mk_decoder_reset(d, s, 40 + s));
+        len[s] = 1 + s; /* prompts of 1..8 tokens: the multi-row append path as well */
+        for (int i = 0; i < len[s]; i++) seq[s][i] = (3 * s + 5 * i + 1) % HS_V;
+        assert_mk_ok(mk_decoder_append(d, s, seq[s], len[s]));
+        slots[s] = s, temp[s] = 1.0f, topp[s] = 1.0f;
+    }
+    for (int k = 0; k < HS_STEPS; k++) {
+        int tok[HS_SLOTS];
+        assert_mk_ok(mk_decoder_step(d, slots, n_slots, temp, topp, tok, NULL, NULL));
+        for (int s = 0; s < n_slots; s++) {
+            memcpy(step_logits[s][len[s] - 1], mk_decoder_last_logits(d, s), sizeof(float) * HS_V);
+            seq[s][len[s]++] = tok[s];
+        }
+    }
+    float *logits = malloc(sizeof(float) * HS_CTX * HS_V);
+    for (int s = 0; s < n_slots; s++) {
+        assert_mk_ok(mk_forward(m, seq[s], 1, len[s]));
+        assert_mk_ok(mk_model_read_logits(m, logits));
+        for (int p = len[s] - 1 - HS_STEPS; p < len[s] - 1; p++) {
+            char label[96];
+            snprintf(label, sizeof label, "head size %d, %d slots: slot %d position %d logits", hs,
+                     n_slots, s, p);
+            check_close(step_logits[s][p], logits + (size_t)p * HS_V, HS_V, 1e-4, 1e-4, label);
+        }
+    }
+    free(logits);
+    mk_decoder_free(d);
+}
+
+/* Head sizes that are multiples of 16 take the vector kernels (one copy per size), the others the
+ * plain loop; one slot gives one work item per (row, head), eight slots one per row (all heads). */
+static void test_every_head_size(void **state)
+{
+    const struct {
+        int hs, n_head;
+    } sizes[] = {{8, 4},  {12, 4}, {16, 4}, {32, 2},  {48, 4}, {48, 8},
+                 {64, 2}, {80, 2}, {96, 2}, {112, 2}, {128, 2}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        mk_config c = {.n_layer = 2,
+                       .n_head = sizes[i].n_head,
+                       .n_embd = sizes[i].hs * sizes[i].n_head,
+                       .block_size = HS_CTX,
+                       .vocab_size = HS_V};
+        mk_model *m = new_model_cfg(&c, 100 + i);
+        decode_matches_forward(m, 1, sizes[i].hs);
+        decode_matches_forward(m, HS_SLOTS, sizes[i].hs);
+        mk_model_free(m);
+    }
 }
 
 static void test_same_seed_same_tokens(void **state)
@@ -309,6 +380,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kv_cache_equals_forward),
+        cmocka_unit_test(test_every_head_size),
         cmocka_unit_test(test_same_seed_same_tokens),
         cmocka_unit_test(test_errors_and_limits),
         cmocka_unit_test(test_weight_swap),

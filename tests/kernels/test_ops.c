@@ -175,21 +175,22 @@ static void test_attention(void **state)
         }
     /* position 0 attends only to itself: output = its value */
     for (int d = 0; d < AC; d++) assert_near(at_out[d], at_qkv[2 * AC + d], 1e-6);
-    be->attn_bwd(dqkv, dout, at_qkv, at_att, AB, AT, AC, ANH);
+    float *datt = zeros(AB * ANH * AT * AT);
+    be->attn_bwd(dqkv, datt, dout, at_qkv, at_att, AB, AT, AC, ANH);
     fd_ctx c = {attn_run, at_out, dout, AB * AT * AC};
     fd_check(&c, at_qkv, nqkv, dqkv, 1e-3f, "attention dqkv");
 
     /* the decode path over a KV cache gives the same outputs */
     int S = AB, Tmax = AT + 3;
     float *kc = zeros((size_t)S * Tmax * AC), *vc = zeros((size_t)S * Tmax * AC);
-    float *y = zeros(AB * AT * AC);
+    float *y = zeros(AB * AT * AC), *scores = zeros((size_t)AB * AT * ANH * Tmax);
     int slot[AB * AT], pos[AB * AT];
     for (int b = 0; b < AB; b++)
         for (int t = 0; t < AT; t++) slot[b * AT + t] = b, pos[b * AT + t] = t;
     be->kv_store(kc, vc, at_qkv, slot, pos, AB * AT, AC, Tmax);
-    be->attn_decode(y, at_qkv, kc, vc, slot, pos, AB * AT, AC, ANH, Tmax);
+    be->attn_decode(y, scores, at_qkv, kc, vc, slot, pos, AB * AT, AC, ANH, Tmax);
     check_close(y, at_out, AB * AT * AC, 1e-6, 1e-5, "attn_decode vs attn_fwd");
-    free(kc), free(vc), free(y);
+    free(kc), free(vc), free(y), free(scores), free(datt);
     free(at_qkv), free(at_out), free(at_att), free(dout), free(dqkv);
 }
 

@@ -184,6 +184,18 @@ static void test_refusals(void **state)
     fclose(f);
     expect_refusal(m, path, MK_ERR_FORMAT, "bad header");
 
+    /* more dimensions than the loader keeps is refused by name, not cut short */
+    path_of(path, sizeof path, "ninedims.safetensors");
+    f = fopen(path, "wb");
+    g = "{\"wte.weight\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],"
+        "\"data_offsets\":[0,4]}}";
+    n = strlen(g);
+    fwrite(&n, 8, 1, f);
+    fwrite(g, 1, n, f);
+    fwrite("\0\0\0\0", 1, 4, f);
+    fclose(f);
+    expect_refusal(m, path, MK_ERR_FORMAT, "shape of tensor wte.weight has more than 8 entries");
+
     path_of(path, sizeof path, "absent.safetensors");
     expect_refusal(m, path, MK_ERR_IO, "No such file");
 
