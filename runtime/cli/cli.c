@@ -559,11 +559,16 @@ static int cmd_status(cli *c)
     int rc = attach(c, &m, &st);
     if (rc) return rc;
     manta_reg_driver *d = malloc(sizeof *d);
-    if (!d || manta_reg_driver_read(m, d) != 0) {
-        fprintf(stderr, "manta status: job %s is not running\n", st.job);
+    rc = d ? manta_reg_driver_read(m, d) : MANTA_ENOMEM;
+    if (rc) {
+        if (rc == MANTA_ENOTFOUND)
+            fprintf(stderr, "manta status: job %s is not running\n", st.job);
+        else
+            fprintf(stderr, "manta status: job %s: %s\n", st.job,
+                    d ? manta_last_error() : "out of memory");
         free(d);
         manta_shutdown(m);
-        return MANTA_EXIT_NOT_FOUND;
+        return rc == MANTA_ENOTFOUND ? MANTA_EXIT_NOT_FOUND : MANTA_EXIT_RUNTIME;
     }
     printf("job %s: driver pid %lld, up %.0f s, run folder %s\n", st.job, (long long)d->pid,
            (double)manta_reg_age_ms(d->started_ms) / 1000, st.run_dir);
