@@ -16,7 +16,7 @@
  * manta_job_scale, stop signals the driver; none touches what it did not
  * make.
  */
-#include "internal.h"
+#include "manta_schema.h"
 #include "manta_cli.h"
 #include "manta_job.h"
 #include "manta_spec.h"
@@ -25,6 +25,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +44,7 @@ typedef struct cli {
     const char *cmd;
     const char *args[8];
     int nargs;
+    manta_redis_addr redis_addr; /* --redis, parsed */
     const char *redis, *job, *log_dir, *host, *name, *cpu, *gpu, *memory, *transport;
     const char *sets[64];
     int nsets;
@@ -65,7 +68,8 @@ static const char *usage_text =
     "\n"
     "Options:\n"
     "  --set PATH=VALUE  override a spec value (run, scale): rollout.replicas=4, rl.eta=2\n"
-    "  --redis URL       redis://[:password@]host:port instead of the spec's or the embedded one\n"
+    "  --redis URL       redis://[[user]:password@]host[:port][/db] instead of the spec's or\n"
+    "                    the embedded one (IPv6 as [addr], %XX escapes in user and password)\n"
     "  --job NAME        which job (status, scale, stop, logs); default: the last one run here\n"
     "  --detach          run: return once every actor is ready; the job keeps running\n"
     "  --log-dir DIR     run: where run folders go (default: the spec's log_dir, else runs/)\n"
@@ -106,7 +110,7 @@ static const char *command_help(const char *cmd)
                "           [--gpu N] [--memory SIZE]\n"
                "  Runs a node agent for JOB on this machine: it registers its address and\n"
                "  resources in Redis and starts the actors placed on it, over tcp. It exits\n"
-               "  when the job ends.\n";
+               "  when the job ends. URL: redis://[[user]:password@]host[:port][/db].\n";
     return NULL;
 }
 
@@ -222,7 +226,13 @@ static int attach(cli *c, manta_ctx **m, job_state *st)
         snprintf(st->job, sizeof st->job, "%s", c->job);
     }
     if (c->redis) snprintf(st->redis, sizeof st->redis, "%s", c->redis);
-    manta_options o = {.redis_url = st->redis,
+    manta_redis_addr addr = c->redis_addr;
+    char why[160];
+    if (!c->redis && manta_redis_url_parse(st->redis, &addr, why, sizeof why) != 0) {
+        fprintf(stderr, "manta: job %s: its state file's redis URL: %s\n", st->job, why);
+        return MANTA_EXIT_RUNTIME;
+    }
+    manta_options o = {.redis = &addr,
                        .job = st->job,
                        .classes = c->classes,
                        .attach = 1,
@@ -352,8 +362,10 @@ static int exit_code(int rc)
 static int run_start(cli *c, run_setup *r, manta_ctx **m, manta_job_t **job)
 {
     const manta_spec *s = r->spec;
-    const char *redis = c->redis ? c->redis : s->redis.embedded ? NULL : s->redis_url;
-    manta_options o = {.redis_url = redis,
+    const manta_redis_addr *redis = c->redis            ? &c->redis_addr
+                                    : s->redis.embedded ? NULL
+                                                        : &s->redis;
+    manta_options o = {.redis = redis,
                        .job = s->job,
                        .classes = c->classes,
                        .log_dir = r->logs,
@@ -432,7 +444,7 @@ static int cmd_run(cli *c)
     }
     run_verdict(&r, rc ? rc : MANTA_EXIT_RUNTIME);
     manta_job_free(job);
-    if (m && !m->attached) state_remove(r.spec->job);
+    if (m && !manta_attached(m)) state_remove(r.spec->job);
     manta_shutdown(m);
     manta_spec_free(r.spec);
     return rc;
@@ -440,139 +452,104 @@ static int cmd_run(cli *c)
 
 /* ---- status ---- */
 
-static int64_t hget_int(manta_ctx *m, const char *key, const char *field)
-{
-    char buf[64];
-    return mn_redis_hget_str(m, key, field, buf, sizeof buf) == 0 ? atoll(buf) : -1;
-}
-
-static int str_cmp(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* Live nodes with their resources and heartbeat age, by id. */
-static void status_nodes(manta_ctx *m, int64_t now)
+static void status_nodes(manta_ctx *m)
 {
-    char setkey[256], nk[256];
-    mn_key(m, setkey, sizeof setkey, "nodes", NULL);
-    redisReply *r = mn_redis(m, "SMEMBERS %s", setkey);
-    size_t n = r ? r->elements : 0, live = 0;
-    char **ids = calloc(n + 1, sizeof *ids);
-    for (size_t i = 0; ids && i < n; i++) {
-        mn_key(m, nk, sizeof nk, "node", r->element[i]->str);
-        char state[16] = "";
-        if (mn_redis_hget_str(m, nk, "state", state, sizeof state) == 0 && !strcmp(state, "alive"))
-            ids[live++] = r->element[i]->str;
-    }
-    if (ids) qsort(ids, live, sizeof *ids, str_cmp);
+    manta_reg_node_list nodes;
+    if (manta_reg_node_list_read(m, &nodes) != 0) nodes.n = 0, nodes.v = NULL;
+    size_t live = 0;
+    for (size_t i = 0; i < nodes.n; i++) live += nodes.v[i].rec.state == MANTA_ACTOR_ALIVE;
     printf("nodes: %zu\n", live);
-    for (size_t i = 0; i < live; i++) {
-        char hostn[128] = "?", cpu[32] = "1", mem[32];
-        mn_key(m, nk, sizeof nk, "node", ids[i]);
-        mn_redis_hget_str(m, nk, "host", hostn, sizeof hostn);
-        mn_redis_hget_str(m, nk, "cpu", cpu, sizeof cpu);
-        int64_t gpu = hget_int(m, nk, "gpu"), bytes = hget_int(m, nk, "memory");
-        manta_spec_format_size(bytes > 0 ? (uint64_t)bytes : 0, mem, sizeof mem);
-        printf("  %-16s host %-20s cpu %g gpu %lld memory %s heartbeat %.1f s ago\n", ids[i], hostn,
-               atof(cpu), (long long)(gpu > 0 ? gpu : 0), mem,
-               (double)(now - hget_int(m, nk, "hb")) / 1000);
+    for (size_t i = 0; i < nodes.n; i++) {
+        const manta_reg_node *n = &nodes.v[i].rec;
+        if (n->state != MANTA_ACTOR_ALIVE) continue;
+        char mem[32];
+        manta_spec_format_size(n->memory, mem, sizeof mem);
+        printf("  %-16s host %-20s cpu %g gpu %lld memory %s heartbeat %.1f s ago\n", nodes.v[i].id,
+               n->host[0] ? n->host : "?", n->cpu, (long long)(n->gpu > 0 ? n->gpu : 0), mem,
+               (double)nodes.v[i].age_ms / 1000);
     }
-    free(ids);
-    freeReplyObject(r);
+    manta_reg_node_list_free(&nodes);
 }
 
 /* Every actor's served-call counter (-1: none), in `names` order. */
-static int64_t *status_calls(manta_ctx *m, const redisReply *names)
+static int64_t *status_calls(manta_ctx *m, const manta_reg_names *names)
 {
-    size_t na = names ? names->elements : 0;
-    int64_t *calls = calloc(na + 1, sizeof *calls);
-    for (size_t i = 0; calls && i < na; i++) {
-        char key[256];
-        mn_key(m, key, sizeof key, "actor", names->element[i]->str);
-        calls[i] = hget_int(m, key, "calls");
+    int64_t *calls = calloc(names->n + 1, sizeof *calls);
+    for (size_t i = 0; calls && i < names->n; i++) {
+        manta_reg_actor a;
+        calls[i] = manta_reg_actor_read(m, names->v[i], &a) == 0 ? (int64_t)a.calls : -1;
     }
     return calls;
 }
 
 /* One line per group: ready/wanted, restarts, calls per second between two
  * samples dt seconds apart (c0, c1); with -v one line per actor. */
-static void status_group(cli *c, manta_ctx *m, const char *gname, const redisReply *names,
+static void status_group(cli *c, manta_ctx *m, const char *gname, const manta_reg_names *names,
                          const int64_t *c0, const int64_t *c1, double dt)
 {
-    char gk[256];
-    mn_key(m, gk, sizeof gk, "group", gname);
-    int64_t wanted = hget_int(m, gk, "wanted");
+    int wanted = -1;
+    if (manta_reg_group_read(m, gname, NULL, 0, &wanted) != 0) wanted = -1;
     int ready = 0, restarts = 0;
     double rate = 0;
     size_t glen = strlen(gname);
-    for (size_t i = 0; names && i < names->elements; i++) {
-        const char *an = names->element[i]->str;
+    for (size_t i = 0; i < names->n; i++) {
+        const char *an = names->v[i];
         if (strncmp(an, gname, glen) || an[glen] != '-') continue;
-        manta_actor_info info;
-        if (mn_directory_read(m, an, &info) != 0) continue;
-        ready += info.state == MANTA_ACTOR_ALIVE;
-        restarts += info.restarts;
+        manta_reg_actor a;
+        if (manta_reg_actor_read(m, an, &a) != 0) continue;
+        const manta_actor_info *info = &a.info;
+        ready += info->state == MANTA_ACTOR_ALIVE;
+        restarts += info->restarts;
         if (c0 && c1 && c0[i] >= 0 && c1[i] >= c0[i]) rate += (double)(c1[i] - c0[i]) / dt;
         if (c->verbose)
             printf("    %-20s %-10s node %-14s pid %-7d incarnation %d restarts %d\n", an,
-                   manta_actor_state_name(info.state), info.node, info.pid, info.incarnation, info.restarts);
+                   manta_actor_state_name(info->state), info->node, info->pid, info->incarnation,
+                   info->restarts);
     }
-    printf("  %-12s ready %d/%lld  restarts %d  calls %.1f/s\n", gname, ready, (long long)wanted,
-           restarts, rate);
+    printf("  %-12s ready %d/%d  restarts %d  calls %.1f/s\n", gname, ready, wanted, restarts,
+           rate);
 }
 
 static void status_groups(cli *c, manta_ctx *m)
 {
-    char setkey[256], gl[256];
-    mn_key(m, setkey, sizeof setkey, "actors", NULL);
-    redisReply *names = mn_redis(m, "SMEMBERS %s", setkey);
-    int64_t *c0 = status_calls(m, names);
-    int64_t t0 = mn_now_ms();
+    manta_reg_names names, groups;
+    if (manta_reg_actor_names(m, &names) != 0) names.n = 0, names.v = NULL;
+    int64_t *c0 = status_calls(m, &names);
+    int64_t t0 = manta_now_ms();
     manta_poll(m, 1100); /* heartbeats (with the counters) come every second */
-    double dt = (double)(mn_now_ms() - t0) / 1000;
-    int64_t *c1 = status_calls(m, names);
-    mn_key(m, gl, sizeof gl, "groups", NULL);
-    redisReply *groups = mn_redis(m, "LRANGE %s 0 -1", gl);
+    double dt = (double)(manta_now_ms() - t0) / 1000;
+    int64_t *c1 = status_calls(m, &names);
+    if (manta_reg_group_names(m, &groups) != 0) groups.n = 0, groups.v = NULL;
     printf("groups:\n");
-    for (size_t g = 0; groups && g < groups->elements; g++)
-        status_group(c, m, groups->element[g]->str, names, c0, c1, dt);
-    freeReplyObject(groups);
-    freeReplyObject(names);
+    for (size_t g = 0; g < groups.n; g++) status_group(c, m, groups.v[g], &names, c0, c1, dt);
+    manta_reg_names_free(&groups);
+    manta_reg_names_free(&names);
     free(c0), free(c1);
 }
 
 /* What the job publishes (manta_kv_set): printed when it is text. */
-static void status_values(manta_ctx *m, const char *job)
+static void status_values(manta_ctx *m)
 {
-    char pattern[160], cursor[32] = "0";
-    snprintf(pattern, sizeof pattern, "manta:%s:kv:*", job);
+    manta_reg_names keys;
+    if (manta_reg_kv_names(m, &keys) != 0) return;
     bool header = false;
-    do {
-        redisReply *r = mn_redis(m, "SCAN %s MATCH %s COUNT 100", cursor, pattern);
-        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-            freeReplyObject(r);
-            break;
-        }
-        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
-        for (size_t i = 0; i < r->element[1]->elements; i++) {
-            const char *k = r->element[1]->element[i]->str;
-            const char *name = k + strlen(pattern) - 1;
-            void *v;
-            size_t vl;
-            if (manta_kv_get(m, name, &v, &vl) != 0) continue;
-            bool text = vl <= 400;
-            for (size_t j = 0; j < vl && text; j++)
-                text = ((unsigned char *)v)[j] >= 32 || ((char *)v)[j] == '\t';
-            if (!header) printf("values:\n"), header = true;
-            if (text)
-                printf("  %-20s %s\n", name, (char *)v);
-            else
-                printf("  %-20s (%zu bytes)\n", name, vl);
-            free(v);
-        }
-        freeReplyObject(r);
-    } while (strcmp(cursor, "0") != 0);
+    for (size_t i = 0; i < keys.n; i++) {
+        const char *name = keys.v[i];
+        void *v;
+        size_t vl;
+        if (manta_kv_get(m, name, &v, &vl) != 0) continue;
+        bool text = vl <= 400;
+        for (size_t j = 0; j < vl && text; j++)
+            text = ((unsigned char *)v)[j] >= 32 || ((char *)v)[j] == '\t';
+        if (!header) printf("values:\n"), header = true;
+        if (text)
+            printf("  %-20s %s\n", name, (char *)v);
+        else
+            printf("  %-20s (%zu bytes)\n", name, vl);
+        free(v);
+    }
+    manta_reg_names_free(&keys);
 }
 
 static int cmd_status(cli *c)
@@ -581,20 +558,24 @@ static int cmd_status(cli *c)
     job_state st;
     int rc = attach(c, &m, &st);
     if (rc) return rc;
-    char key[256];
-    mn_key(m, key, sizeof key, "driver", NULL);
-    int64_t pid = hget_int(m, key, "pid");
-    if (pid < 0) {
-        fprintf(stderr, "manta status: job %s is not running\n", st.job);
+    manta_reg_driver *d = malloc(sizeof *d);
+    rc = d ? manta_reg_driver_read(m, d) : MANTA_ENOMEM;
+    if (rc) {
+        if (rc == MANTA_ENOTFOUND)
+            fprintf(stderr, "manta status: job %s is not running\n", st.job);
+        else
+            fprintf(stderr, "manta status: job %s: %s\n", st.job,
+                    d ? manta_last_error() : "out of memory");
+        free(d);
         manta_shutdown(m);
-        return MANTA_EXIT_NOT_FOUND;
+        return rc == MANTA_ENOTFOUND ? MANTA_EXIT_NOT_FOUND : MANTA_EXIT_RUNTIME;
     }
-    int64_t now = mn_wall_ms();
-    printf("job %s: driver pid %lld, up %.0f s, run folder %s\n", st.job, (long long)pid,
-           (double)(now - hget_int(m, key, "started")) / 1000, st.run_dir);
-    status_nodes(m, now);
+    printf("job %s: driver pid %lld, up %.0f s, run folder %s\n", st.job, (long long)d->pid,
+           (double)manta_reg_age_ms(d->started_ms) / 1000, st.run_dir);
+    free(d);
+    status_nodes(m);
     status_groups(c, m);
-    status_values(m, st.job);
+    status_values(m);
     manta_shutdown(m);
     return 0;
 }
@@ -636,13 +617,13 @@ static int cmd_scale(cli *c)
         return exit_code(rc);
     }
     manta_spec_errors_destroy(&errs);
-    int64_t t0 = mn_now_ms();
+    int64_t t0 = manta_now_ms();
     int before = manta_job_replicas(job, group);
     rc = before < 0 ? before : manta_job_scale(job, group, (int)want, (int)(c->timeout_s * 1000));
     if (rc) fprintf(stderr, "manta scale: %s\n", manta_last_error());
     if (before >= 0)
         printf("%s: %d -> %ld replicas in %.2f s%s\n", group, before, want,
-               (double)(mn_now_ms() - t0) / 1000, rc ? " (with errors)" : "");
+               (double)(manta_now_ms() - t0) / 1000, rc ? " (with errors)" : "");
     manta_job_free(job);
     manta_shutdown(m);
     return exit_code(rc);
@@ -663,9 +644,9 @@ static int cmd_stop(cli *c)
         state_remove(st.job);
         return MANTA_EXIT_NOT_FOUND;
     }
-    int64_t until = mn_now_ms() + (int64_t)((c->timeout_s > 0 ? c->timeout_s : 60) * 1000);
+    int64_t until = manta_now_ms() + (int64_t)((c->timeout_s > 0 ? c->timeout_s : 60) * 1000);
     while (kill(st.pid, 0) == 0) {
-        if (mn_now_ms() > until) {
+        if (manta_now_ms() > until) {
             fprintf(stderr, "manta stop: job %s: driver %d still running\n", st.job, st.pid);
             return MANTA_EXIT_TIMEOUT;
         }
@@ -783,6 +764,12 @@ static int parse(cli *c, int argc, char **argv)
                 return -1;
             }
             *dst = argv[++i];
+            char why[160];
+            if (dst == &c->redis &&
+                manta_redis_url_parse(c->redis, &c->redis_addr, why, sizeof why) != 0) {
+                fprintf(stderr, "manta: --redis '%s': %s\n", c->redis, why);
+                return -1;
+            }
             continue;
         }
         if (!strcmp(a, "--set")) {

@@ -34,7 +34,6 @@
  * context terminated, which releases every message still queued before the
  * error is returned: ZeroMQ never reads a caller's buffer after we return.
  */
-#include "internal.h"
 #include "manta_collective.h"
 #include "manta_schema.h"
 
@@ -42,12 +41,14 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #define DEFAULT_TIMEOUT_MS 30000
 #define DEFAULT_CHUNK      ((size_t)4 << 20)
@@ -80,13 +81,13 @@ int manta_coll_fail(const manta_coll_group *g, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    if (!g) return mn_fail(code, "%s", buf);
-    return mn_fail(code, "group '%s' rank %d: %s", g->name, g->rank, buf);
+    if (!g) return manta_fail(code, "%s", buf);
+    return manta_fail(code, "group '%s' rank %d: %s", g->name, g->rank, buf);
 }
 
 int64_t manta_coll_now_ms(void)
 {
-    return mn_now_ms();
+    return manta_now_ms();
 }
 
 size_t manta_coll_chunk_bytes(const manta_coll_group *g)
@@ -224,7 +225,7 @@ int manta_coll_get(manta_coll_group *g, const char *field, void *out, size_t len
     for (;;) {
         int rc = manta_reg_coll_get(g->m, g->name, field, out, len);
         if (rc != MANTA_ENOTFOUND) return rc ? reg_fail(g, rc) : 0;
-        if (mn_now_ms() >= deadline)
+        if (manta_now_ms() >= deadline)
             return manta_coll_fail(g, MANTA_ETIMEDOUT, "'%s' not published in time", field);
         backoff(&step);
     }
@@ -238,7 +239,7 @@ static int get_str(manta_coll_group *g, const char *field, char *out, size_t cap
     for (;;) {
         int rc = manta_reg_coll_get_str(g->m, g->name, field, out, cap);
         if (rc != MANTA_ENOTFOUND) return rc ? reg_fail(g, rc) : 0;
-        if (mn_now_ms() >= deadline)
+        if (manta_now_ms() >= deadline)
             return manta_coll_fail(g, MANTA_ETIMEDOUT,
                                    "rank %d joined but never published its endpoint", peer);
         backoff(&step);
@@ -274,7 +275,7 @@ static int wait_presence(manta_coll_group *g, int64_t deadline, int timeout_ms)
             break;
         }
         if (present == g->world) break;
-        if (mn_now_ms() >= deadline) {
+        if (manta_now_ms() >= deadline) {
             char list[256];
             int missing = missing_ranks(seen, g->world, list, sizeof list);
             rc = manta_coll_fail(g, MANTA_ETIMEDOUT, "rank%s %s of %d did not join within %d ms",
@@ -307,15 +308,15 @@ int manta_coll_create(manta_ctx *m, const char *name, int world, int rank,
     if (out) *out = NULL;
     if (!o) o = &none;
     if (!m || !name || !out || world < 1 || world > 4096 || rank < 0 || rank >= world)
-        return mn_fail(MANTA_EINVAL,
-                       "group '%s' rank %d: manta_coll_create needs ctx, name, out and 0 <= "
-                       "rank < world (%d) <= 4096",
-                       name ? name : "(null)", rank, world);
+        return manta_fail(MANTA_EINVAL,
+                          "group '%s' rank %d: manta_coll_create needs ctx, name, out and 0 <= "
+                          "rank < world (%d) <= 4096",
+                          name ? name : "(null)", rank, world);
     if (!valid_group_name(name))
-        return mn_fail(MANTA_EINVAL, "group '%s' rank %d: bad name: use 1..64 of [A-Za-z0-9._-]",
-                       name, rank);
+        return manta_fail(MANTA_EINVAL, "group '%s' rank %d: bad name: use 1..64 of [A-Za-z0-9._-]",
+                          name, rank);
     manta_coll_group *g = calloc(1, sizeof *g);
-    if (!g) return mn_fail(MANTA_ENOMEM, "group '%s' rank %d: out of memory", name, rank);
+    if (!g) return manta_fail(MANTA_ENOMEM, "group '%s' rank %d: out of memory", name, rank);
     g->m = m;
     snprintf(g->name, sizeof g->name, "%s", name);
     g->world = world, g->rank = rank;
@@ -325,7 +326,7 @@ int manta_coll_create(manta_ctx *m, const char *name, int world, int rank,
     g->chunk &= ~(size_t)7; /* whole floats, and aligned for the CRC's 8-byte steps */
     g->cuda_device = o->cuda_device;
     g->be = o->backend ? o->backend : manta_coll_zmq();
-    int64_t deadline = mn_now_ms() + g->default_timeout;
+    int64_t deadline = manta_now_ms() + g->default_timeout;
 
     /* The world size is set by the first member; the others must agree
      * (the schema's EINVAL names both sizes). */
@@ -351,7 +352,7 @@ int manta_coll_create(manta_ctx *m, const char *name, int world, int rank,
      * Its own failure is secondary to the one reported. */
     (void)manta_reg_coll_leave(m, name, rank, world, 0);
     free(g);
-    return mn_fail(rc, "%s", why);
+    return manta_fail(rc, "%s", why);
 }
 
 void manta_coll_free(manta_coll_group *g)
@@ -365,11 +366,11 @@ void manta_coll_free(manta_coll_group *g)
 
 static int enter(manta_coll_group *g, const char *op, int timeout_ms, int64_t *deadline)
 {
-    if (!g) return mn_fail(MANTA_EINVAL, "%s: no group (NULL)", op);
+    if (!g) return manta_fail(MANTA_EINVAL, "%s: no group (NULL)", op);
     if (g->broken)
         return manta_coll_fail(g, MANTA_ECLOSED,
                                "%s: the group is broken by an earlier failure: free it", op);
-    *deadline = mn_now_ms() + (timeout_ms > 0 ? timeout_ms : g->default_timeout);
+    *deadline = manta_now_ms() + (timeout_ms > 0 ? timeout_ms : g->default_timeout);
     return 0;
 }
 
@@ -542,7 +543,7 @@ static int z_abort(zimpl *z, int rc)
     char why[512];
     snprintf(why, sizeof why, "%s", manta_last_error());
     z_teardown(z);
-    return mn_fail(rc, "%s", why);
+    return manta_fail(rc, "%s", why);
 }
 
 /* Send a header and payload to `to`. zc: the payload stays the caller's
@@ -617,7 +618,7 @@ static int z_recv(zimpl *z, int from, int op, uint32_t chunk, hdr *h, zmq_msg_t 
             }
             return 0;
         }
-        int64_t left = deadline - mn_now_ms();
+        int64_t left = deadline - manta_now_ms();
         if (left < 0) left = 0;
         zmq_pollitem_t it = {z->pull, 0, ZMQ_POLLIN, 0};
         int n = zmq_poll(&it, 1, (long)left);
@@ -672,7 +673,7 @@ static int z_drain(zimpl *z, int64_t deadline)
 {
     int spins = 0;
     while (atomic_load_explicit(&z->zc_out, memory_order_acquire) > 0) {
-        if (mn_now_ms() > deadline)
+        if (manta_now_ms() > deadline)
             return manta_coll_fail(z->g, MANTA_ETIMEDOUT,
                                    "%ld chunks still unsent at the deadline (a peer "
                                    "stopped reading?)",
@@ -733,13 +734,14 @@ static int z_bind(zimpl *z)
     zmq_setsockopt(z->pull, ZMQ_RCVBUF, &Z_BIG, sizeof Z_BIG);
     zmq_setsockopt(z->pull, ZMQ_LINGER, &Z_ZERO, sizeof Z_ZERO);
     char bind_ep[256];
-    if (!strcmp(m->transport, "tcp")) {
-        snprintf(bind_ep, sizeof bind_ep, "tcp://%s:*", m->host);
+    if (!strcmp(manta_transport(m), "tcp")) {
+        snprintf(bind_ep, sizeof bind_ep, "tcp://%s:*", manta_bind_host(m));
     } else {
-        mkdir(m->rundir, 0700); /* the driver made it on its node; an actor elsewhere may not */
+        mkdir(manta_run_dir(m),
+              0700); /* the driver made it on its node; an actor elsewhere may not */
         char hex[13] = "";
-        mn_random_hex(hex, 12);
-        snprintf(bind_ep, sizeof bind_ep, "ipc://%s/c%s.%d", m->rundir, hex, g->rank);
+        manta_random_hex(hex, 12);
+        snprintf(bind_ep, sizeof bind_ep, "ipc://%s/c%s.%d", manta_run_dir(m), hex, g->rank);
     }
     if (zmq_bind(z->pull, bind_ep) != 0) return zfail(z, bind_ep);
     size_t eplen = sizeof z->endpoint;
@@ -796,7 +798,7 @@ static int z_open(manta_coll_group *g, void **impl)
 {
     zimpl *z = NULL;
     int rc = z_new(g, &z);
-    int64_t deadline = mn_now_ms() + g->default_timeout;
+    int64_t deadline = manta_now_ms() + g->default_timeout;
     if (rc == 0) rc = z_bind(z);
     if (rc == 0) rc = z_connect_peers(z, deadline);
     if (rc == 0) rc = z_hello(z, deadline);

@@ -179,6 +179,31 @@ const char *manta_self(const manta_ctx *m)
     return m ? m->self : "";
 }
 
+const char *manta_node_id(const manta_ctx *m)
+{
+    return m ? m->node : "";
+}
+
+const char *manta_transport(const manta_ctx *m)
+{
+    return m && m->transport ? m->transport : "";
+}
+
+const char *manta_bind_host(const manta_ctx *m)
+{
+    return m && m->host ? m->host : "";
+}
+
+const char *manta_run_dir(const manta_ctx *m)
+{
+    return m ? m->rundir : "";
+}
+
+int manta_attached(const manta_ctx *m)
+{
+    return m && m->attached;
+}
+
 void manta_stats_get(const manta_ctx *m, manta_stats *out)
 {
     if (m && out) *out = m->stats;

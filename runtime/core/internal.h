@@ -312,9 +312,6 @@ void mn_redis_stop_embedded(manta_ctx *m);
 redisReply *mn_redis(manta_ctx *m, const char *fmt, ...);
 redisReply *mn_redis_v(manta_ctx *m, const char *fmt, va_list ap);
 redisReply *mn_redis_argv(manta_ctx *m, int argc, const char **argv, const size_t *lens);
-/* Older spelling of manta_reg_key (kind as text); new code uses manta_schema.h. */
-void mn_key(const manta_ctx *m, char *out, size_t n, const char *kind, const char *name);
-int mn_redis_hget_str(manta_ctx *m, const char *key, const char *field, char *out, size_t n);
 /* An actor's manta_actor_info (manta_reg_actor_read's info). */
 int mn_directory_read(manta_ctx *m, const char *name, manta_actor_info *info);
 /* This machine (and mount namespace): hostname, boot id and /tmp's inode. */

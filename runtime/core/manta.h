@@ -124,6 +124,15 @@ const char *manta_strerror(int code);
 const char *manta_errname(int code);
 /* The message of the last failure in this thread ("" if none). */
 const char *manta_last_error(void);
+/* Set this thread's last error message (printf format) and return code:
+ * for libraries beside the core that report in the same convention. The
+ * arguments may include manta_last_error() itself. */
+int manta_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Milliseconds of a monotonic clock (for timeouts and rates). */
+int64_t manta_now_ms(void);
+/* Fill out[0..nhex) with random hex digits and end it with a NUL (out holds
+ * nhex + 1 bytes; nhex <= 128). */
+void manta_random_hex(char *out, size_t nhex);
 
 /* ---- Types --------------------------------------------------------------- */
 
@@ -220,6 +229,13 @@ void manta_shutdown(manta_ctx *m);
 const char *manta_job(const manta_ctx *m);
 const char *manta_redis_url(const manta_ctx *m); /* with password */
 const char *manta_self(const manta_ctx *m);      /* actor name, or "driver" */
+const char *manta_node_id(const manta_ctx *m);   /* this process's node id */
+const char *manta_transport(const manta_ctx *m); /* "ipc" or "tcp" */
+const char *manta_bind_host(const manta_ctx *m); /* address tcp endpoints bind */
+const char *manta_run_dir(const manta_ctx *m);   /* folder of the job's ipc sockets */
+/* 1 if this ctx joined a job another driver owns (manta_options.attach, or
+ * a refused driver claim): its shutdown leaves the job alone. */
+int manta_attached(const manta_ctx *m);
 
 /* Run the event loop (the mailbox, replies, timers, fd watches) for
  * timeout_ms, however many events come (0: one turn, no wait). Returns 0

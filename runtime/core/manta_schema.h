@@ -80,7 +80,7 @@ typedef struct manta_reg_actor {
     char cls[128];
     char library[512];
     int max_restarts;
-    uint64_t calls; /* calls served, stamped with each heartbeat */
+    uint64_t calls;   /* calls served, stamped with each heartbeat */
     char error[1024]; /* writers keep it under 600 bytes */
     /* Placement (written by the job module): what the actor holds. */
     char group[64];
@@ -152,6 +152,23 @@ int manta_reg_node_leave(manta_ctx *m, const char *id);
 int manta_reg_node_forget(manta_ctx *m, const char *id);
 int manta_reg_node_ids(manta_ctx *m, manta_reg_names *out);
 
+/* Every node of the node set with its record, by id. */
+typedef struct manta_reg_node_entry {
+    char *id;
+    manta_reg_node rec;
+    int64_t age_ms; /* since its last heartbeat, by this host's wall clock; -1: none */
+} manta_reg_node_entry;
+typedef struct manta_reg_node_list {
+    manta_reg_node_entry *v;
+    size_t n;
+} manta_reg_node_list;
+/* A node in the set whose record is gone (being forgotten) is left out. */
+int manta_reg_node_list_read(manta_ctx *m, manta_reg_node_list *out);
+void manta_reg_node_list_free(manta_reg_node_list *l);
+/* Milliseconds since a wall-clock stamp of a record (heartbeat, started),
+ * by this host's clock. */
+int64_t manta_reg_age_ms(int64_t stamp_ms);
+
 /* ---- objects ----------------------------------------------------------------------- */
 
 /* A new object record with one reference: its bytes inline, or its owner's
@@ -181,17 +198,32 @@ typedef struct manta_reg_driver {
     char spec[4096];  /* the spec file's path */
     char sets[16384]; /* the --set overrides, one per line */
     char run_dir[4096];
-    int64_t started_ms;
+    int64_t started_ms; /* wall clock; 0 when writing: now */
 } manta_reg_driver;
 
+/* Claim the job for driver `pid` (HSETNX of the pid field), atomically: of
+ * two drivers starting one job, one gets 0 and the other EEXIST with
+ * *holder set to the pid recorded (0 if unreadable). The refused ctx then
+ * counts as attached (manta_attached), so that its shutdown leaves the
+ * running job alone. */
+int manta_reg_driver_claim(manta_ctx *m, int pid, int *holder);
 /* Write the driver record. ENOTFOUND from read when no job is running. */
 int manta_reg_driver_write(manta_ctx *m, const manta_reg_driver *d);
 int manta_reg_driver_read(manta_ctx *m, manta_reg_driver *out);
+/* Delete the driver record and the group list (undoing a failed start). */
+int manta_reg_driver_forget(manta_ctx *m);
 /* Add a group (appended to the group list) with its class and wanted size. */
 int manta_reg_group_add(manta_ctx *m, const char *name, const char *cls, int wanted);
 int manta_reg_group_set_wanted(manta_ctx *m, const char *name, int wanted);
 int manta_reg_group_read(manta_ctx *m, const char *name, char *cls, size_t cls_len, int *wanted);
+/* In the order they were added. */
 int manta_reg_group_names(manta_ctx *m, manta_reg_names *out);
+int manta_reg_group_forget(manta_ctx *m, const char *name);
+
+/* ---- job values ---------------------------------------------------------------------- */
+
+/* The keys of every job value (manta_kv_set), in no particular order. */
+int manta_reg_kv_names(manta_ctx *m, manta_reg_names *out);
 
 /* ---- collective groups -------------------------------------------------------------- */
 

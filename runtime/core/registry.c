@@ -142,27 +142,6 @@ redisReply *mn_redis_argv(manta_ctx *m, int argc, const char **argv, const size_
     return check_reply(m, r, argv[0]);
 }
 
-void mn_key(const manta_ctx *m, char *out, size_t n, const char *kind, const char *name)
-{
-    if (name)
-        snprintf(out, n, "manta:%s:%s:%s", m->job, kind, name);
-    else
-        snprintf(out, n, "manta:%s:%s", m->job, kind);
-}
-
-int mn_redis_hget_str(manta_ctx *m, const char *key, const char *field, char *out, size_t n)
-{
-    redisReply *r = mn_redis(m, "HGET %s %s", key, field);
-    if (!r) return MANTA_EREDIS;
-    int rc = 0;
-    if (r->type == REDIS_REPLY_STRING)
-        snprintf(out, n, "%s", r->str);
-    else
-        rc = MANTA_ENOTFOUND;
-    freeReplyObject(r);
-    return rc;
-}
-
 int mn_directory_read(manta_ctx *m, const char *name, manta_actor_info *info)
 {
     manta_reg_actor rec = {0};

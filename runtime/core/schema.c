@@ -555,6 +555,50 @@ int manta_reg_node_ids(manta_ctx *m, manta_reg_names *out)
     return read_names(m, key, "SMEMBERS", out);
 }
 
+int64_t manta_reg_age_ms(int64_t stamp_ms)
+{
+    return mn_wall_ms() - stamp_ms;
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int manta_reg_node_list_read(manta_ctx *m, manta_reg_node_list *out)
+{
+    out->v = NULL, out->n = 0;
+    manta_reg_names ids;
+    int rc = manta_reg_node_ids(m, &ids);
+    if (rc) return rc;
+    qsort(ids.v, ids.n, sizeof *ids.v, str_cmp);
+    if (ids.n && !(out->v = calloc(ids.n, sizeof *out->v)))
+        rc = mn_fail(MANTA_ENOMEM, "node list of job %s: %zu nodes", m->job, ids.n);
+    for (size_t i = 0; rc == 0 && i < ids.n; i++) {
+        manta_reg_node_entry *e = &out->v[out->n];
+        rc = manta_reg_node_read(m, ids.v[i], &e->rec);
+        if (rc == MANTA_ENOTFOUND) {
+            rc = 0;
+            continue;
+        }
+        if (rc) break;
+        e->id = ids.v[i], ids.v[i] = NULL; /* the entry owns it now */
+        e->age_ms = e->rec.heartbeat_ms > 0 ? manta_reg_age_ms(e->rec.heartbeat_ms) : -1;
+        out->n++;
+    }
+    manta_reg_names_free(&ids);
+    if (rc) manta_reg_node_list_free(out);
+    return rc;
+}
+
+void manta_reg_node_list_free(manta_reg_node_list *l)
+{
+    if (!l) return;
+    for (size_t i = 0; i < l->n; i++) free(l->v[i].id);
+    free(l->v);
+    l->v = NULL, l->n = 0;
+}
+
 /* ---- objects ------------------------------------------------------------------------ */
 
 int manta_reg_obj_create(manta_ctx *m, const char *id, size_t size, const void *data,
@@ -710,6 +754,35 @@ int manta_kv_get(manta_ctx *m, const char *key, void **val, size_t *len)
 
 /* ---- the job: driver and groups ---------------------------------------------------------- */
 
+int manta_reg_driver_claim(manta_ctx *m, int pid, int *holder)
+{
+    KEY(MANTA_REG_DRIVER, NULL);
+    if (holder) *holder = 0;
+    redisReply *r = mn_redis(m, "HSETNX %s " F_PID " %d", key, pid);
+    if (!r) return mn_fail(MANTA_EREDIS, "%s: %s", key, manta_last_error());
+    int type = r->type;
+    long long won = r->integer;
+    freeReplyObject(r);
+    if (type != REDIS_REPLY_INTEGER)
+        return mn_fail(MANTA_EREDIS, "%s: HSETNX answered with reply type %d", key, type);
+    if (won == 1) return 0;
+    m->attached = true; /* not ours to tear down */
+    redisReply *h = mn_redis(m, "HGET %s " F_PID, key);
+    if (h && h->type == REDIS_REPLY_STRING && holder) *holder = atoi(h->str);
+    freeReplyObject(h);
+    return mn_fail(MANTA_EEXIST, "job %s is already claimed by driver pid %d", m->job,
+                   holder ? *holder : 0);
+}
+
+int manta_reg_driver_forget(manta_ctx *m)
+{
+    KEY(MANTA_REG_DRIVER, NULL);
+    char list[MANTA_REG_KEY_MAX];
+    int rc = manta_reg_key(m, MANTA_REG_GROUPS, NULL, list, sizeof list);
+    if (rc == 0) rc = run(m, key, "DEL %s", key);
+    return rc ? rc : run(m, list, "DEL %s", list);
+}
+
 int manta_reg_driver_write(manta_ctx *m, const manta_reg_driver *d)
 {
     KEY(MANTA_REG_DRIVER, NULL);
@@ -721,7 +794,7 @@ int manta_reg_driver_write(manta_ctx *m, const manta_reg_driver *d)
     field_str(&c, F_SPEC, d->spec);
     field_str(&c, F_SETS, d->sets);
     field_str(&c, F_RUN_DIR, d->run_dir);
-    field_num(&c, F_STARTED, "%lld", (long long)d->started_ms);
+    field_num(&c, F_STARTED, "%lld", (long long)(d->started_ms ? d->started_ms : mn_wall_ms()));
     return cmd_run(m, &c);
 }
 
@@ -795,6 +868,57 @@ int manta_reg_group_names(manta_ctx *m, manta_reg_names *out)
 {
     KEY(MANTA_REG_GROUPS, NULL);
     return read_names(m, key, "LRANGE", out);
+}
+
+int manta_reg_group_forget(manta_ctx *m, const char *name)
+{
+    KEY(MANTA_REG_GROUP, name);
+    return run(m, key, "DEL %s", key);
+}
+
+/* ---- job values: listing ------------------------------------------------------------------ */
+
+static int names_push(manta_reg_names *out, size_t *cap, const char *name, const char *key)
+{
+    if (out->n == *cap) {
+        size_t ncap = *cap ? 2 * *cap : 16;
+        char **v = realloc(out->v, ncap * sizeof *v);
+        if (!v) return mn_fail(MANTA_ENOMEM, "%s: %zu names", key, ncap);
+        out->v = v, *cap = ncap;
+    }
+    if (!(out->v[out->n] = strdup(name))) return mn_fail(MANTA_ENOMEM, "%s: out of memory", key);
+    out->n++;
+    return 0;
+}
+
+int manta_reg_kv_names(manta_ctx *m, manta_reg_names *out)
+{
+    out->v = NULL, out->n = 0;
+    char pattern[MANTA_REG_KEY_MAX], cursor[32] = "0";
+    int rc = manta_reg_pattern(m, MANTA_REG_KV, pattern, sizeof pattern);
+    if (rc) return rc;
+    size_t plen = strlen(pattern) - 1, cap = 0; /* the prefix before '*' */
+    do {
+        redisReply *r = mn_redis(m, "SCAN %s MATCH %s COUNT 100", cursor, pattern);
+        if (!r) {
+            rc = mn_fail(MANTA_EREDIS, "%s: %s", pattern, manta_last_error());
+            break;
+        }
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !r->element[0]->str ||
+            r->element[1]->type != REDIS_REPLY_ARRAY) {
+            freeReplyObject(r);
+            rc = mn_fail(MANTA_EREDIS, "%s: SCAN answered with an unexpected reply", pattern);
+            break;
+        }
+        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+        for (size_t i = 0; rc == 0 && i < r->element[1]->elements; i++) {
+            const char *k = r->element[1]->element[i]->str;
+            if (k && strlen(k) > plen) rc = names_push(out, &cap, k + plen, pattern);
+        }
+        freeReplyObject(r);
+    } while (rc == 0 && strcmp(cursor, "0") != 0);
+    if (rc) manta_reg_names_free(out);
+    return rc;
 }
 
 /* ---- collective groups ------------------------------------------------------------------ */

@@ -50,17 +50,42 @@ const char *manta_last_error(void)
     return last_error;
 }
 
-int mn_fail(int code, const char *fmt, ...)
+static int vfail(int code, const char *fmt, va_list ap)
 {
     /* Format aside first: callers often wrap the last message, passing
      * manta_last_error() itself as an argument. */
     char msg[sizeof last_error];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     memcpy(last_error, msg, sizeof msg);
     return code;
+}
+
+int mn_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int manta_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int64_t manta_now_ms(void)
+{
+    return mn_now_ms();
+}
+
+void manta_random_hex(char *out, size_t nhex)
+{
+    mn_random_hex(out, nhex);
 }
 
 int64_t mn_now_ms(void)

@@ -3,27 +3,25 @@
  * placement, replicas, readiness, the node watchdog and failover, scale and
  * drain, the run method.
  *
- * The job's records in Redis, under the ctx's job namespace:
- *   driver       hash: pid host spec sets run_dir started (sets: one
- *                override a line), what `manta scale` and `status` read
- *   group:NAME   hash: class wanted
- *   groups       list of group names in spec order
- *   actor:NAME   the directory record, to which start_replica adds what the
- *                replica holds (group cpu gpu memory) so that placement
- *                later knows what is used where, and failover can re-create
- *                it elsewhere from its own record
+ * The job's records in Redis are manta_schema.h's: the driver record (what
+ * `manta scale` and `status` read), the groups in spec order with their
+ * wanted sizes, and each replica's directory record, to which start_replica
+ * adds what the replica holds, so that placement later knows what is used
+ * where and failover can re-create it elsewhere from its own record.
  *
  * Placement is first-fit over the live nodes, local node first, then node
  * ids in order (manta_spec_place). Every wait turns the ctx's loop, so the
  * watchdog (a one-second timer) runs during all of them.
  */
-#include "internal.h"
 #include "manta_job.h"
+#include "manta_schema.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,16 +76,6 @@ static bool interrupted(const manta_job_t *j)
     return j->o.interrupt && *j->o.interrupt;
 }
 
-/* A Redis write: 0, or MANTA_EREDIS with the message naming the key. */
-static int redis_write(manta_job_t *j, const char *what, redisReply *r)
-{
-    int ok = r && r->type != REDIS_REPLY_ERROR;
-    if (!ok && r) mn_fail(MANTA_EREDIS, "job %s: writing %s: %s", j->spec->job, what, r->str);
-    if (!r) mn_fail(MANTA_EREDIS, "job %s: writing %s: %s", j->spec->job, what, manta_last_error());
-    freeReplyObject(r);
-    return ok ? 0 : MANTA_EREDIS;
-}
-
 /* ---- nodes and placement ---- */
 
 /* The job's live nodes with what is free on each, in placement order. */
@@ -112,11 +100,11 @@ static int nodes_push(node_list *nl, const char *id, manta_spec_capacity c)
         char **ids = realloc(nl->ids, cap * sizeof *ids);
         if (ids) nl->ids = ids;
         manta_spec_capacity *f = ids ? realloc(nl->free, cap * sizeof *f) : NULL;
-        if (!f) return mn_fail(MANTA_ENOMEM, "node list of %zu nodes", cap);
+        if (!f) return manta_fail(MANTA_ENOMEM, "node list of %zu nodes", cap);
         nl->free = f;
         nl->cap = cap;
     }
-    if (!(nl->ids[nl->n] = strdup(id))) return mn_fail(MANTA_ENOMEM, "node id %s", id);
+    if (!(nl->ids[nl->n] = strdup(id))) return manta_fail(MANTA_ENOMEM, "node id %s", id);
     nl->free[nl->n++] = c;
     return 0;
 }
@@ -135,7 +123,8 @@ static bool node_before(const char *a, const char *b, const char *local)
 static void nodes_sort(manta_ctx *m, node_list *nl)
 {
     for (size_t i = 1; i < nl->n; i++) {
-        for (size_t k = i; k > 0 && node_before(nl->ids[k], nl->ids[k - 1], m->node); k--) {
+        for (size_t k = i; k > 0 && node_before(nl->ids[k], nl->ids[k - 1], manta_node_id(m));
+             k--) {
             char *id = nl->ids[k];
             manta_spec_capacity c = nl->free[k];
             nl->ids[k] = nl->ids[k - 1], nl->free[k] = nl->free[k - 1];
@@ -147,61 +136,43 @@ static void nodes_sort(manta_ctx *m, node_list *nl)
 
 static int read_nodes(manta_ctx *m, node_list *nl)
 {
-    char setkey[256], key[256];
     memset(nl, 0, sizeof *nl);
-    mn_key(m, setkey, sizeof setkey, "nodes", NULL);
-    redisReply *r = mn_redis(m, "SMEMBERS %s", setkey);
-    if (!r) return MANTA_EREDIS;
-    int rc = 0;
-    for (size_t i = 0; i < r->elements && rc == 0; i++) {
-        const char *id = r->element[i]->str;
-        mn_key(m, key, sizeof key, "node", id);
-        redisReply *h = mn_redis(m, "HMGET %s cpu gpu memory state", key);
-        if (!h) continue;
-        if (h->elements == 4 && h->element[3]->str && !strcmp(h->element[3]->str, "alive")) {
-            manta_spec_capacity c = {
-                .cpu = h->element[0]->str ? atof(h->element[0]->str) : 1,
-                .gpu = h->element[1]->str ? atoi(h->element[1]->str) : 0,
-                .memory_bytes = h->element[2]->str ? strtoull(h->element[2]->str, 0, 10) : 0};
-            rc = nodes_push(nl, id, c);
-        }
-        freeReplyObject(h);
+    manta_reg_node_list all;
+    int rc = manta_reg_node_list_read(m, &all);
+    if (rc) return rc;
+    for (size_t i = 0; i < all.n && rc == 0; i++) {
+        const manta_reg_node *n = &all.v[i].rec;
+        if (n->state != MANTA_ACTOR_ALIVE) continue;
+        manta_spec_capacity c = {.cpu = n->cpu, .gpu = n->gpu, .memory_bytes = n->memory};
+        rc = nodes_push(nl, all.v[i].id, c);
     }
-    freeReplyObject(r);
+    manta_reg_node_list_free(&all);
     if (rc == 0) nodes_sort(m, nl);
     if (rc) nodes_free(nl);
     return rc;
 }
 
-static void subtract_one(node_list *nl, redisReply *h)
+static void subtract_one(node_list *nl, const manta_reg_actor *a)
 {
-    for (size_t k = 0; h->elements == 4 && h->element[0]->str && k < nl->n; k++) {
-        if (strcmp(nl->ids[k], h->element[0]->str)) continue;
-        if (h->element[1]->str) nl->free[k].cpu -= atof(h->element[1]->str);
-        if (h->element[2]->str) nl->free[k].gpu -= atoi(h->element[2]->str);
-        if (h->element[3]->str) {
-            uint64_t mem = strtoull(h->element[3]->str, 0, 10);
-            nl->free[k].memory_bytes =
-                nl->free[k].memory_bytes > mem ? nl->free[k].memory_bytes - mem : 0;
-        }
+    for (size_t k = 0; a->info.node[0] && k < nl->n; k++) {
+        if (strcmp(nl->ids[k], a->info.node)) continue;
+        nl->free[k].cpu -= a->cpu;
+        nl->free[k].gpu -= a->gpu;
+        nl->free[k].memory_bytes =
+            nl->free[k].memory_bytes > a->memory ? nl->free[k].memory_bytes - a->memory : 0;
     }
 }
 
 /* Subtract what running actors already hold on each node. */
 static void subtract_usage(manta_ctx *m, node_list *nl)
 {
-    char setkey[256], key[256];
-    mn_key(m, setkey, sizeof setkey, "actors", NULL);
-    redisReply *r = mn_redis(m, "SMEMBERS %s", setkey);
-    if (!r) return;
-    for (size_t i = 0; i < r->elements; i++) {
-        mn_key(m, key, sizeof key, "actor", r->element[i]->str);
-        redisReply *h = mn_redis(m, "HMGET %s node cpu gpu memory", key);
-        if (!h) continue;
-        subtract_one(nl, h);
-        freeReplyObject(h);
+    manta_reg_names names;
+    if (manta_reg_actor_names(m, &names) != 0) return;
+    for (size_t i = 0; i < names.n; i++) {
+        manta_reg_actor a;
+        if (manta_reg_actor_read(m, names.v[i], &a) == 0) subtract_one(nl, &a);
     }
-    freeReplyObject(r);
+    manta_reg_names_free(&names);
 }
 
 /* Place `n` demands on the live nodes (less what is in use when
@@ -217,7 +188,7 @@ static int place(manta_job_t *j, const manta_spec_demand *d, size_t n, bool subt
     if (nl->n == 0 || manta_spec_place(d, n, nl->free, nl->n, MANTA_SPEC_FIRST_FIT, whole_spec,
                                        node_of, why, sizeof why) != 0) {
         nodes_free(nl);
-        return mn_fail(MANTA_ESPAWN, "job %s: placement: %s", j->spec->job, why);
+        return manta_fail(MANTA_ESPAWN, "job %s: placement: %s", j->spec->job, why);
     }
     return 0;
 }
@@ -238,7 +209,7 @@ static int start_replica(manta_job_t *j, size_t g, int replica, const char *node
     char *payload = NULL, name[128];
     size_t len = 0;
     if (manta_spec_init_payload(j->spec, g, replica, &payload, &len) != 0)
-        return mn_fail(MANTA_ENOMEM, "init payload of %s-%d", grp->name, replica);
+        return manta_fail(MANTA_ENOMEM, "init payload of %s-%d", grp->name, replica);
     snprintf(name, sizeof name, "%s-%d", grp->name, replica);
     manta_actor_options o = {.cls = grp->class_name,
                              .name = name,
@@ -251,23 +222,20 @@ static int start_replica(manta_job_t *j, size_t g, int replica, const char *node
     int rc = manta_actor_create(j->m, &o, out);
     free(payload);
     if (rc) return rc; /* the message names the actor */
-    char key[256];
-    mn_key(j->m, key, sizeof key, "actor", name);
-    return redis_write(j, key,
-                       mn_redis(j->m, "HSET %s group %s cpu %g gpu %d memory %llu", key, grp->name,
-                                grp->cpu, grp->gpu, (unsigned long long)grp->memory_bytes));
+    return manta_reg_actor_set_placement(j->m, name, grp->name, grp->cpu, grp->gpu,
+                                         grp->memory_bytes);
 }
 
 /* Wait until all n are ready, up to timeout_ms (<= 0: ready_timeout_s). */
 static int wait_all_ready(manta_job_t *j, manta_actor **actors, size_t n, int timeout_ms)
 {
     double tmo = j->o.ready_timeout_s > 0 ? j->o.ready_timeout_s : DEFAULT_READY_S;
-    int64_t until = mn_now_ms() + (timeout_ms > 0 ? timeout_ms : (int64_t)(tmo * 1000));
+    int64_t until = manta_now_ms() + (timeout_ms > 0 ? timeout_ms : (int64_t)(tmo * 1000));
     for (size_t i = 0; i < n; i++) {
-        int64_t left = until - mn_now_ms();
+        int64_t left = until - manta_now_ms();
         int rc = manta_actor_wait_ready(j->m, actors[i], left > 0 ? (int)left : 1);
         if (rc) return rc; /* the message names the actor */
-        if (interrupted(j)) return mn_fail(MANTA_ECLOSED, "job %s: interrupted", j->spec->job);
+        if (interrupted(j)) return manta_fail(MANTA_ECLOSED, "job %s: interrupted", j->spec->job);
     }
     return 0;
 }
@@ -308,11 +276,11 @@ static void stop_services(manta_job_t *j)
 {
     for (size_t i = 0; i < j->nsv; i++)
         if (j->sv[i].pid > 0) kill(-j->sv[i].pid, SIGTERM);
-    int64_t until = mn_now_ms() + SERVICE_STOP_MS;
+    int64_t until = manta_now_ms() + SERVICE_STOP_MS;
     for (size_t i = 0; i < j->nsv; i++) {
         service *s = &j->sv[i];
         int status;
-        while (s->pid > 0 && waitpid(s->pid, &status, WNOHANG) == 0 && mn_now_ms() < until)
+        while (s->pid > 0 && waitpid(s->pid, &status, WNOHANG) == 0 && manta_now_ms() < until)
             usleep(10000); /* a child's exit: nothing to poll but time */
         if (s->pid > 0 && waitpid(s->pid, &status, WNOHANG) == 0) {
             kill(-s->pid, SIGKILL);
@@ -332,7 +300,7 @@ static int spec_fail(manta_spec_errors *errs, const char *what)
     for (size_t i = 0; i < errs->count && strlen(msg) < sizeof msg - 4; i++)
         snprintf(msg + strlen(msg), sizeof msg - strlen(msg), "%s%s", i ? "; " : "",
                  errs->items[i].text);
-    return mn_fail(MANTA_EINVAL, "%s: %s", what, msg);
+    return manta_fail(MANTA_EINVAL, "%s: %s", what, msg);
 }
 
 static int service_read(const manta_job_t *j, const manta_spec_node *it, service_def *d)
@@ -354,8 +322,8 @@ static int service_read(const manta_job_t *j, const manta_spec_node *it, service
     }
     manta_spec_errors_destroy(&errs);
     if (d->port < 0 || d->port > 65535)
-        return mn_fail(MANTA_EINVAL, "service %s: port %lld is not 0..65535", d->name,
-                       (long long)d->port);
+        return manta_fail(MANTA_EINVAL, "service %s: port %lld is not 0..65535", d->name,
+                          (long long)d->port);
     return 0;
 }
 
@@ -374,28 +342,28 @@ static pid_t service_spawn(const manta_job_t *j, const service_def *d)
         execl("/bin/sh", "sh", "-c", d->command, (char *)NULL);
         _exit(127);
     }
-    if (pid < 0) mn_fail(MANTA_ESYS, "service %s: fork: %s", d->name, strerror(errno));
+    if (pid < 0) manta_fail(MANTA_ESYS, "service %s: fork: %s", d->name, strerror(errno));
     return pid;
 }
 
 /* Wait until the service accepts connections on its port (if it has one). */
 static int service_wait_port(manta_job_t *j, const service_def *d, service *s)
 {
-    int64_t until = mn_now_ms() + (int64_t)(d->ready_s * 1000);
+    int64_t until = manta_now_ms() + (int64_t)(d->ready_s * 1000);
     while (d->port > 0 && !port_open((int)d->port)) {
         int status;
         if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
             s->pid = 0;
-            return mn_fail(MANTA_ESPAWN, "service %s exited before it listened on port %lld%s%s",
-                           d->name, (long long)d->port, j->o.log_dir ? "; see its log in " : "",
-                           j->o.log_dir ? j->o.log_dir : "");
+            return manta_fail(MANTA_ESPAWN, "service %s exited before it listened on port %lld%s%s",
+                              d->name, (long long)d->port, j->o.log_dir ? "; see its log in " : "",
+                              j->o.log_dir ? j->o.log_dir : "");
         }
-        if (interrupted(j)) return mn_fail(MANTA_ECLOSED, "service %s: interrupted", d->name);
-        if (mn_now_ms() > until)
-            return mn_fail(MANTA_ESPAWN, "service %s did not come up on port %lld within %g s%s%s",
-                           d->name, (long long)d->port, d->ready_s,
-                           j->o.log_dir ? "; see its log in " : "",
-                           j->o.log_dir ? j->o.log_dir : "");
+        if (interrupted(j)) return manta_fail(MANTA_ECLOSED, "service %s: interrupted", d->name);
+        if (manta_now_ms() > until)
+            return manta_fail(
+                MANTA_ESPAWN, "service %s did not come up on port %lld within %g s%s%s", d->name,
+                (long long)d->port, d->ready_s, j->o.log_dir ? "; see its log in " : "",
+                j->o.log_dir ? j->o.log_dir : "");
         usleep(20000); /* another process binding a port: poll it */
     }
     return 0;
@@ -413,18 +381,19 @@ static int start_services(manta_job_t *j)
     }
     manta_spec_errors_destroy(&errs);
     size_t n = seq ? manta_spec_len(seq) : 0;
-    if (n && !(j->sv = calloc(n, sizeof *j->sv))) return mn_fail(MANTA_ENOMEM, "%zu services", n);
+    if (n && !(j->sv = calloc(n, sizeof *j->sv)))
+        return manta_fail(MANTA_ENOMEM, "%zu services", n);
     for (size_t i = 0; i < n; i++) {
         service_def d;
         int rc = service_read(j, manta_spec_at(seq, i), &d);
         if (rc) return rc;
         if (d.port > 0 && port_open((int)d.port))
-            return mn_fail(MANTA_ESPAWN,
-                           "service %s: port %lld is already taken by another process; stop it "
-                           "or change the spec",
-                           d.name, (long long)d.port);
+            return manta_fail(MANTA_ESPAWN,
+                              "service %s: port %lld is already taken by another process; stop it "
+                              "or change the spec",
+                              d.name, (long long)d.port);
         service *s = &j->sv[j->nsv];
-        if (!(s->name = strdup(d.name))) return mn_fail(MANTA_ENOMEM, "service %s", d.name);
+        if (!(s->name = strdup(d.name))) return manta_fail(MANTA_ENOMEM, "service %s", d.name);
         j->nsv++;
         if ((s->pid = service_spawn(j, &d)) < 0) {
             s->pid = 0;
@@ -459,39 +428,34 @@ static void actor_record_free(actor_record *ar)
     free(ar->cls), free(ar->lib), free(ar->group), free(ar->args);
 }
 
-static char *dup_field(const redisReply *r)
-{
-    return strdup(r->str ? r->str : "");
-}
-
 static int read_actor_record(manta_ctx *m, const char *name, actor_record *ar)
 {
-    char key[256];
-    mn_key(m, key, sizeof key, "actor", name);
     memset(ar, 0, sizeof *ar);
-    redisReply *r =
-        mn_redis(m, "HMGET %s class library args max_restarts group cpu gpu memory", key);
-    if (!r || r->elements != 8 || !r->element[0]->str) {
-        freeReplyObject(r);
-        return mn_fail(MANTA_ENOTFOUND, "actor %s has no directory record", name);
+    manta_reg_actor *rec = malloc(sizeof *rec);
+    if (!rec) return manta_fail(MANTA_ENOMEM, "directory record of %s", name);
+    int rc = manta_reg_actor_read(m, name, rec);
+    if (rc == 0 && !rec->cls[0]) rc = MANTA_ENOTFOUND;
+    if (rc == MANTA_ENOTFOUND) manta_fail(rc, "actor %s has no directory record", name);
+    void *args = NULL;
+    if (rc == 0) rc = manta_reg_actor_args(m, name, &args, &ar->args_len);
+    if (rc == 0) {
+        ar->cls = strdup(rec->cls);
+        ar->lib = strdup(rec->library);
+        ar->group = strdup(rec->group);
+        ar->args = args ? args : malloc(1);
+        args = NULL;
+        if (!ar->cls || !ar->lib || !ar->group || !ar->args) {
+            actor_record_free(ar);
+            rc = manta_fail(MANTA_ENOMEM, "directory record of %s", name);
+        }
     }
-    ar->cls = dup_field(r->element[0]);
-    ar->lib = dup_field(r->element[1]);
-    ar->group = dup_field(r->element[4]);
-    ar->args_len = r->element[2]->str ? r->element[2]->len : 0;
-    ar->args = malloc(ar->args_len ? ar->args_len : 1);
-    if (!ar->cls || !ar->lib || !ar->group || !ar->args) {
-        freeReplyObject(r);
-        actor_record_free(ar);
-        return mn_fail(MANTA_ENOMEM, "directory record of %s", name);
+    if (rc == 0) {
+        ar->max_restarts = rec->max_restarts;
+        ar->d = (manta_spec_demand){ar->group, 1, rec->cpu, rec->gpu, rec->memory};
     }
-    if (ar->args_len) memcpy(ar->args, r->element[2]->str, ar->args_len);
-    ar->max_restarts = r->element[3]->str ? atoi(r->element[3]->str) : 0;
-    ar->d = (manta_spec_demand){ar->group, 1, r->element[5]->str ? atof(r->element[5]->str) : 0,
-                                r->element[6]->str ? atoi(r->element[6]->str) : 0,
-                                r->element[7]->str ? strtoull(r->element[7]->str, 0, 10) : 0};
-    freeReplyObject(r);
-    return 0;
+    free(args);
+    free(rec);
+    return rc;
 }
 
 /* Re-create one actor of a dead node on a node with room. */
@@ -500,21 +464,17 @@ static void move_actor(manta_job_t *j, const char *name, const char *dead_node)
     manta_ctx *m = j->m;
     actor_record ar;
     if (read_actor_record(m, name, &ar) != 0) return;
-    char key[256], setkey[256];
-    mn_key(m, key, sizeof key, "actor", name);
-    mn_key(m, setkey, sizeof setkey, "actors", NULL);
     /* The old record goes; the name is taken again by the new incarnation. */
-    freeReplyObject(mn_redis(m, "DEL %s", key));
-    freeReplyObject(mn_redis(m, "SREM %s %s", setkey, name));
+    if (manta_reg_actor_forget(m, name) != 0)
+        say(j, "node %s died; forgetting actor %s: %s", dead_node, name, manta_last_error());
     node_list nl;
     size_t where = 0;
     if (place(j, &ar.d, 1, true, false, &nl, &where) != 0) {
         say(j, "node %s died; no room for actor %s elsewhere: %s", dead_node, name,
             manta_last_error());
-        redis_write(j, key,
-                    mn_redis(m, "HSET %s class %s state dead node %s error %s", key, ar.cls,
-                             dead_node, "its node died and no other node had room"));
-        redis_write(j, setkey, mn_redis(m, "SADD %s %s", setkey, name));
+        if (manta_reg_actor_mark_lost(m, name, ar.cls, dead_node,
+                                      "its node died and no other node had room") != 0)
+            say(j, "marking actor %s lost: %s", name, manta_last_error());
         actor_record_free(&ar);
         return;
     }
@@ -528,9 +488,9 @@ static void move_actor(manta_job_t *j, const char *name, const char *dead_node)
                              .no_wait = 1};
     manta_actor *a;
     if (manta_actor_create(m, &o, &a) == 0) {
-        redis_write(j, key,
-                    mn_redis(m, "HSET %s group %s cpu %g gpu %d memory %llu", key, ar.group,
-                             ar.d.cpu, ar.d.gpu, (unsigned long long)ar.d.memory_bytes));
+        if (manta_reg_actor_set_placement(m, name, ar.group, ar.d.cpu, ar.d.gpu,
+                                          ar.d.memory_bytes) != 0)
+            say(j, "actor %s: recording its placement: %s", name, manta_last_error());
         say(j, "node %s died; actor %s restarted on node %s", dead_node, name, nl.ids[where]);
     } else {
         say(j, "node %s died; restarting actor %s: %s", dead_node, name, manta_last_error());
@@ -543,22 +503,21 @@ static void move_actor(manta_job_t *j, const char *name, const char *dead_node)
 static void node_died(manta_job_t *j, const char *id, int64_t silent_ms)
 {
     manta_ctx *m = j->m;
-    char setkey[256], asetkey[256], key[256];
-    mn_key(m, setkey, sizeof setkey, "nodes", NULL);
-    mn_key(m, asetkey, sizeof asetkey, "actors", NULL);
-    mn_key(m, key, sizeof key, "node", id);
     say(j, "node %s: no heartbeat for %.1f s: declared dead", id, (double)silent_ms / 1000);
-    redis_write(j, key, mn_redis(m, "HSET %s state dead", key));
-    redis_write(j, setkey, mn_redis(m, "SREM %s %s", setkey, id));
-    redisReply *names = mn_redis(m, "SMEMBERS %s", asetkey);
-    for (size_t k = 0; names && k < names->elements; k++) {
-        char ak[256], node[64] = "";
-        mn_key(m, ak, sizeof ak, "actor", names->element[k]->str);
-        if (mn_redis_hget_str(m, ak, "node", node, sizeof node) == 0 && !strcmp(node, id))
-            move_actor(j, names->element[k]->str, id);
+    if (manta_reg_node_set_state(m, id, MANTA_ACTOR_DEAD) != 0 || manta_reg_node_leave(m, id) != 0)
+        say(j, "node %s: %s", id, manta_last_error());
+    manta_reg_names names;
+    if (manta_reg_actor_names(m, &names) == 0) {
+        for (size_t k = 0; k < names.n; k++) {
+            manta_reg_actor a;
+            if (manta_reg_actor_read(m, names.v[k], &a) == 0 && !strcmp(a.info.node, id))
+                move_actor(j, names.v[k], id);
+        }
+        manta_reg_names_free(&names);
+    } else {
+        say(j, "node %s: listing its actors: %s", id, manta_last_error());
     }
-    freeReplyObject(names);
-    freeReplyObject(mn_redis(m, "DEL %s", key));
+    if (manta_reg_node_forget(m, id) != 0) say(j, "node %s: %s", id, manta_last_error());
 }
 
 /* A service that exits while the job runs is said once (the job goes on:
@@ -585,19 +544,13 @@ static void watch_nodes(void *arg)
     manta_job_t *j = arg;
     manta_ctx *m = j->m;
     watch_services(j);
-    char setkey[256], key[256];
-    mn_key(m, setkey, sizeof setkey, "nodes", NULL);
-    redisReply *r = mn_redis(m, "SMEMBERS %s", setkey);
-    int64_t now = mn_wall_ms(), limit = node_timeout_ms(j);
-    for (size_t i = 0; r && i < r->elements; i++) {
-        const char *id = r->element[i]->str;
-        mn_key(m, key, sizeof key, "node", id);
-        char hb[32] = "";
-        if (mn_redis_hget_str(m, key, "hb", hb, sizeof hb) != 0 || now - atoll(hb) <= limit)
-            continue;
-        node_died(j, id, now - atoll(hb));
+    manta_reg_node_list nodes;
+    int64_t limit = node_timeout_ms(j);
+    if (manta_reg_node_list_read(m, &nodes) == 0) {
+        for (size_t i = 0; i < nodes.n; i++)
+            if (nodes.v[i].age_ms > limit) node_died(j, nodes.v[i].id, nodes.v[i].age_ms);
+        manta_reg_node_list_free(&nodes);
     }
-    freeReplyObject(r);
     j->watchdog = manta_timer_add(m, WATCH_EVERY_MS, watch_nodes, j);
 }
 
@@ -606,41 +559,45 @@ static void watch_nodes(void *arg)
 static int record_job(manta_job_t *j)
 {
     manta_ctx *m = j->m;
-    char key[256], pidbuf[16];
-    mn_key(m, key, sizeof key, "driver", NULL);
     /* Claim the job atomically: of two drivers starting it, one wins. */
-    redisReply *claim = mn_redis(m, "HSETNX %s pid %d", key, (int)getpid());
-    if (!claim || claim->type != REDIS_REPLY_INTEGER) return redis_write(j, key, claim);
-    bool won = claim->integer == 1;
-    freeReplyObject(claim);
-    if (!won) {
-        if (mn_redis_hget_str(m, key, "pid", pidbuf, sizeof pidbuf) != 0) strcpy(pidbuf, "?");
-        m->attached = true; /* not ours to tear down */
-        return mn_fail(MANTA_EEXIST, "job %s is already running (driver pid %s); stop it first",
-                       j->spec->job, pidbuf);
+    int holder = 0;
+    int rc = manta_reg_driver_claim(m, (int)getpid(), &holder);
+    if (rc == MANTA_EEXIST) {
+        char pidbuf[16] = "?";
+        if (holder > 0) snprintf(pidbuf, sizeof pidbuf, "%d", holder);
+        return manta_fail(MANTA_EEXIST, "job %s is already running (driver pid %s); stop it first",
+                          j->spec->job, pidbuf);
     }
+    if (rc) return rc;
     j->recorded = true;
-    size_t slen = 1;
-    for (size_t i = 0; i < j->o.n_sets; i++) slen += strlen(j->o.sets[i]) + 1;
-    char *sets = malloc(slen), host[128] = "localhost";
-    if (!sets) return mn_fail(MANTA_ENOMEM, "recording %zu overrides", j->o.n_sets);
-    sets[0] = 0;
-    for (size_t i = 0; i < j->o.n_sets; i++) strcat(strcat(sets, j->o.sets[i]), "\n");
-    gethostname(host, sizeof host - 1);
-    int rc =
-        redis_write(j, key,
-                    mn_redis(m, "HSET %s pid %d host %s spec %s sets %s run_dir %s started %lld",
-                             key, (int)getpid(), host, j->o.spec_path ? j->o.spec_path : "", sets,
-                             j->o.run_dir ? j->o.run_dir : "", (long long)mn_wall_ms()));
-    free(sets);
-    char gl[256], gk[256];
-    mn_key(m, gl, sizeof gl, "groups", NULL);
+    manta_reg_driver *d = calloc(1, sizeof *d);
+    if (!d) return manta_fail(MANTA_ENOMEM, "job %s: driver record", j->spec->job);
+    d->pid = (int)getpid();
+    snprintf(d->host, sizeof d->host, "localhost");
+    gethostname(d->host, sizeof d->host - 1);
+    size_t used = 0;
+    for (size_t i = 0; i < j->o.n_sets && rc == 0; i++) {
+        int n = snprintf(d->sets + used, sizeof d->sets - used, "%s\n", j->o.sets[i]);
+        if (n < 0 || (size_t)n >= sizeof d->sets - used)
+            rc = manta_fail(MANTA_EINVAL, "job %s: the --set overrides are longer than %zu bytes",
+                            j->spec->job, sizeof d->sets - 1);
+        else
+            used += (size_t)n;
+    }
+    const char *spec = j->o.spec_path ? j->o.spec_path : "",
+               *dir = j->o.run_dir ? j->o.run_dir : "";
+    if (rc == 0 && (strlen(spec) >= sizeof d->spec || strlen(dir) >= sizeof d->run_dir))
+        rc = manta_fail(MANTA_EINVAL, "job %s: spec path or run folder longer than %zu bytes",
+                        j->spec->job, sizeof d->spec - 1);
+    if (rc == 0) {
+        snprintf(d->spec, sizeof d->spec, "%s", spec);
+        snprintf(d->run_dir, sizeof d->run_dir, "%s", dir);
+        rc = manta_reg_driver_write(m, d); /* started_ms 0: now */
+    }
+    free(d);
     for (size_t g = 0; g < j->spec->n_groups && rc == 0; g++) {
         const manta_spec_group *grp = &j->spec->groups[g];
-        mn_key(m, gk, sizeof gk, "group", grp->name);
-        rc = redis_write(
-            j, gk, mn_redis(m, "HSET %s class %s wanted %d", gk, grp->class_name, grp->replicas));
-        if (rc == 0) rc = redis_write(j, gl, mn_redis(m, "RPUSH %s %s", gl, grp->name));
+        rc = manta_reg_group_add(m, grp->name, grp->class_name, grp->replicas);
     }
     return rc;
 }
@@ -648,15 +605,10 @@ static int record_job(manta_job_t *j)
 /* Undo record_job after a failed start, so that the name can start again. */
 static void unrecord_job(manta_job_t *j)
 {
-    char key[256];
-    mn_key(j->m, key, sizeof key, "driver", NULL);
-    freeReplyObject(mn_redis(j->m, "DEL %s", key));
-    mn_key(j->m, key, sizeof key, "groups", NULL);
-    freeReplyObject(mn_redis(j->m, "DEL %s", key));
-    for (size_t g = 0; g < j->spec->n_groups; g++) {
-        mn_key(j->m, key, sizeof key, "group", j->spec->groups[g].name);
-        freeReplyObject(mn_redis(j->m, "DEL %s", key));
-    }
+    int rc = manta_reg_driver_forget(j->m);
+    for (size_t g = 0; g < j->spec->n_groups && rc == 0; g++)
+        rc = manta_reg_group_forget(j->m, j->spec->groups[g].name);
+    if (rc) say(j, "job %s: removing its records: %s", j->spec->job, manta_last_error());
 }
 
 /* Place every replica, then start them all at once and wait for them. */
@@ -664,15 +616,15 @@ static int start_all_replicas(manta_job_t *j)
 {
     const manta_spec *s = j->spec;
     manta_spec_demand *dem = calloc(s->n_groups, sizeof *dem);
-    if (!dem) return mn_fail(MANTA_ENOMEM, "demands of %zu groups", s->n_groups);
+    if (!dem) return manta_fail(MANTA_ENOMEM, "demands of %zu groups", s->n_groups);
     manta_spec_demands(s, dem);
     size_t total = manta_spec_total_replicas(dem, s->n_groups);
     size_t *node_of = calloc(total ? total : 1, sizeof *node_of);
     manta_actor **actors = calloc(total ? total : 1, sizeof *actors);
     node_list nl = {0};
-    int rc = !node_of || !actors ? mn_fail(MANTA_ENOMEM, "%zu replicas", total) : 0;
+    int rc = !node_of || !actors ? manta_fail(MANTA_ENOMEM, "%zu replicas", total) : 0;
     if (rc == 0 && total) rc = place(j, dem, s->n_groups, false, true, &nl, node_of);
-    int64_t t0 = mn_now_ms();
+    int64_t t0 = manta_now_ms();
     size_t k = 0;
     for (size_t g = 0; g < s->n_groups && rc == 0 && total; g++)
         for (int r = 0; r < s->groups[g].replicas && rc == 0; r++, k++)
@@ -680,7 +632,7 @@ static int start_all_replicas(manta_job_t *j)
     if (rc == 0) rc = wait_all_ready(j, actors, total, 0);
     if (rc == 0)
         say(j, "job %s: %zu actors ready in %.2f s on %zu node(s)", s->job, total,
-            (double)(mn_now_ms() - t0) / 1000, j->nodes);
+            (double)(manta_now_ms() - t0) / 1000, j->nodes);
     nodes_free(&nl);
     free(dem), free(node_of), free(actors);
     return rc;
@@ -690,7 +642,7 @@ static manta_job_t *job_new(manta_ctx *m, const manta_spec *spec, const manta_jo
 {
     manta_job_t *j = calloc(1, sizeof *j);
     if (!j) {
-        mn_fail(MANTA_ENOMEM, "job %s", spec->job);
+        manta_fail(MANTA_ENOMEM, "job %s", spec->job);
         return NULL;
     }
     j->m = m;
@@ -703,12 +655,12 @@ int manta_job_start(manta_ctx *m, const manta_spec *spec, const manta_job_option
                     manta_job_t **out)
 {
     if (out) *out = NULL;
-    if (!m || !spec || !out) return mn_fail(MANTA_EINVAL, "manta_job_start: NULL argument");
-    if (m->attached)
-        return mn_fail(MANTA_EINVAL,
-                       "manta_job_start: job %s: the ctx is attached to another "
-                       "driver's job (use manta_job_attach)",
-                       spec->job);
+    if (!m || !spec || !out) return manta_fail(MANTA_EINVAL, "manta_job_start: NULL argument");
+    if (manta_attached(m))
+        return manta_fail(MANTA_EINVAL,
+                          "manta_job_start: job %s: the ctx is attached to another "
+                          "driver's job (use manta_job_attach)",
+                          spec->job);
     manta_job_t *j = job_new(m, spec, o);
     if (!j) return MANTA_ENOMEM;
     int rc = record_job(j);
@@ -718,7 +670,7 @@ int manta_job_start(manta_ctx *m, const manta_spec *spec, const manta_job_option
         char why[1024];
         snprintf(why, sizeof why, "%s", manta_last_error());
         manta_job_free(j);
-        return mn_fail(rc, "%s", why);
+        return manta_fail(rc, "%s", why);
     }
     /* While the job runs, nodes that stop heart-beating are declared dead
      * and their actors re-created on nodes with room. */
@@ -749,22 +701,23 @@ int manta_job_attach(manta_ctx *m, const manta_spec_options *so, manta_spec_erro
                      manta_job_t **out)
 {
     if (out) *out = NULL;
-    if (!m || !out) return mn_fail(MANTA_EINVAL, "manta_job_attach: NULL argument");
-    char key[256], spec_path[PATH_MAX] = "";
-    mn_key(m, key, sizeof key, "driver", NULL);
-    if (mn_redis_hget_str(m, key, "spec", spec_path, sizeof spec_path) != 0)
-        return mn_fail(MANTA_ENOTFOUND, "job %s is not running", m->job);
-    if (!spec_path[0])
-        return mn_fail(MANTA_ENOTFOUND, "job %s was started without a spec file to attach with",
-                       m->job);
-    redisReply *r = mn_redis(m, "HGET %s sets", key);
-    char *sets = strdup(r && r->str ? r->str : "");
-    freeReplyObject(r);
+    if (!m || !out) return manta_fail(MANTA_EINVAL, "manta_job_attach: NULL argument");
+    manta_reg_driver *d = malloc(sizeof *d);
+    if (!d) return manta_fail(MANTA_ENOMEM, "driver record of job %s", manta_job(m));
+    int drc = manta_reg_driver_read(m, d);
+    if (drc == 0 && !d->spec[0])
+        drc = manta_fail(MANTA_ENOTFOUND, "job %s was started without a spec file to attach with",
+                         manta_job(m));
+    char spec_path[sizeof d->spec];
+    snprintf(spec_path, sizeof spec_path, "%s", d->spec);
+    char *sets = drc == 0 ? strdup(d->sets) : NULL;
+    free(d);
+    if (drc) return drc; /* ENOTFOUND: "job J is not running" */
     size_t n = 0;
     const char **v = sets ? attach_sets(sets, so, &n) : NULL;
     if (!v) {
         free(sets);
-        return mn_fail(MANTA_ENOMEM, "overrides of job %s", m->job);
+        return manta_fail(MANTA_ENOMEM, "overrides of job %s", manta_job(m));
     }
     manta_spec_options o = so ? *so : (manta_spec_options){0};
     o.sets = v;
@@ -797,18 +750,17 @@ static int int_cmp(const void *a, const void *b)
 /* The indices I of the GROUP-I in the directory, sorted; *n of them. */
 static int replicas_present(manta_job_t *j, const char *group, int **out, size_t *n)
 {
-    char setkey[256];
-    mn_key(j->m, setkey, sizeof setkey, "actors", NULL);
-    redisReply *names = mn_redis(j->m, "SMEMBERS %s", setkey);
-    if (!names) return MANTA_EREDIS;
-    int *idx = malloc((names->elements + 1) * sizeof *idx);
+    manta_reg_names names;
+    int rc = manta_reg_actor_names(j->m, &names);
+    if (rc) return rc;
+    int *idx = malloc((names.n + 1) * sizeof *idx);
     if (!idx) {
-        freeReplyObject(names);
-        return mn_fail(MANTA_ENOMEM, "replicas of %s", group);
+        manta_reg_names_free(&names);
+        return manta_fail(MANTA_ENOMEM, "replicas of %s", group);
     }
     size_t glen = strlen(group), k = 0;
-    for (size_t i = 0; i < names->elements; i++) {
-        const char *an = names->element[i]->str;
+    for (size_t i = 0; i < names.n; i++) {
+        const char *an = names.v[i];
         if (strncmp(an, group, glen) || an[glen] != '-') continue;
         char *e;
         errno = 0;
@@ -816,7 +768,7 @@ static int replicas_present(manta_job_t *j, const char *group, int **out, size_t
         if (*e || e == an + glen + 1 || v < 0 || v > INT_MAX || errno) continue;
         idx[k++] = (int)v;
     }
-    freeReplyObject(names);
+    manta_reg_names_free(&names);
     qsort(idx, k, sizeof *idx, int_cmp);
     *out = idx;
     *n = k;
@@ -831,7 +783,7 @@ static int grow(manta_job_t *j, size_t g, const int *have, size_t nhave, int add
     size_t *node_of = calloc((size_t)add, sizeof *node_of);
     manta_actor **made = calloc((size_t)add, sizeof *made);
     node_list nl = {0};
-    int rc = !node_of || !made ? mn_fail(MANTA_ENOMEM, "%d new replicas", add) : 0;
+    int rc = !node_of || !made ? manta_fail(MANTA_ENOMEM, "%d new replicas", add) : 0;
     if (rc == 0) rc = place(j, &d, 1, true, false, &nl, node_of);
     size_t at = 0, n = 0;
     for (int idx = 0; rc == 0 && (int)n < add; idx++) {
@@ -854,7 +806,7 @@ static int shrink(manta_job_t *j, const char *group, const int *have, size_t nha
     manta_future **fs = calloc((size_t)drop, sizeof *fs);
     if (!victims || !fs) {
         free(victims), free(fs);
-        return mn_fail(MANTA_ENOMEM, "draining %d replicas", drop);
+        return manta_fail(MANTA_ENOMEM, "draining %d replicas", drop);
     }
     size_t nv = 0;
     for (size_t i = nhave; i-- > 0 && (int)nv < drop;) {
@@ -869,12 +821,12 @@ static int shrink(manta_job_t *j, const char *group, const int *have, size_t nha
     for (size_t i = 0; i < nv; i++) {
         int st = manta_future_status(fs[i]);
         if (st != 0 && st != MANTA_ENOMETHOD && rc == 0)
-            rc = mn_fail(st, "drain %s: %s", manta_actor_name(victims[i]),
-                         manta_future_error(fs[i]));
+            rc = manta_fail(st, "drain %s: %s", manta_actor_name(victims[i]),
+                            manta_future_error(fs[i]));
         manta_future_free(fs[i]);
         int sr = manta_actor_stop(j->m, victims[i], STOP_MS);
         if (sr && rc == 0)
-            rc = mn_fail(sr, "stop %s: %s", manta_actor_name(victims[i]), manta_last_error());
+            rc = manta_fail(sr, "stop %s: %s", manta_actor_name(victims[i]), manta_last_error());
     }
     free(victims), free(fs);
     return rc;
@@ -883,10 +835,10 @@ static int shrink(manta_job_t *j, const char *group, const int *have, size_t nha
 int manta_job_scale(manta_job_t *job, const char *group, int n, int timeout_ms)
 {
     if (!job || !group || n < 0)
-        return mn_fail(MANTA_EINVAL, "manta_job_scale: %s", n < 0 ? "n < 0" : "NULL argument");
+        return manta_fail(MANTA_EINVAL, "manta_job_scale: %s", n < 0 ? "n < 0" : "NULL argument");
     size_t g = group_index(job->spec, group);
     if (g == job->spec->n_groups)
-        return mn_fail(MANTA_ENOTFOUND, "job %s has no group '%s'", job->spec->job, group);
+        return manta_fail(MANTA_ENOTFOUND, "job %s has no group '%s'", job->spec->job, group);
     int *have = NULL;
     size_t nhave = 0;
     int rc = replicas_present(job, group, &have, &nhave);
@@ -898,16 +850,14 @@ int manta_job_scale(manta_job_t *job, const char *group, int n, int timeout_ms)
                     timeout_ms > 0 ? timeout_ms : DEFAULT_DRAIN_MS);
     free(have);
     if (rc) return rc;
-    char gk[256];
-    mn_key(job->m, gk, sizeof gk, "group", group);
-    return redis_write(job, gk, mn_redis(job->m, "HSET %s wanted %d", gk, n));
+    return manta_reg_group_set_wanted(job->m, group, n);
 }
 
 int manta_job_replicas(manta_job_t *job, const char *group)
 {
-    if (!job || !group) return mn_fail(MANTA_EINVAL, "manta_job_replicas: NULL argument");
+    if (!job || !group) return manta_fail(MANTA_EINVAL, "manta_job_replicas: NULL argument");
     if (group_index(job->spec, group) == job->spec->n_groups)
-        return mn_fail(MANTA_ENOTFOUND, "job %s has no group '%s'", job->spec->job, group);
+        return manta_fail(MANTA_ENOTFOUND, "job %s has no group '%s'", job->spec->job, group);
     int *have = NULL;
     size_t n = 0;
     int rc = replicas_present(job, group, &have, &n);
@@ -917,19 +867,19 @@ int manta_job_replicas(manta_job_t *job, const char *group)
 
 int manta_job_drain(manta_job_t *job, const char *actor, int timeout_ms)
 {
-    if (!job || !actor) return mn_fail(MANTA_EINVAL, "manta_job_drain: NULL argument");
+    if (!job || !actor) return manta_fail(MANTA_EINVAL, "manta_job_drain: NULL argument");
     manta_actor *a;
     if (manta_actor_lookup(job->m, actor, &a) != 0)
-        return mn_fail(MANTA_ENOTFOUND, "job %s has no actor %s", job->spec->job, actor);
+        return manta_fail(MANTA_ENOTFOUND, "job %s has no actor %s", job->spec->job, actor);
     manta_future *f = manta_call_timeout(job->m, a, "drain", NULL, 0,
                                          timeout_ms > 0 ? timeout_ms : DEFAULT_DRAIN_MS);
     int st = f ? manta_get(f, -1, NULL, NULL) : MANTA_ENOMEM;
     int rc = 0;
     if (st != 0 && st != MANTA_ENOMETHOD)
-        rc = mn_fail(st, "drain %s: %s", actor, f ? manta_future_error(f) : "no future");
+        rc = manta_fail(st, "drain %s: %s", actor, f ? manta_future_error(f) : "no future");
     manta_future_free(f);
     int sr = manta_actor_stop(job->m, a, STOP_MS);
-    if (sr && rc == 0) rc = mn_fail(sr, "stop %s: %s", actor, manta_last_error());
+    if (sr && rc == 0) rc = manta_fail(sr, "stop %s: %s", actor, manta_last_error());
     return rc;
 }
 
@@ -954,17 +904,17 @@ static bool run_section(const manta_spec *s, run_call *rc)
 int manta_job_run_method(manta_job_t *job, manta_future **out)
 {
     if (out) *out = NULL;
-    if (!job || !out) return mn_fail(MANTA_EINVAL, "manta_job_run_method: NULL argument");
+    if (!job || !out) return manta_fail(MANTA_EINVAL, "manta_job_run_method: NULL argument");
     run_call rc;
     if (!run_section(job->spec, &rc))
-        return mn_fail(MANTA_ENOTFOUND, "%s: no run: section", job->spec->file);
+        return manta_fail(MANTA_ENOTFOUND, "%s: no run: section", job->spec->file);
     char name[128];
     snprintf(name, sizeof name, "%s-0", rc.group ? rc.group : "");
     manta_actor *a;
     if (!rc.group || manta_actor_lookup(job->m, name, &a) != 0)
-        return mn_fail(MANTA_ENOTFOUND, "run: no actor %s to call", name);
+        return manta_fail(MANTA_ENOTFOUND, "run: no actor %s to call", name);
     *out = manta_call_timeout(job->m, a, rc.method, NULL, 0, (int)(rc.timeout_s * 1000));
-    return *out ? 0 : mn_fail(MANTA_ENOMEM, "run: calling %s.%s", name, rc.method);
+    return *out ? 0 : manta_fail(MANTA_ENOMEM, "run: calling %s.%s", name, rc.method);
 }
 
 /* One step of a wait: up to `ms` on the run call, or on the loop. */
@@ -980,33 +930,34 @@ static int run_answer(manta_job_t *job, int st, const void **reply, size_t *len)
     if (st == 0) return manta_get(job->run, 0, reply, len);
     run_call rc;
     run_section(job->spec, &rc);
-    return mn_fail(st, "%s-0.%s: %s: %s", rc.group, rc.method, manta_strerror(st),
-                   manta_future_error(job->run));
+    return manta_fail(st, "%s-0.%s: %s: %s", rc.group, rc.method, manta_strerror(st),
+                      manta_future_error(job->run));
 }
 
 int manta_job_wait(manta_job_t *job, int timeout_ms, const void **reply, size_t *len)
 {
     if (reply) *reply = NULL;
     if (len) *len = 0;
-    if (!job) return mn_fail(MANTA_EINVAL, "manta_job_wait: NULL job");
+    if (!job) return manta_fail(MANTA_EINVAL, "manta_job_wait: NULL job");
     run_call rcall;
     if (!job->run && run_section(job->spec, &rcall)) {
         int rc = manta_job_run_method(job, &job->run);
         if (rc) return rc;
     }
-    int64_t t0 = mn_now_ms(), until = timeout_ms < 0 ? INT64_MAX : t0 + timeout_ms;
+    int64_t t0 = manta_now_ms(), until = timeout_ms < 0 ? INT64_MAX : t0 + timeout_ms;
     for (;;) {
-        if (interrupted(job)) return mn_fail(MANTA_ECLOSED, "job %s: interrupted", job->spec->job);
+        if (interrupted(job))
+            return manta_fail(MANTA_ECLOSED, "job %s: interrupted", job->spec->job);
         if (job->stopped) {
             job->stopped = false;
             if (!job->run) return 0;
-            return mn_fail(MANTA_ECLOSED, "job %s: stopped", job->spec->job);
+            return manta_fail(MANTA_ECLOSED, "job %s: stopped", job->spec->job);
         }
-        int64_t left = until - mn_now_ms();
+        int64_t left = until - manta_now_ms();
         if (left <= 0) return MANTA_EPENDING;
         int st = wait_step(job, left < 100 ? (int)left : 100);
         if (st != MANTA_EPENDING) return run_answer(job, st, reply, len);
-        if (job->o.tick) job->o.tick(job, (double)(mn_now_ms() - t0) / 1000, job->o.tick_arg);
+        if (job->o.tick) job->o.tick(job, (double)(manta_now_ms() - t0) / 1000, job->o.tick_arg);
     }
 }
 

@@ -30,6 +30,9 @@ procs_of_job() { # processes whose environment names the job (waits up to 5 s fo
 check "--help exits 0" "$MANTA" --help
 "$MANTA" frobnicate >/dev/null 2>&1; rc=$?
 check "unknown command exits 2 (got $rc)" test $rc -eq 2
+out=$("$MANTA" status --job x --redis redis://127.0.0.1:99999 2>&1); rc=$?
+check "a bad --redis URL exits 2 (got $rc)" test $rc -eq 2
+check "the error names the URL and the reason ($out)" grep -q "redis://127.0.0.1:99999.*port" <<<"$out"
 
 # 2. a bad spec names file, line and column, exits 2
 cat > $work/bad.yaml <<'YAML'
@@ -82,6 +85,8 @@ check "a service port taken by a stranger is refused (rc $rc)" grep -q "already 
 check "detached run exits 0 (got $rc: $(cat $work/detach.out))" test $rc -eq 0
 st=$("$MANTA" status --job user-service-demo)
 check "status shows 3/3 squarers" grep -q "squarer *ready 3/3" <<<"$st"
+check "status shows the node with its heartbeat ($st)" grep -q "heartbeat [0-9.]* s ago" <<<"$st"
+check "status shows the driver ($st)" grep -q "driver pid [0-9]*, up" <<<"$st"
 check "scale up to 5" "$MANTA" scale squarer 5 --job user-service-demo
 st=$("$MANTA" status --job user-service-demo -v)
 check "status shows 5/5 ($st)" grep -q "squarer *ready 5/5" <<<"$st"

@@ -9,7 +9,10 @@
  *     whose actors (separate processes, handed the URL) authenticate too;
  *     a wrong password fails with an error naming the user;
  *   - records: the typed reads and writes of actor, node, driver and group
- *     records and their state names;
+ *     records and their state names; a lost actor's record; the node list
+ *     in id order with heartbeat ages; the driver claim, taken once and
+ *     refused to a second driver; groups listed in the order added; the
+ *     job values listed; the records a failed start removes;
  *   - references: several actor processes and the driver add and drop
  *     references to the same objects at once; the count stays exact, and of
  *     many concurrent last releases exactly one frees the object.
@@ -266,6 +269,23 @@ static void test_records(void **unused)
     assert_string_equal(names.v[0], "rec");
     manta_reg_names_free(&names);
 
+    /* An actor whose node died with no room elsewhere: dead, still listed. */
+    assert_int_equal(manta_reg_actor_mark_lost(m, "lost-1", "hammer", "gone", "its node died"), 0);
+    manta_reg_actor lost;
+    assert_int_equal(manta_reg_actor_read(m, "lost-1", &lost), 0);
+    assert_int_equal(lost.info.state, MANTA_ACTOR_DEAD);
+    assert_string_equal(lost.info.node, "gone");
+    assert_string_equal(lost.cls, "hammer");
+    assert_string_equal(lost.error, "its node died");
+    assert_int_equal(manta_reg_actor_names(m, &names), 0);
+    assert_int_equal(names.n, 2);
+    manta_reg_names_free(&names);
+    assert_int_equal(manta_reg_actor_forget(m, "lost-1"), 0);
+    assert_int_equal(manta_reg_actor_read(m, "lost-1", &lost), MANTA_ENOTFOUND);
+    assert_int_equal(manta_reg_actor_names(m, &names), 0);
+    assert_int_equal(names.n, 1);
+    manta_reg_names_free(&names);
+
     /* The local node agent's record. */
     assert_int_equal(manta_reg_node_ids(m, &names), 0);
     assert_int_equal(names.n, 1);
@@ -276,6 +296,32 @@ static void test_records(void **unused)
     assert_string_equal(node.transport, "ipc");
     assert_true(node.endpoint[0] != 0);
     assert_string_equal(rec.info.node, names.v[0]);
+
+    /* The node list: every node with its record and heartbeat age, by id. */
+    manta_reg_node other = {.cpu = 3, .gpu = 1, .memory = 1 << 20, .pid = 7};
+    snprintf(other.endpoint, sizeof other.endpoint, "tcp://127.0.0.1:1");
+    snprintf(other.host, sizeof other.host, "elsewhere");
+    snprintf(other.transport, sizeof other.transport, "tcp");
+    assert_int_equal(manta_reg_node_register(m, "0-other", &other), 0);
+    manta_reg_node_list nl;
+    assert_int_equal(manta_reg_node_list_read(m, &nl), 0);
+    assert_int_equal(nl.n, 2);
+    assert_string_equal(nl.v[0].id, "0-other"); /* '0' sorts before the local id */
+    assert_string_equal(nl.v[1].id, names.v[0]);
+    assert_int_equal(nl.v[0].rec.state, MANTA_ACTOR_ALIVE);
+    assert_true(nl.v[0].rec.cpu == 3 && nl.v[0].rec.gpu == 1 && nl.v[0].rec.memory == 1 << 20);
+    assert_string_equal(nl.v[0].rec.host, "elsewhere");
+    for (size_t i = 0; i < nl.n; i++) assert_true(nl.v[i].age_ms >= 0 && nl.v[i].age_ms < 10000);
+    manta_reg_node_list_free(&nl);
+    assert_int_equal(manta_reg_node_set_state(m, "0-other", MANTA_ACTOR_DEAD), 0);
+    assert_int_equal(manta_reg_node_read(m, "0-other", &node), 0);
+    assert_int_equal(node.state, MANTA_ACTOR_DEAD);
+    assert_int_equal(manta_reg_node_forget(m, "0-other"), 0);
+    assert_int_equal(manta_reg_node_read(m, "0-other", &node), MANTA_ENOTFOUND);
+    assert_int_equal(manta_reg_node_list_read(m, &nl), 0);
+    assert_int_equal(nl.n, 1);
+    assert_string_equal(nl.v[0].id, names.v[0]);
+    manta_reg_node_list_free(&nl);
     manta_reg_names_free(&names);
 
     /* The job's driver and group records (the job module's). */
@@ -283,6 +329,21 @@ static void test_records(void **unused)
     snprintf(drv.spec, sizeof drv.spec, "/x/job.yaml");
     snprintf(drv.sets, sizeof drv.sets, "a=1\nb=2\n");
     assert_int_equal(manta_reg_driver_read(m, &drv), MANTA_ENOTFOUND);
+    /* The claim: one driver gets it, a second is refused and told who holds
+     * it, and its ctx then leaves the job alone at shutdown. */
+    int holder = -1;
+    assert_int_equal(manta_reg_driver_claim(m, 42, &holder), 0);
+    assert_int_equal(holder, 0);
+    manta_ctx *second = NULL;
+    manta_options so = {.redis_url = redis.url, .job = "records", .classes = classes, .attach = 1};
+    assert_int_equal(manta_init(&second, &so), 0);
+    assert_int_equal(manta_reg_driver_claim(second, 43, &holder), MANTA_EEXIST);
+    assert_int_equal(holder, 42);
+    assert_non_null(strstr(manta_last_error(), "pid 42"));
+    assert_true(manta_attached(second));
+    manta_shutdown(second);
+    assert_int_equal(manta_reg_driver_read(m, &drv), 0);
+    assert_int_equal(drv.pid, 42);
     drv.pid = 42, drv.started_ms = 1234;
     snprintf(drv.spec, sizeof drv.spec, "/x/job.yaml");
     snprintf(drv.sets, sizeof drv.sets, "a=1\nb=2\n");
@@ -305,6 +366,35 @@ static void test_records(void **unused)
     assert_int_equal(names.n, 2);
     assert_string_equal(names.v[0], "learners");
     assert_string_equal(names.v[1], "actors");
+    manta_reg_names_free(&names);
+    /* started 0: stamped now. */
+    drv.started_ms = 0;
+    assert_int_equal(manta_reg_driver_write(m, &drv), 0);
+    assert_int_equal(manta_reg_driver_read(m, &back), 0);
+    assert_true(manta_reg_age_ms(back.started_ms) >= 0 &&
+                manta_reg_age_ms(back.started_ms) < 10000);
+    /* A failed start's undo: driver, group list and groups go. */
+    assert_int_equal(manta_reg_driver_forget(m), 0);
+    assert_int_equal(manta_reg_group_forget(m, "learners"), 0);
+    assert_int_equal(manta_reg_group_forget(m, "actors"), 0);
+    assert_int_equal(manta_reg_driver_read(m, &back), MANTA_ENOTFOUND);
+    assert_int_equal(manta_reg_group_read(m, "actors", cls, sizeof cls, &wanted), MANTA_ENOTFOUND);
+    assert_int_equal(manta_reg_group_names(m, &names), 0);
+    assert_int_equal(names.n, 0);
+    manta_reg_names_free(&names);
+    assert_int_equal(manta_reg_driver_claim(m, 44, &holder), 0); /* free again */
+    assert_int_equal(manta_reg_driver_forget(m), 0);
+
+    /* The job values, for `manta status`. */
+    assert_int_equal(manta_reg_kv_names(m, &names), 0);
+    assert_int_equal(names.n, 0);
+    assert_int_equal(manta_kv_set(m, "alpha", "1", 1), 0);
+    assert_int_equal(manta_kv_set(m, "beta.2", "22", 2), 0);
+    assert_int_equal(manta_reg_kv_names(m, &names), 0);
+    assert_int_equal(names.n, 2);
+    int alpha_first = !strcmp(names.v[0], "alpha");
+    assert_string_equal(names.v[alpha_first ? 0 : 1], "alpha");
+    assert_string_equal(names.v[alpha_first ? 1 : 0], "beta.2");
     manta_reg_names_free(&names);
 
     /* A collective group's rendezvous. */
