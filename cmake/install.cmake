@@ -13,9 +13,6 @@ set(MANTA_INCLUDE_SUBDIR manta)
 
 # manta_install_lib(TARGET PCNAME DESCRIPTION REQUIRES EXTRA_LIBS HEADERS...)
 function(manta_install_lib target pcname description requires extra_libs)
-  if(NOT TARGET ${target})
-    return()
-  endif()
   install(TARGETS ${target} ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
   install(FILES ${ARGN} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/${MANTA_INCLUDE_SUBDIR})
   set(PC_NAME ${pcname})
@@ -43,6 +40,4 @@ manta_install_lib(manta_kernels manta-kernels "Manta policy kernels (CPU, OpenBL
                   "openblas" "-fopenmp -lm" ${PROJECT_SOURCE_DIR}/kernels/manta_kernels.h)
 manta_install_lib(manta_tok manta-tok "Manta tokenizer: byte-level BPE and chat formats"
                   "libpcre2-8 icu-uc libcjson" "" ${PROJECT_SOURCE_DIR}/tokenizer/manta_tok.h)
-if(TARGET manta_exe)
-  install(TARGETS manta_exe RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-endif()
+install(TARGETS manta_exe RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

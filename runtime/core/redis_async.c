@@ -88,7 +88,8 @@ static void on_connect(const redisAsyncContext *ac, int status)
 {
     struct mn_aredis *a = ac->data;
     if (status == REDIS_OK) return;
-    mn_log("async Redis link to %s:%d: %s", a->m->redis_addr.host, a->m->redis_addr.port, ac->errstr);
+    mn_log("async Redis link to %s:%d: %s", a->m->redis_addr.host, a->m->redis_addr.port,
+           ac->errstr);
     a->ac = NULL; /* hiredis frees it */
 }
 
@@ -154,7 +155,8 @@ static int queue_v(struct mn_aredis *a, mn_aredis_fn fn, void *arg, const char *
  * (the same authentication and database as the blocking link). */
 static int link_open(manta_ctx *m, struct mn_aredis *a)
 {
-    if (!m->redis_addr.host[0]) return mn_fail(MANTA_EREDIS, "async Redis link: no Redis configured");
+    if (!m->redis_addr.host[0])
+        return mn_fail(MANTA_EREDIS, "async Redis link: no Redis configured");
     redisAsyncContext *ac = redisAsyncConnect(m->redis_addr.host, m->redis_addr.port);
     if (!ac || ac->err) {
         int rc = mn_fail(MANTA_EREDIS, "async Redis link to %s:%d: %s", m->redis_addr.host,
@@ -220,8 +222,8 @@ static int aredis_run(manta_ctx *m)
     struct mn_aredis *a = m->aredis;
     if (!a || !a->head || !a->ac || mn_now_ms() < a->head->sent + MN_AREDIS_TIMEOUT_MS) return 0;
     redisAsyncContext *ac = a->ac;
-    snprintf(a->why, sizeof a->why, "no answer from Redis at %s:%d within %d ms", m->redis_addr.host,
-             m->redis_addr.port, MN_AREDIS_TIMEOUT_MS);
+    snprintf(a->why, sizeof a->why, "no answer from Redis at %s:%d within %d ms",
+             m->redis_addr.host, m->redis_addr.port, MN_AREDIS_TIMEOUT_MS);
     mn_log("%s: dropping the async link", a->why);
     a->ac = NULL;
     redisAsyncFree(ac); /* answers every command in flight with NULL */

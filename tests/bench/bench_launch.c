@@ -278,8 +278,8 @@ static int launch(manta_ctx *m, manta_actor **a, int from, int to, phases *ph)
             manta_actor_info info;
             if (manta_actor_info_get(m, a[i], &info) == 0)
                 fprintf(stderr, "bench_launch: %s: state %s pid %d incarnation %d endpoint %s\n",
-                        manta_actor_name(a[i]), manta_actor_state_name(info.state), info.pid, info.incarnation,
-                        info.endpoint);
+                        manta_actor_name(a[i]), manta_actor_state_name(info.state), info.pid,
+                        info.incarnation, info.endpoint);
             return rc;
         }
     }

@@ -9,7 +9,7 @@ tmp=$(mktemp -d /tmp/manta-install.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log"
 export PKG_CONFIG_PATH=$tmp/prefix/lib/pkgconfig
-for pc in manta manta-http manta-spec manta-collective manta-kernels manta-tok; do
+for pc in manta manta-http manta-spec manta-collective manta-job manta-kernels manta-tok; do
     pkg-config --exists "$pc" || { echo "FAIL: pkg-config does not know $pc"; exit 1; }
 done
 # shellcheck disable=SC2046
