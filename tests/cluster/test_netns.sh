@@ -116,8 +116,12 @@ grep -q "squarer *ready 2/2" <<<"$s" && ok "2/2 ready again" || fail "not 2/2 af
 grep -q "^  n2 " <<<"$s" && fail "dead node n2 still listed: $s" || ok "n2 no longer listed"
 
 in_ns 0 "$MANTA" stop --job $job > /dev/null && ok "stop" || fail "stop"
-sleep 0.5
-left=$(in_ns 0 redis-cli -h ${addr[0]} -p 6390 --no-auth-warning -a "$pw" --scan --pattern "manta:$job:*" | wc -l)
+# The agents delete their keys as they go: wait (up to 10 s) for none to be left.
+for t in $(seq 100); do
+    left=$(in_ns 0 redis-cli -h ${addr[0]} -p 6390 --no-auth-warning -a "$pw" --scan --pattern "manta:$job:*" | wc -l)
+    [ "$left" = 0 ] && break
+    sleep 0.1
+done
 [ "$left" = 0 ] && ok "no key left" || fail "$left keys left"
 echo "$fails failure(s)"
 test $fails -eq 0
