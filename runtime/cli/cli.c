@@ -456,7 +456,10 @@ static int cmd_run(cli *c)
 static void status_nodes(manta_ctx *m)
 {
     manta_reg_node_list nodes;
-    if (manta_reg_node_list_read(m, &nodes) != 0) nodes.n = 0, nodes.v = NULL;
+    if (manta_reg_node_list_read(m, &nodes) != 0) {
+        fprintf(stderr, "manta status: nodes: %s\n", manta_last_error());
+        return;
+    }
     size_t live = 0;
     for (size_t i = 0; i < nodes.n; i++) live += nodes.v[i].rec.state == MANTA_ACTOR_ALIVE;
     printf("nodes: %zu\n", live);
@@ -465,9 +468,11 @@ static void status_nodes(manta_ctx *m)
         if (n->state != MANTA_ACTOR_ALIVE) continue;
         char mem[32];
         manta_spec_format_size(n->memory, mem, sizeof mem);
-        printf("  %-16s host %-20s cpu %g gpu %lld memory %s heartbeat %.1f s ago\n", nodes.v[i].id,
-               n->host[0] ? n->host : "?", n->cpu, (long long)(n->gpu > 0 ? n->gpu : 0), mem,
-               (double)nodes.v[i].age_ms / 1000);
+        char hb[32] = "none yet";
+        if (nodes.v[i].age_ms >= 0)
+            snprintf(hb, sizeof hb, "%.1f s ago", (double)nodes.v[i].age_ms / 1000);
+        printf("  %-16s host %-20s cpu %g gpu %lld memory %s heartbeat %s\n", nodes.v[i].id,
+               n->host[0] ? n->host : "?", n->cpu, (long long)(n->gpu > 0 ? n->gpu : 0), mem, hb);
     }
     manta_reg_node_list_free(&nodes);
 }
