@@ -231,7 +231,12 @@ static int folder_open(folder *fo)
         if (!cJSON_IsString(x))
             return mk__fail(MK_ERR_FORMAT, "%s: weight_map entry '%.200s' is not a file name",
                             fo->index_path, x->string);
-        if ((rc = add_shard(fo, x->valuestring))) return rc;
+        if ((rc = add_shard(fo, x->valuestring))) {
+            char msg[400]; /* say which tensor needed the shard that failed */
+            snprintf(msg, sizeof msg, "%s", mk_last_error());
+            return mk__fail(rc, "%s (the shard of tensor '%.100s' in %.200s)", msg, x->string,
+                            fo->index_path);
+        }
     }
     return MK_OK;
 }
