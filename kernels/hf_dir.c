@@ -373,6 +373,9 @@ static int save_config(const mk_config *c, const char *path, mk_dtype dt)
     cJSON_AddFalseToObject(r, "scale_attn_by_inverse_layer_idx");
     cJSON_AddFalseToObject(r, "reorder_and_upcast_attn");
     cJSON_AddTrueToObject(r, "tie_word_embeddings");
+    /* GPT2Config's defaults (50256) lie outside a small vocabulary; Manta names no specials */
+    cJSON_AddNullToObject(r, "bos_token_id");
+    cJSON_AddNullToObject(r, "eos_token_id");
     /* transformers 5 reads "dtype"; 4.x read "torch_dtype" */
     cJSON_AddStringToObject(r, "dtype", torch_names[dt]);
     cJSON_AddStringToObject(r, "torch_dtype", torch_names[dt]);
