@@ -255,7 +255,8 @@ float *mk_model_adam_v(mk_model *m);
  * then renamed, so a reader never sees half a file. */
 int mk_save(const mk_model *m, const char *path);
 /* Reads parameters from a safetensors file written here or by transformers
- * (names with or without the "transformer." prefix; lm_head.weight and
+ * (names with or without a "transformer." or "model." prefix, F32 only: for
+ * BF16/F16 and sharded folders see mk_load_dir; lm_head.weight and
  * attention mask buffers are ignored).  Refuses, naming the tensor and file,
  * a missing tensor (MK_ERR_MISSING), wrong shape (MK_ERR_SHAPE), non-F32
  * dtype (MK_ERR_DTYPE), a file shorter than its header says
