@@ -291,16 +291,21 @@ int mk_load_dir(mk_model **out, const char *dir, int max_batch, int max_seq, con
                       "%s: tie_word_embeddings is false but tensor 'lm_head.weight' is missing",
                       cpath);
     size_t nh = head ? (size_t)cfg.vocab_size * (size_t)cfg.n_embd : 0;
-    float *buf = rc ? NULL : malloc(sizeof(float) * (m->n_params + nh));
-    if (!rc && !buf)
+    /* On the CPU the tensors are converted from the mapping straight into the parameters (the
+     * model is new and freed on failure, so nothing needs keeping); elsewhere through one host
+     * buffer that is uploaded once. */
+    int host = m->be == &mk__cpu_backend;
+    float *buf = rc || host ? NULL : malloc(sizeof(float) * m->n_params);
+    float *dst = host ? m->params : buf, *h = rc || !head ? NULL : malloc(sizeof(float) * nh);
+    if (!rc && (!dst || (head && !h)))
         rc = mk__fail(MK_ERR_NOMEM, "%s: cannot allocate %zu parameters", dir, m->n_params);
     for (int i = 0; i < m->n_tensors && !rc; i++) {
         locate(&fo, m->tensors[i].name, m->tensors[i].ndim, m->tensors[i].shape, 0, &sh, &e);
-        mk__st_read(buf + m->tensors[i].offset, &sh->st, e);
+        mk__st_read(dst + m->tensors[i].offset, &sh->st, e);
     }
     if (!rc && head) {
         /* GPT-2 here has one output matrix, wte: a head that differs cannot be held */
-        float *h = buf + m->n_params, *wte = buf + m->tensors[0].offset;
+        const float *wte = dst + m->tensors[0].offset;
         mk__st_read(h, &head_sh->st, head);
         for (size_t j = 0; j < nh && !rc; j++)
             if (!(h[j] == wte[j]))
@@ -309,8 +314,9 @@ int mk_load_dir(mk_model **out, const char *dir, int max_batch, int max_seq, con
                               "output head, but GPT-2 here is tied-only",
                               head_sh->path, head->name, j);
     }
-    if (!rc) m->be->upload(m->params, buf, sizeof(float) * m->n_params);
+    if (!rc && !host) m->be->upload(m->params, buf, sizeof(float) * m->n_params);
     free(buf);
+    free(h);
     folder_close(&fo);
     if (rc) {
         mk_model_free(m);
