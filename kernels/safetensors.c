@@ -311,7 +311,6 @@ int mk__st_open(mk__st_file *f, const char *path)
         return mk__fail(MK_ERR_TRUNCATED, "%s: header of %llu bytes but the file has %lld", path, N,
                         (long long)st.st_size);
     }
-    f->path = path;
     f->data = b + 8 + N;
     f->data_size = (long long)st.st_size - 8 - (long long)N;
     f->header = malloc((size_t)N + 1);
@@ -326,7 +325,6 @@ int mk__st_open(mk__st_file *f, const char *path)
         mk__st_close(f);
         return mk__fail(MK_ERR_FORMAT, "%s: bad header: %s", path, p.err);
     }
-    f->path = path;
     return MK_OK;
 }
 
