@@ -20,7 +20,8 @@
     X(MK_ERR_TRUNCATED, "truncated file")                                                          \
     X(MK_ERR_FULL, "context full")                                                                 \
     X(MK_ERR_STATE, "call out of order")                                                           \
-    X(MK_ERR_DEVICE, "device error")
+    X(MK_ERR_DEVICE, "device error")                                                               \
+    X(MK_ERR_UNSUPPORTED, "unsupported model")
 
 const char *mk_strerror(int code)
 {

@@ -48,17 +48,18 @@ extern "C" {
 
 typedef enum mk_err {
     MK_OK = 0,
-    MK_ERR_ARG = -1,       /* an argument is out of range or NULL */
-    MK_ERR_NOMEM = -2,     /* an allocation failed */
-    MK_ERR_IO = -3,        /* open, read, write or rename failed */
-    MK_ERR_FORMAT = -4,    /* a checkpoint is not valid safetensors */
-    MK_ERR_MISSING = -5,   /* a checkpoint lacks a tensor the model needs */
-    MK_ERR_SHAPE = -6,     /* a tensor has the wrong shape */
-    MK_ERR_DTYPE = -7,     /* a tensor has a dtype other than F32 */
-    MK_ERR_TRUNCATED = -8, /* a checkpoint file ends before its data does */
-    MK_ERR_FULL = -9,      /* a decode slot has no room left in its context */
-    MK_ERR_STATE = -10,    /* call out of order (loss before forward, ...) */
-    MK_ERR_DEVICE = -11,   /* no CUDA device, or a CUDA/cuBLAS call failed */
+    MK_ERR_ARG = -1,          /* an argument is out of range or NULL */
+    MK_ERR_NOMEM = -2,        /* an allocation failed */
+    MK_ERR_IO = -3,           /* open, read, write or rename failed */
+    MK_ERR_FORMAT = -4,       /* a checkpoint is not valid safetensors */
+    MK_ERR_MISSING = -5,      /* a checkpoint lacks a tensor the model needs */
+    MK_ERR_SHAPE = -6,        /* a tensor has the wrong shape */
+    MK_ERR_DTYPE = -7,        /* a tensor has a dtype this loader does not read */
+    MK_ERR_TRUNCATED = -8,    /* a checkpoint file ends before its data does */
+    MK_ERR_FULL = -9,         /* a decode slot has no room left in its context */
+    MK_ERR_STATE = -10,       /* call out of order (loss before forward, ...) */
+    MK_ERR_DEVICE = -11,      /* no CUDA device, or a CUDA/cuBLAS call failed */
+    MK_ERR_UNSUPPORTED = -12, /* a checkpoint's config asks for a model this library lacks */
 } mk_err;
 
 /* Name of an error code ("shape mismatch", ...).  Never NULL. Thread-safe. */
@@ -254,7 +255,8 @@ float *mk_model_adam_v(mk_model *m);
  * then renamed, so a reader never sees half a file. */
 int mk_save(const mk_model *m, const char *path);
 /* Reads parameters from a safetensors file written here or by transformers
- * (names with or without the "transformer." prefix; lm_head.weight and
+ * (names with or without a "transformer." or "model." prefix, F32 only: for
+ * BF16/F16 and sharded folders see mk_load_dir; lm_head.weight and
  * attention mask buffers are ignored).  Refuses, naming the tensor and file,
  * a missing tensor (MK_ERR_MISSING), wrong shape (MK_ERR_SHAPE), non-F32
  * dtype (MK_ERR_DTYPE), a file shorter than its header says
@@ -264,6 +266,50 @@ int mk_load(mk_model *m, const char *path);
 /* Writes a transformers config.json for cfg, so that a directory holding it
  * and model.safetensors loads with GPT2LMHeadModel.from_pretrained(dir). */
 int mk_write_hf_config(const mk_config *cfg, const char *path);
+
+/* ---- Hugging Face folders (config.json + safetensors, F32/BF16/F16) ----- */
+
+typedef enum mk_dtype { MK_F32, MK_BF16, MK_F16 } mk_dtype;
+
+/* Reads a transformers GPT-2 config.json into *out.  Refuses, naming the file
+ * and key: a model_type other than "gpt2" and any setting that changes the
+ * numerics this library implements (activation_function other than gelu_new /
+ * gelu_pytorch_tanh, layer_norm_epsilon other than 1e-5, n_inner other than
+ * null or 4 n_embd, scale_attn_weights false, scale_attn_by_inverse_layer_idx
+ * true, add_cross_attention true) with MK_ERR_UNSUPPORTED; a missing or
+ * non-integer size with MK_ERR_FORMAT.  *tied (may be NULL) receives
+ * tie_word_embeddings (default true). */
+int mk_read_hf_config(mk_config *out, int *tied, const char *path);
+
+/* Creates *out (as mk_model_new with max_batch, max_seq, be; be NULL means
+ * CPU) from a transformers GPT-2 folder: DIR/config.json and either
+ * DIR/model.safetensors or DIR/model.safetensors.index.json naming its shard
+ * files (weight_map).  Shards are memory-mapped and each tensor converted once
+ * from F32, BF16 or F16 to float (exactly).  Names may carry a
+ * "transformer." or "model." prefix; mask buffers are ignored.  The output
+ * head is tied to wte: lm_head.weight must be absent (with
+ * tie_word_embeddings true) or equal to wte; an untied head is refused
+ * (MK_ERR_UNSUPPORTED).  Every refusal names the file and tensor (codes as
+ * mk_load, plus the config's).  On failure *out is NULL. */
+int mk_load_dir(mk_model **out, const char *dir, int max_batch, int max_seq, const mk_backend *be);
+
+/* Writes DIR/config.json (GPT2LMHeadModel, tied, "dtype" and "torch_dtype"
+ * naming dt) and the parameters in dtype dt (F32 as is; BF16 and F16 rounded
+ * to nearest even) with the "transformer." prefix, as save_pretrained does.
+ * max_shard_bytes 0: one DIR/model.safetensors; else shards
+ * model-0000i-of-0000n.safetensors of at most that many bytes each (a larger
+ * single tensor gets a shard of its own) and model.safetensors.index.json.
+ * Every file is written via a temporary and renamed; a stale single file or
+ * index of the other layout is removed.  DIR must exist. */
+int mk_save_dir(const mk_model *m, const char *dir, mk_dtype dt, size_t max_shard_bytes);
+
+/* Conversions between float and the two 16-bit formats: exact upward
+ * (subnormals, inf, nan included), round to nearest even downward (nan stays
+ * a quiet nan, overflow gives inf).  Thread-safe. */
+float mk_bf16_to_f32(uint16_t h);
+float mk_f16_to_f32(uint16_t h);
+uint16_t mk_f32_to_bf16(float x);
+uint16_t mk_f32_to_f16(float x);
 
 /* ---- decoding ----------------------------------------------------------- */
 

@@ -101,6 +101,47 @@ int mk__fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 void mk__die(const char *file, int line, const char *msg, const char *hint)
     __attribute__((noreturn));
 
+/* ---- safetensors files (safetensors.c), shared with hf_dir.c ---- */
+
+/* One tensor of a file's header; name and dtype point into the header copy. */
+typedef struct mk__st_entry {
+    const char *name, *dtype;
+    int ndim;
+    long long shape[8];
+    long long begin, end; /* data_offsets, relative to the end of the header */
+} mk__st_entry;
+
+/* A safetensors file mapped read-only; path is borrowed. */
+typedef struct mk__st_file {
+    const char *path;
+    void *map;
+    size_t map_size;
+    const unsigned char *data; /* the data after the header, data_size bytes */
+    long long data_size;
+    char *header; /* a copy, strings unescaped in place */
+    mk__st_entry *es;
+    int n_es;
+} mk__st_file;
+
+/* Maps and parses path; MK_ERR_IO/TRUNCATED/FORMAT naming the file.  On failure nothing
+ * needs closing. */
+int mk__st_open(mk__st_file *f, const char *path);
+void mk__st_close(mk__st_file *f);
+/* name without a "transformer." or "model." prefix */
+const char *mk__st_strip(const char *name);
+/* The entry whose name is name after mk__st_strip, or NULL. */
+const mk__st_entry *mk__st_find(const mk__st_file *f, const char *name);
+/* Checks e (NULL: missing, reported as name) has the shape given, a dtype F32 (or, unless
+ * f32_only, BF16/F16), a consistent size and lies inside the file. */
+int mk__st_check(const mk__st_file *f, const mk__st_entry *e, const char *name, int ndim,
+                 const int *shape, int f32_only);
+/* Converts a checked entry's data to float. */
+void mk__st_read(float *dst, const mk__st_file *f, const mk__st_entry *e);
+/* Writes tensors ts[0..n) (host values at params + offset) named prefix + name in dtype dt,
+ * atomically (path.tmp, then rename). */
+int mk__st_write(const char *path, const mk_tensor_info *ts, int n, const float *params,
+                 mk_dtype dt, const char *prefix);
+
 /* Activations of the training graph, one allocation carved by a size table. */
 enum {
     MK_ACT_ENC,     /* [B,T,C] embeddings, the residual stream into block 0 */

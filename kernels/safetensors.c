@@ -16,19 +16,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "mk_internal.h"
 
 #define MAX_HEADER (64u << 20) /* far above any GPT-2 header; guards garbage lengths */
 #define MAX_DIMS   8           /* more dimensions than this is an error, not a truncation */
 
-typedef struct entry {
-    const char *name, *dtype; /* into the header buffer */
-    int ndim;
-    long long shape[MAX_DIMS];
-    long long begin, end;
-} entry;
+typedef mk__st_entry entry;
 
 typedef struct parser {
     char *s, *end; /* the header; strings are unescaped in place */
@@ -247,127 +245,221 @@ fail:
     return -1;
 }
 
-/* The entry named name, or "transformer." name (checkpoints of GPT2LMHeadModel). */
-static const entry *find(const entry *es, int n, const char *name)
+/* The entry named name, with or without the "transformer." (GPT2LMHeadModel) or "model."
+ * prefix. */
+const mk__st_entry *mk__st_find(const mk__st_file *f, const char *name)
 {
-    static const char prefix[] = "transformer.";
-    for (int i = 0; i < n; i++) {
-        const char *e = es[i].name;
-        if (!strncmp(e, prefix, sizeof prefix - 1)) e += sizeof prefix - 1;
-        if (!strcmp(e, name)) return &es[i];
-    }
+    for (int i = 0; i < f->n_es; i++)
+        if (!strcmp(mk__st_strip(f->es[i].name), name)) return &f->es[i];
     return NULL;
 }
 
-/* ---- loading: open, read the header, check every tensor, read them ----- */
-
-typedef struct checkpoint {
-    const char *path;
-    FILE *f;
-    long long file_size, data_size; /* bytes: the whole file, the data after the header */
-    unsigned long long header_len;  /* N */
-    char *header;
-    entry *es;
-    int n_es;
-} checkpoint;
-
-/* Opens the file and reads the header length, checking it against the file's size. */
-static int open_checkpoint(checkpoint *ck)
+const char *mk__st_strip(const char *name)
 {
-    ck->f = fopen(ck->path, "rb");
-    if (!ck->f) return mk__fail(MK_ERR_IO, "%s: %s", ck->path, strerror(errno));
+    static const char *const prefixes[] = {"transformer.", "model."};
+    for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++) {
+        size_t n = strlen(prefixes[i]);
+        if (!strncmp(name, prefixes[i], n)) return name + n;
+    }
+    return name;
+}
+
+/* ---- loading: map the file, parse its header, check tensors, convert ---- */
+
+void mk__st_close(mk__st_file *f)
+{
+    if (f->map) munmap(f->map, f->map_size);
+    free(f->es);
+    free(f->header);
+    memset(f, 0, sizeof *f);
+}
+
+/* Maps the file (read-only, private: tensors are converted straight from the page cache, never
+ * read into a second buffer) and parses the header; the header alone is copied, because its
+ * strings are unescaped in place. */
+int mk__st_open(mk__st_file *f, const char *path)
+{
+    memset(f, 0, sizeof *f);
+    f->path = path;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return mk__fail(MK_ERR_IO, "%s: %s", path, strerror(errno));
     struct stat st;
-    unsigned char lenb[8];
-    if (fstat(fileno(ck->f), &st) || fread(lenb, 1, 8, ck->f) != 8)
-        return mk__fail(MK_ERR_TRUNCATED, "%s: shorter than the 8-byte header length", ck->path);
+    if (fstat(fd, &st)) {
+        int e = errno;
+        close(fd);
+        return mk__fail(MK_ERR_IO, "%s: %s", path, strerror(e));
+    }
+    if (st.st_size < 8) {
+        close(fd);
+        return mk__fail(MK_ERR_TRUNCATED, "%s: shorter than the 8-byte header length", path);
+    }
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (map == MAP_FAILED) return mk__fail(MK_ERR_IO, "%s: cannot map: %s", path, strerror(e));
+    f->map = map;
+    f->map_size = (size_t)st.st_size;
+    const unsigned char *b = map;
     unsigned long long N = 0;
-    for (int i = 7; i >= 0; i--) N = N << 8 | lenb[i];
-    if (N > MAX_HEADER)
-        return mk__fail(MK_ERR_FORMAT, "%s: header length %llu is not plausible", ck->path, N);
-    if (8 + N > (unsigned long long)st.st_size)
-        return mk__fail(MK_ERR_TRUNCATED, "%s: header of %llu bytes but the file has %lld",
-                        ck->path, N, (long long)st.st_size);
-    ck->header_len = N;
-    ck->file_size = (long long)st.st_size;
-    ck->data_size = ck->file_size - 8 - (long long)N;
+    for (int i = 7; i >= 0; i--) N = N << 8 | b[i];
+    if (N > MAX_HEADER) {
+        mk__st_close(f);
+        return mk__fail(MK_ERR_FORMAT, "%s: header length %llu is not plausible", path, N);
+    }
+    if (8 + N > (unsigned long long)st.st_size) {
+        mk__st_close(f);
+        return mk__fail(MK_ERR_TRUNCATED, "%s: header of %llu bytes but the file has %lld", path, N,
+                        (long long)st.st_size);
+    }
+    f->data = b + 8 + N;
+    f->data_size = (long long)st.st_size - 8 - (long long)N;
+    f->header = malloc((size_t)N + 1);
+    if (!f->header) {
+        mk__st_close(f);
+        return mk__fail(MK_ERR_NOMEM, "%s: cannot allocate the header", path);
+    }
+    memcpy(f->header, b + 8, (size_t)N);
+    f->header[N] = 0;
+    parser p = {.s = f->header, .end = f->header + N, .start = f->header};
+    if (parse_header(&p, &f->es, &f->n_es)) {
+        mk__st_close(f);
+        return mk__fail(MK_ERR_FORMAT, "%s: bad header: %s", path, p.err);
+    }
     return MK_OK;
 }
 
-/* Reads and parses the JSON header into ck->es. */
-static int read_header(checkpoint *ck)
+static size_t dtype_size(const char *dtype)
 {
-    size_t N = (size_t)ck->header_len;
-    ck->header = malloc(N + 1);
-    if (!ck->header) return mk__fail(MK_ERR_NOMEM, "%s: cannot allocate the header", ck->path);
-    if (fread(ck->header, 1, N, ck->f) != N)
-        return mk__fail(MK_ERR_IO, "%s: cannot read the header", ck->path);
-    ck->header[N] = 0;
-    parser p = {.s = ck->header, .end = ck->header + N, .start = ck->header};
-    if (parse_header(&p, &ck->es, &ck->n_es))
-        return mk__fail(MK_ERR_FORMAT, "%s: bad header: %s", ck->path, p.err);
-    return MK_OK;
+    if (!strcmp(dtype, "F32")) return 4;
+    if (!strcmp(dtype, "BF16") || !strcmp(dtype, "F16")) return 2;
+    return 0;
 }
 
-/* Checks one of the model's tensors against its entry: dtype, shape, size, inside the file. */
-static int check_tensor(const checkpoint *ck, const mk_tensor_info *t, const entry *e)
+int mk__st_check(const mk__st_file *f, const mk__st_entry *e, const char *name, int ndim,
+                 const int *shape, int f32_only)
 {
-    if (!e) return mk__fail(MK_ERR_MISSING, "%s: tensor '%s' is missing", ck->path, t->name);
-    if (strcmp(e->dtype, "F32"))
-        return mk__fail(MK_ERR_DTYPE, "%s: tensor '%s' has dtype %s, need F32", ck->path, e->name,
-                        e->dtype);
-    int same = e->ndim == t->ndim && e->shape[0] == t->shape[0] &&
-               (t->ndim == 1 || e->shape[1] == t->shape[1]);
+    if (!e) return mk__fail(MK_ERR_MISSING, "%s: tensor '%s' is missing", f->path, name);
+    size_t es = dtype_size(e->dtype);
+    if (!es || (f32_only && es != 4))
+        return mk__fail(MK_ERR_DTYPE, "%s: tensor '%s' has dtype %s, need %s", f->path, e->name,
+                        e->dtype, f32_only ? "F32" : "F32, BF16 or F16");
+    int same = e->ndim == ndim && e->shape[0] == shape[0] && (ndim == 1 || e->shape[1] == shape[1]);
+    size_t numel = (size_t)shape[0] * (ndim == 1 ? 1 : (size_t)shape[1]);
     if (!same) {
         char got[MAX_DIMS * 22] = "", *g = got;
         for (int d = 0; d < e->ndim; d++)
             g += snprintf(g, sizeof got - (size_t)(g - got), "%s%lld", d ? "," : "", e->shape[d]);
-        if (t->ndim == 1)
-            return mk__fail(MK_ERR_SHAPE, "%s: tensor '%s' has shape [%s], need [%d]", ck->path,
-                            e->name, got, t->shape[0]);
-        return mk__fail(MK_ERR_SHAPE, "%s: tensor '%s' has shape [%s], need [%d,%d]", ck->path,
-                        e->name, got, t->shape[0], t->shape[1]);
+        if (ndim == 1)
+            return mk__fail(MK_ERR_SHAPE, "%s: tensor '%s' has shape [%s], need [%d]", f->path,
+                            e->name, got, shape[0]);
+        return mk__fail(MK_ERR_SHAPE, "%s: tensor '%s' has shape [%s], need [%d,%d]", f->path,
+                        e->name, got, shape[0], shape[1]);
     }
-    if (e->end - e->begin != (long long)(t->numel * sizeof(float)))
+    if (e->end - e->begin != (long long)(numel * es))
         return mk__fail(MK_ERR_FORMAT, "%s: tensor '%s' data_offsets span %lld bytes, need %zu",
-                        ck->path, e->name, e->end - e->begin, t->numel * sizeof(float));
-    if (e->end > ck->data_size)
+                        f->path, e->name, e->end - e->begin, numel * es);
+    if (e->end > f->data_size)
         return mk__fail(MK_ERR_TRUNCATED,
-                        "%s: tensor '%s' ends at data byte %lld but the file holds %lld", ck->path,
-                        e->name, e->end, ck->data_size);
+                        "%s: tensor '%s' ends at data byte %lld but the file holds %lld", f->path,
+                        e->name, e->end, f->data_size);
     return MK_OK;
+}
+
+/* ---- dtype conversions (exact upward; round to nearest even downward) ---- */
+
+float mk_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+float mk_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | man << 13; /* inf, nan (payload kept) */
+    } else if (exp) {
+        u = sign | (exp + 112) << 23 | man << 13; /* rebias 15 -> 127 */
+    } else if (!man) {
+        u = sign; /* zero */
+    } else {      /* subnormal: man * 2^-24, normal in float */
+        int e = -1;
+        do man <<= 1, e++;
+        while (!(man & 0x400));
+        u = sign | (uint32_t)(112 - e) << 23 | (man & 0x3ff) << 13;
+    }
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+uint16_t mk_f32_to_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(u >> 16 | 0x40); /* quiet nan */
+    u += 0x7fffu + (u >> 16 & 1);
+    return (uint16_t)(u >> 16);
+}
+
+uint16_t mk_f32_to_f16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    uint16_t sign = (uint16_t)(u >> 16 & 0x8000);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7e00 | (uint16_t)(a >> 13 & 0x3ff); /* quiet nan */
+    if (a >= 0x477ff000u) return sign | 0x7c00; /* rounds to >= 65536: inf */
+    if (a >= 0x38800000u) {                     /* normal in half: 2^-14 and up */
+        uint32_t r = a + 0xfffu + (a >> 13 & 1);
+        return sign | (uint16_t)((r >> 13) - (112u << 10));
+    }
+    if (a < 0x33000000u) return sign; /* below half the smallest subnormal (2^-25): zero */
+    /* subnormal: the value in units of 2^-24, rounded to nearest even */
+    uint32_t man = (a & 0x7fffff) | 0x800000, shift = 126 - (a >> 23); /* 14..24 */
+    uint32_t q = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1))) q++;
+    return sign | (uint16_t)q;
+}
+
+void mk__st_read(float *dst, const mk__st_file *f, const mk__st_entry *e)
+{
+    const unsigned char *src = f->data + e->begin;
+    size_t bytes = (size_t)(e->end - e->begin);
+    if (!strcmp(e->dtype, "F32")) {
+        memcpy(dst, src, bytes); /* little-endian host, like every safetensors writer */
+        return;
+    }
+    int bf = !strcmp(e->dtype, "BF16");
+    for (size_t i = 0; i < bytes / 2; i++) {
+        uint16_t h = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
+        dst[i] = bf ? mk_bf16_to_f32(h) : mk_f16_to_f32(h);
+    }
 }
 
 /* Reads every tensor into one host buffer, then uploads it: the parameters change only when
  * all of it was read. */
-static int read_tensors(mk_model *m, const checkpoint *ck)
-{
-    float *buf = malloc(sizeof(float) * m->n_params);
-    if (!buf) return mk__fail(MK_ERR_NOMEM, "cannot allocate %zu parameters", m->n_params);
-    int rc = MK_OK;
-    for (int i = 0; i < m->n_tensors && !rc; i++) {
-        const mk_tensor_info *t = &m->tensors[i];
-        const entry *e = find(ck->es, ck->n_es, t->name);
-        if (fseeko(ck->f, (off_t)(8 + ck->header_len + e->begin), SEEK_SET) ||
-            fread(buf + t->offset, sizeof(float), t->numel, ck->f) != t->numel)
-            rc = mk__fail(MK_ERR_IO, "%s: cannot read tensor '%s'", ck->path, e->name);
-    }
-    if (!rc) m->be->upload(m->params, buf, sizeof(float) * m->n_params);
-    free(buf);
-    return rc;
-}
-
 int mk_load(mk_model *m, const char *path)
 {
     if (!m || !path) return mk__fail(MK_ERR_ARG, "NULL argument");
-    checkpoint ck = {.path = path};
-    int rc = open_checkpoint(&ck);
-    if (!rc) rc = read_header(&ck);
-    for (int i = 0; i < m->n_tensors && !rc; i++)
-        rc = check_tensor(&ck, &m->tensors[i], find(ck.es, ck.n_es, m->tensors[i].name));
-    if (!rc) rc = read_tensors(m, &ck);
-    free(ck.es);
-    free(ck.header);
-    if (ck.f) fclose(ck.f);
+    mk__st_file f;
+    int rc = mk__st_open(&f, path);
+    if (rc) return rc;
+    for (int i = 0; i < m->n_tensors && !rc; i++) {
+        const mk_tensor_info *t = &m->tensors[i];
+        rc = mk__st_check(&f, mk__st_find(&f, t->name), t->name, t->ndim, t->shape, 1);
+    }
+    float *buf = rc ? NULL : malloc(sizeof(float) * m->n_params);
+    if (!rc && !buf) rc = mk__fail(MK_ERR_NOMEM, "cannot allocate %zu parameters", m->n_params);
+    if (!rc) {
+        for (int i = 0; i < m->n_tensors; i++)
+            mk__st_read(buf + m->tensors[i].offset, &f, mk__st_find(&f, m->tensors[i].name));
+        m->be->upload(m->params, buf, sizeof(float) * m->n_params);
+    }
+    free(buf);
+    mk__st_close(&f);
     return rc;
 }
 
@@ -398,36 +490,49 @@ static int sb_printf(sbuf *b, const char *fmt, ...)
     }
 }
 
-int mk_save(const mk_model *m, const char *path)
+/* Writes path via path.tmp and rename, so a reader never sees half a file. */
+int mk__st_write(const char *path, const mk_tensor_info *ts, int n, const float *params,
+                 mk_dtype dt, const char *prefix)
 {
-    if (!m || !path) return mk__fail(MK_ERR_ARG, "NULL argument");
+    static const char *const names[] = {"F32", "BF16", "F16"};
+    size_t es = dt == MK_F32 ? 4 : 2, off = 0;
     sbuf h = {0};
     int bad = sb_printf(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
-    for (int i = 0; i < m->n_tensors && !bad; i++) {
-        const mk_tensor_info *t = &m->tensors[i];
-        size_t b = t->offset * sizeof(float), e = b + t->numel * sizeof(float);
+    for (int i = 0; i < n && !bad; i++) {
+        const mk_tensor_info *t = &ts[i];
+        size_t e = off + t->numel * es;
         if (t->ndim == 1)
-            bad = sb_printf(&h,
-                            ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}",
-                            t->name, t->shape[0], b, e);
+            bad = sb_printf(
+                &h, ",\"%s%s\":{\"dtype\":\"%s\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}",
+                prefix, t->name, names[dt], t->shape[0], off, e);
         else
             bad = sb_printf(
-                &h, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%d,%d],\"data_offsets\":[%zu,%zu]}",
-                t->name, t->shape[0], t->shape[1], b, e);
+                &h, ",\"%s%s\":{\"dtype\":\"%s\",\"shape\":[%d,%d],\"data_offsets\":[%zu,%zu]}",
+                prefix, t->name, names[dt], t->shape[0], t->shape[1], off, e);
+        off = e;
     }
     if (!bad) bad = sb_printf(&h, "}");
     while (!bad && h.n % 8) bad = sb_printf(&h, " "); /* data starts 8-byte aligned */
-    float *buf = bad ? NULL : malloc(sizeof(float) * m->n_params);
-    if (!buf) {
-        free(h.s);
-        return mk__fail(MK_ERR_NOMEM, "cannot build checkpoint in memory");
-    }
-    m->be->download(buf, m->params, sizeof(float) * m->n_params);
-    char *tmp = malloc(strlen(path) + sizeof ".tmp");
+    unsigned char *buf = bad ? NULL : malloc(off ? off : 1);
+    char *tmp = buf ? malloc(strlen(path) + sizeof ".tmp") : NULL;
     if (!tmp) {
         free(buf);
         free(h.s);
-        return mk__fail(MK_ERR_NOMEM, "cannot allocate a temporary name for %s", path);
+        return mk__fail(MK_ERR_NOMEM, "%s: cannot build the file in memory", path);
+    }
+    unsigned char *o = buf;
+    for (int i = 0; i < n; i++) {
+        const float *x = params + ts[i].offset;
+        if (dt == MK_F32) {
+            memcpy(o, x, ts[i].numel * 4);
+            o += ts[i].numel * 4;
+            continue;
+        }
+        for (size_t j = 0; j < ts[i].numel; j++) {
+            uint16_t v = dt == MK_BF16 ? mk_f32_to_bf16(x[j]) : mk_f32_to_f16(x[j]);
+            *o++ = (unsigned char)v;
+            *o++ = (unsigned char)(v >> 8);
+        }
     }
     sprintf(tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
@@ -439,7 +544,7 @@ int mk_save(const mk_model *m, const char *path)
         unsigned long long N = h.n;
         for (int i = 0; i < 8; i++) lenb[i] = (unsigned char)(N >> (8 * i));
         int ok = fwrite(lenb, 1, 8, f) == 8 && fwrite(h.s, 1, h.n, f) == h.n &&
-                 fwrite(buf, sizeof(float), m->n_params, f) == m->n_params;
+                 fwrite(buf, 1, off, f) == off;
         ok = (fclose(f) == 0) && ok;
         if (!ok || rename(tmp, path)) {
             rc = mk__fail(MK_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
@@ -449,6 +554,18 @@ int mk_save(const mk_model *m, const char *path)
     free(tmp);
     free(buf);
     free(h.s);
+    return rc;
+}
+
+int mk_save(const mk_model *m, const char *path)
+{
+    if (!m || !path) return mk__fail(MK_ERR_ARG, "NULL argument");
+    float *buf = malloc(sizeof(float) * m->n_params);
+    if (!buf)
+        return mk__fail(MK_ERR_NOMEM, "%s: cannot allocate %zu parameters", path, m->n_params);
+    m->be->download(buf, m->params, sizeof(float) * m->n_params);
+    int rc = mk__st_write(path, m->tensors, m->n_tensors, buf, MK_F32, "");
+    free(buf);
     return rc;
 }
 
