@@ -268,7 +268,8 @@ typedef struct manta_spec_options {
 
 /* Read and load a spec file (at most MANTA_SPEC_MAX_FILE bytes). Returns the
  * spec, or NULL when there is any error, with every error found appended to
- * `errs` (which must be initialised; may not be NULL). */
+ * `errs` (initialised by the caller). With errs NULL the first error (and
+ * whether more followed) goes to manta_last_error() with MANTA_ESPEC. */
 manta_spec *manta_spec_load_file(const char *path, const manta_spec_options *opts,
                                  manta_spec_errors *errs);
 /* The same from memory; `name` is used as the file name in errors and for

@@ -1730,9 +1730,25 @@ void manta_spec_free(manta_spec *s)
     free(si);
 }
 
+/* A load without an error list: the first error goes to manta_last_error. */
+static manta_spec *load_quiet(const char *path, const char *buf, size_t len,
+                              const manta_spec_options *opts)
+{
+    manta_spec_errors local;
+    manta_spec_errors_init(&local);
+    manta_spec *s = buf ? manta_spec_load_buffer(buf, len, path, opts, &local)
+                        : manta_spec_load_file(path, opts, &local);
+    if (!s)
+        manta_fail(MANTA_ESPEC, "%s%s", local.count ? local.items[0].text : "spec not loaded",
+                   local.count + local.dropped > 1 ? " (and more errors)" : "");
+    manta_spec_errors_destroy(&local);
+    return s;
+}
+
 manta_spec *manta_spec_load_buffer(const char *buf, size_t len, const char *name,
                                    const manta_spec_options *opts, manta_spec_errors *errs)
 {
+    if (!errs) return load_quiet(name, buf ? buf : "", len, opts);
     size_t before = errs->count + errs->dropped;
     if (!name) name = "<spec>";
     spec_impl *si = calloc(1, sizeof *si);
@@ -1770,6 +1786,7 @@ manta_spec *manta_spec_load_buffer(const char *buf, size_t len, const char *name
 manta_spec *manta_spec_load_file(const char *path, const manta_spec_options *opts,
                                  manta_spec_errors *errs)
 {
+    if (!errs) return load_quiet(path, NULL, 0, opts);
     FILE *f = fopen(path, "rb");
     if (!f) {
         manta_spec_errors_add(errs, path, 0, 0, "", "cannot open: %s", strerror(errno));

@@ -1271,6 +1271,19 @@ static void test_fuzz_mutations(void **state)
     free(buf);
 }
 
+/* Without an error list the first error goes to manta_last_error. */
+static void test_no_error_list(void **state)
+{
+    (void)state;
+    const char bad[] = "job: j\ngroups:\n  w: {class: c, replicas: two}\n";
+    manta_spec *s = manta_spec_load_buffer(bad, sizeof bad - 1, "bad.yaml", NULL, NULL);
+    assert_null(s);
+    assert_non_null(strstr(manta_last_error(), "bad.yaml:3:"));
+    assert_non_null(strstr(manta_last_error(), "replicas"));
+    assert_null(manta_spec_load_file("/nonexistent/spec.yaml", NULL, NULL));
+    assert_non_null(strstr(manta_last_error(), "cannot open"));
+}
+
 int main(void)
 {
     if (chdir(SPEC_FIXTURE_DIR) != 0) {
@@ -1303,6 +1316,7 @@ int main(void)
         cmocka_unit_test(test_msgpack),
         cmocka_unit_test(test_fuzz_truncations),
         cmocka_unit_test(test_fuzz_mutations),
+        cmocka_unit_test(test_no_error_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
