@@ -37,7 +37,7 @@ manta_install_lib(manta_collective manta-collective "Manta collectives (ZeroMQ b
 manta_install_lib(manta_job manta-job "Manta jobs: placement, services, failover, scale"
                   "manta-spec" "" ${R}/job/manta_job.h)
 manta_install_lib(manta_kernels manta-kernels "Manta policy kernels (CPU, OpenBLAS)"
-                  "openblas" "-fopenmp -lm" ${PROJECT_SOURCE_DIR}/kernels/manta_kernels.h)
+                  "openblas libcjson" "-fopenmp -lm" ${PROJECT_SOURCE_DIR}/kernels/manta_kernels.h)
 manta_install_lib(manta_tok manta-tok "Manta tokenizer: byte-level BPE and chat formats"
                   "libpcre2-8 icu-uc libcjson" "" ${PROJECT_SOURCE_DIR}/tokenizer/manta_tok.h)
 install(TARGETS manta_exe RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
