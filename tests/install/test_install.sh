@@ -20,6 +20,25 @@ if ldd "$tmp/ping" | grep -E 'libcurl|libyaml'; then
     echo "FAIL: an actor-only program links curl or libyaml"
     exit 1
 fi
+# Every other library links through its .pc file alone.
+cat > "$tmp/all.c" <<'C'
+#include <manta_job.h>
+#include <manta_http.h>
+#include <manta_collective.h>
+#include <manta_kernels.h>
+#include <manta_tok.h>
+#include <stdio.h>
+int main(void)
+{
+    manta_job_free(NULL);
+    printf("%s|%s|%s\n", manta_strerror(MANTA_ETIMEDOUT), mk_strerror(0), mtok_strerror(0));
+    return 0;
+}
+C
+# shellcheck disable=SC2046,SC2086
+cc -std=c11 -Wall -Werror $extra -o "$tmp/all" "$tmp/all.c" \
+    $(pkg-config --cflags --libs manta-job manta-http manta-collective manta-kernels manta-tok)
+"$tmp/all" > /dev/null || { echo "FAIL: the program linked against every library did not run"; exit 1; }
 out=$(timeout 60 "$tmp/ping")
 echo "$out"
 grep -q "pong" <<< "$out" || { echo "FAIL: the installed example did not answer"; exit 1; }
