@@ -3,7 +3,7 @@
 
 What `docker compose config` would do first, for machines with no compose
 plugin: parse the YAML (anchors and << merge keys), interpolate ${VAR},
-${VAR:-default}, ${VAR-default} and $$ from the environment, validate the
+${VAR:-default}, ${VAR-default}, ${VAR:?error} and $$ from the environment, validate the
 result against the Compose Specification's JSON schema (schema/compose-spec.json
 of the compose-spec repository, passed as SCHEMA), and check references the
 schema cannot: every network and named volume a service uses is declared,
@@ -18,7 +18,7 @@ import sys
 import jsonschema
 import yaml
 
-VAR = re.compile(r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
+VAR = re.compile(r"\$(?:(\$)|\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 
 def interpolate(v):
@@ -38,6 +38,8 @@ def interpolate(v):
             return m.group(4)
         if m.group(3) == "-" and val is None:
             return m.group(4)
+        if (m.group(3) == ":?" and not val) or (m.group(3) == "?" and val is None):
+            sys.exit(f"required variable {name} is missing: {m.group(4)}")
         return val or ""
 
     return VAR.sub(sub, v)
