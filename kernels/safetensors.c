@@ -25,12 +25,14 @@
 
 #define MAX_HEADER (64u << 20) /* far above any GPT-2 header; guards garbage lengths */
 #define MAX_DIMS   8           /* more dimensions than this is an error, not a truncation */
+#define MAX_DEPTH  64          /* JSON nesting the header may use (skipped metadata) */
 
 typedef mk__st_entry entry;
 
 typedef struct parser {
     char *s, *end; /* the header; strings are unescaped in place */
     const char *start;
+    int depth; /* of the value skip() is in */
     char err[320];
 } parser;
 
@@ -116,7 +118,32 @@ static int int_array(parser *p, long long *v, int cap, int *n, const char *what)
     }
 }
 
-/* Skips any JSON value. */
+static int skip(parser *p);
+
+/* The members of an object or array whose opening bracket was just seen. */
+static int skip_container(parser *p, char close)
+{
+    const char *ignored;
+    p->s++;
+    ws(p);
+    if (p->s < p->end && *p->s == close) {
+        p->s++;
+        return 0;
+    }
+    for (;;) {
+        if (close == '}' && (str(p, &ignored) || expect(p, ':'))) return -1;
+        if (skip(p)) return -1;
+        ws(p);
+        if (p->s < p->end && *p->s == ',') {
+            p->s++;
+            continue;
+        }
+        return expect(p, close);
+    }
+}
+
+/* Skips any JSON value, at most MAX_DEPTH levels deep (no stack overflow on
+ * a hostile header). */
 static int skip(parser *p)
 {
     ws(p);
@@ -125,23 +152,16 @@ static int skip(parser *p)
     const char *ignored;
     if (c == '"') return str(p, &ignored);
     if (c == '{' || c == '[') {
-        char close = c == '{' ? '}' : ']';
-        p->s++;
-        ws(p);
-        if (p->s < p->end && *p->s == close) {
-            p->s++;
-            return 0;
+        if (p->depth >= MAX_DEPTH) {
+            snprintf(p->err, sizeof p->err,
+                     "values nested deeper than %d levels at header byte %ld", MAX_DEPTH,
+                     (long)(p->s - p->start));
+            return -1;
         }
-        for (;;) {
-            if (c == '{' && (str(p, &ignored) || expect(p, ':'))) return -1;
-            if (skip(p)) return -1;
-            ws(p);
-            if (p->s < p->end && *p->s == ',') {
-                p->s++;
-                continue;
-            }
-            return expect(p, close);
-        }
+        p->depth++;
+        int rc = skip_container(p, c == '{' ? '}' : ']');
+        p->depth--;
+        return rc;
     }
     while (p->s < p->end && *p->s != ',' && *p->s != '}' && *p->s != ']') p->s++;
     return 0;

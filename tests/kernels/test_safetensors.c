@@ -196,6 +196,19 @@ static void test_refusals(void **state)
     fclose(f);
     expect_refusal(m, path, MK_ERR_FORMAT, "shape of tensor wte.weight has more than 8 entries");
 
+    /* metadata nested a million levels deep: refused, not a stack overflow */
+    path_of(path, sizeof path, "deep.safetensors");
+    f = fopen(path, "wb");
+    size_t levels = 1000000;
+    n = 20 + 2 * levels;
+    fwrite(&n, 8, 1, f);
+    fputs("{\"__metadata__\":", f);
+    for (size_t i = 0; i < levels; i++) fputc('[', f);
+    for (size_t i = 0; i < levels; i++) fputc(']', f);
+    fputs("}    ", f);
+    fclose(f);
+    expect_refusal(m, path, MK_ERR_FORMAT, "nested deeper than 64 levels");
+
     path_of(path, sizeof path, "absent.safetensors");
     expect_refusal(m, path, MK_ERR_IO, "No such file");
 
