@@ -148,7 +148,15 @@ int manta_init(manta_ctx **out, const manta_options *opts)
 
     m->role = MN_ROLE_DRIVER;
     snprintf(m->self, sizeof m->self, "driver");
-    mkdir(m->rundir, 0700);
+    /* The ipc sockets live here: a folder someone else made could hand
+     * them (and the calls meant for our actors) to that someone. */
+    rc = mn_private_dir(m->rundir, "run folder");
+    if (rc) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", manta_last_error());
+        ctx_free(m);
+        return mn_fail(rc, "%s", why);
+    }
     rc = driver_redis(m, opts);
     m->attached = opts->attach != 0;
     if (rc == 0 && !opts->no_local_node && !opts->attach) rc = mn_node_spawn_local(m);

@@ -67,9 +67,10 @@ static int open_sockets(manta_ctx *m, mn_peer *p)
     p->sock = zmq_socket(m->zmq, ZMQ_DEALER);
     if (!p->sock) return -1;
     int zero = 0, ivl = 10, ivlmax = 200;
-    /* No high-water mark: back-pressure is max_pending, not silent drops. */
+    /* No send high-water mark: back-pressure is max_pending, not silent
+     * drops. Replies are bounded (mn_limit_socket). */
     zmq_setsockopt(p->sock, ZMQ_SNDHWM, &zero, sizeof zero);
-    zmq_setsockopt(p->sock, ZMQ_RCVHWM, &zero, sizeof zero);
+    if (mn_limit_socket(p->sock, mn_max_frame(m)) != 0) return -1;
     zmq_setsockopt(p->sock, ZMQ_LINGER, &zero, sizeof zero);
     /* Reconnect fast: a restarted actor binds the same endpoint again. */
     zmq_setsockopt(p->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
