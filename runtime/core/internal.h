@@ -361,6 +361,9 @@ void mn_remove_dir(const char *dir);
  * mode 0700. Returns 0, or MANTA_ESYS with an error naming `what` and the
  * path. */
 int mn_private_dir(const char *path, const char *what);
+/* 1 if `s` is 1..max characters of [A-Za-z0-9._-] (job and actor names:
+ * they become file names, keys and routing ids), else 0. */
+int mn_valid_name(const char *s, size_t max);
 
 /* ---- objects.c ---- */
 void mn_objstore_free(manta_ctx *m);

@@ -224,7 +224,22 @@ static int parse_spawn(const void *arg, size_t len, child *c, const char **args,
         snprintf(err, errlen, "spawn: name, class and exe are required");
         return MANTA_EINVAL;
     }
+    /* The name becomes a log file's name, Redis keys and routing ids. */
+    if (!mn_valid_name(c->name, 100)) {
+        snprintf(err, errlen, "spawn: actor name '%s': use 1..100 of [A-Za-z0-9._-]", c->name);
+        return MANTA_EINVAL;
+    }
     return 0;
+}
+
+/* 1 if `exe` is this agent's own program (the same file), else 0: an agent
+ * runs nothing else, whoever asks. */
+static int own_program(const char *exe)
+{
+    char self[PATH_MAX];
+    struct stat a, b;
+    return mn_self_exe(self, sizeof self) == 0 && stat(self, &a) == 0 && stat(exe, &b) == 0 &&
+           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
 /* Check a spawn request before anything is written: the class (built-in
@@ -235,6 +250,12 @@ static int check_spawn(node *nd, manta_req *call, const child *c)
     if (!c->library[0] && !mn_find_class(m, c->cls, NULL))
         return manta_reply_error(call, MANTA_ENOCLASS, "node %s: %s", m->self, manta_last_error()),
                MANTA_ENOCLASS;
+    if (!own_program(c->exe))
+        return manta_reply_error(call, MANTA_ESPAWN,
+                                 "node %s: runs only its own program, not %s (a driver and its "
+                                 "nodes must run the same executable)",
+                                 m->self, c->exe),
+               MANTA_ESPAWN;
     if (access(c->exe, X_OK) != 0)
         return manta_reply_error(call, MANTA_ESPAWN, "node %s: program %s is not executable here",
                                  m->self, c->exe),

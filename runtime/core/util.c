@@ -317,3 +317,16 @@ int64_t mn_max_frame(const manta_ctx *m)
     int64_t mm = m->max_message > (size_t)cap ? cap : (int64_t)m->max_message;
     return 2 * mm + 64 * 1024;
 }
+
+int mn_valid_name(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > max) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.'))
+            return 0;
+    }
+    return 1;
+}

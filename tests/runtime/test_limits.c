@@ -2,7 +2,8 @@
  * test_limits.c -- what a hostile local peer can do to a job, checked
  * against real processes: oversized messages and frame headers refused
  * before memory is taken, hostile spawn requests to a node agent refused
- * without allocation, a run folder someone else prepared refused, and the
+ * without allocation (and names with paths in them, and programs other than
+ * its own), a run folder someone else prepared refused, and the
  * embedded Redis password kept off the command line.
  *
  * Memory is read from /proc/PID/status: VmHWM (peak resident, reset through
@@ -343,6 +344,36 @@ static void test_hostile_spawn(void **unused)
         int st = recv_error_status(s, msg, sizeof msg);
         fprintf(stderr, "hostile spawn %d: %s: %s\n", i, manta_strerror(st), msg);
         assert_int_equal(st, MANTA_EPROTO);
+    }
+    /* well-formed requests that ask for what no one may have */
+    char self[4096];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    assert_true(sl > 0);
+    self[sl] = 0;
+    const char *const asks[][2] = {{"../../tmp/evil", self}, {"evil", "/bin/sh"}};
+    const int want[] = {MANTA_EINVAL, MANTA_ESPAWN};
+    const char *const why[] = {"actor name", "runs only its own program"};
+    for (int i = 0; i < 2; i++) {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_map(&pk, 3);
+        const char *kv[] = {"name", asks[i][0], "class", "tester", "exe", asks[i][1]};
+        for (int k = 0; k < 6; k++) {
+            msgpack_pack_str(&pk, strlen(kv[k]));
+            msgpack_pack_str_body(&pk, kv[k], strlen(kv[k]));
+        }
+        unsigned char env[8192];
+        size_t n = pack_call(env, sizeof env, "spawn", sb.data, sb.size, 0);
+        msgpack_sbuffer_destroy(&sb);
+        assert_int_equal(zmq_send(s, env, n, 0), (int)n);
+        char msg[512];
+        int st = recv_error_status(s, msg, sizeof msg);
+        fprintf(stderr, "spawn %s as %s: %s: %s\n", asks[i][1], asks[i][0], manta_strerror(st),
+                msg);
+        assert_int_equal(st, want[i]);
+        assert_non_null(strstr(msg, why[i]));
     }
     zmq_close(s);
     zmq_ctx_term(z);
