@@ -116,7 +116,8 @@ static int start_child(node *nd, child *c)
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent) _exit(1);
         if (logf[0]) {
-            int fd = open(logf, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+            /* not through a link someone left where the log goes */
+            int fd = open(logf, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
             if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
         }
         execve(c->exe, argv, envp);
