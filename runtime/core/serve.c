@@ -47,7 +47,7 @@ static bool route_eq(zmq_msg_t *a, zmq_msg_t *b)
 }
 
 /* Is this process waiting on a call to the process behind `route`? Callers
- * set their routing id to "NAME#PID", so the route names the process. */
+ * set their routing id to "NAME#PID#TOKEN", so the route names the process. */
 static bool waiting_on(manta_ctx *m, zmq_msg_t *route)
 {
     const char *id = zmq_msg_data(route);

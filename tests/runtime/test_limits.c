@@ -300,6 +300,55 @@ static void test_huge_frame_header(void **unused)
     manta_shutdown(m);
 }
 
+/* ---- routing ids cannot be guessed to steal replies ---- */
+
+static void test_routing_id_takeover(void **unused)
+{
+    manta_ctx *m = start(0);
+    manta_actor *a = make(m, "victim");
+    manta_actor_info info;
+    assert_int_equal(manta_actor_info_get(m, a, &info), 0);
+    assert_serves(m, a); /* the driver's connection is up */
+    /* a slow call in flight, then an impostor connects with the id a
+     * caller would have had before (NAME#PID) */
+    int ms = 400;
+    manta_future *f = manta_call(m, a, "sleep", &ms, sizeof ms);
+    void *z = zmq_ctx_new();
+    void *s = zmq_socket(z, ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    char rid[64];
+    int rl = snprintf(rid, sizeof rid, "driver#%d", (int)getpid());
+    zmq_setsockopt(s, ZMQ_ROUTING_ID, rid, (size_t)rl);
+    assert_int_equal(zmq_connect(s, info.endpoint), 0);
+    unsigned char env[128];
+    size_t n = pack_call(env, sizeof env, "zzz", NULL, 0, 0); /* makes the connection real */
+    assert_int_equal(zmq_send(s, env, n, 0), (int)n);
+    /* the reply still reaches the driver, not the impostor */
+    const void *d;
+    size_t dl;
+    int rc = manta_get(f, 5000, &d, &dl);
+    if (rc) fprintf(stderr, "slow call: %s: %s\n", manta_strerror(rc), manta_future_error(f));
+    assert_int_equal(rc, 0);
+    manta_future_free(f);
+    zmq_msg_t r;
+    zmq_msg_init(&r);
+    int rcvtimeo = 200;
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &rcvtimeo, sizeof rcvtimeo);
+    int stolen = 0;
+    while (zmq_msg_recv(&r, s, 0) >= 0) {
+        /* the impostor may get its own error answer; never a reply (kind 2) */
+        const unsigned char *b = zmq_msg_data(&r);
+        if (zmq_msg_size(&r) > 2 && b[0] == 0x96 && b[2] == 2) stolen = 1;
+    }
+    zmq_msg_close(&r);
+    assert_false(stolen);
+    zmq_close(s);
+    zmq_ctx_term(z);
+    assert_serves(m, a);
+    manta_shutdown(m);
+}
+
 /* ---- 2. hostile spawn requests to a node agent ---- */
 
 static void test_hostile_spawn(void **unused)
@@ -533,9 +582,9 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     test_redis_start(&redis);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_oversized_message),     cmocka_unit_test(test_huge_frame_header),
-        cmocka_unit_test(test_hostile_spawn),         cmocka_unit_test(test_run_folder_checked),
-        cmocka_unit_test(test_redis_password_hidden),
+        cmocka_unit_test(test_oversized_message),   cmocka_unit_test(test_huge_frame_header),
+        cmocka_unit_test(test_routing_id_takeover), cmocka_unit_test(test_hostile_spawn),
+        cmocka_unit_test(test_run_folder_checked),  cmocka_unit_test(test_redis_password_hidden),
     };
     if (getenv("TEST_FILTER")) cmocka_set_test_filter(getenv("TEST_FILTER"));
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
