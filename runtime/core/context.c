@@ -32,19 +32,6 @@ static const char *env_or(const char *name, const char *dflt)
     return v && *v ? v : dflt;
 }
 
-static int valid_name(const char *s, size_t max)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > max) return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '-' || c == '_' || c == '.'))
-            return 0;
-    }
-    return 1;
-}
-
 static void ctx_free(manta_ctx *m)
 {
     mn_objstore_free(m);
@@ -77,7 +64,7 @@ static int init_settings(manta_ctx *m, const manta_options *opts)
         return mn_fail(MANTA_EINVAL, "transport '%s': expected ipc or tcp", m->transport);
     const char *job = env_or("MANTA_JOB", opts->job);
     if (job) {
-        if (!valid_name(job, 40))
+        if (!mn_valid_name(job, 40))
             return mn_fail(MANTA_EINVAL, "job name '%s': use 1..40 of [A-Za-z0-9._-]", job);
         snprintf(m->job, sizeof m->job, "%s", job);
     } else {
@@ -148,7 +135,15 @@ int manta_init(manta_ctx **out, const manta_options *opts)
 
     m->role = MN_ROLE_DRIVER;
     snprintf(m->self, sizeof m->self, "driver");
-    mkdir(m->rundir, 0700);
+    /* The ipc sockets live here: a folder someone else made could hand
+     * them (and the calls meant for our actors) to that someone. */
+    rc = mn_private_dir(m->rundir, "run folder");
+    if (rc) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", manta_last_error());
+        ctx_free(m);
+        return mn_fail(rc, "%s", why);
+    }
     rc = driver_redis(m, opts);
     m->attached = opts->attach != 0;
     if (rc == 0 && !opts->no_local_node && !opts->attach) rc = mn_node_spawn_local(m);
@@ -308,7 +303,7 @@ int manta_actor_create(manta_ctx *m, const manta_actor_options *o, manta_actor *
         return mn_fail(MANTA_EINVAL, "manta_actor_create: no node agent known");
     char name[128];
     if (o->name) {
-        if (!valid_name(o->name, 100))
+        if (!mn_valid_name(o->name, 100))
             return mn_fail(MANTA_EINVAL, "actor name '%s': use 1..100 of [A-Za-z0-9._-]", o->name);
         snprintf(name, sizeof name, "%s", o->name);
     } else {

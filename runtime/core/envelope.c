@@ -221,3 +221,140 @@ int mn_env_decode(const void *buf, size_t len, mn_env *e, char *err, size_t errl
 #undef BAD
     return 0;
 }
+
+/* ---- a general reader for untrusted msgpack (see internal.h) ---- */
+
+void mn_mp_init(mn_mp *c, const void *buf, size_t len)
+{
+    c->p = buf;
+    c->end = c->p + len;
+}
+
+int mn_mp_int(mn_mp *c, int64_t *v)
+{
+    cursor k = {c->p, c->end};
+    if (rd_int(&k, v)) return -1;
+    c->p = k.p;
+    return 0;
+}
+
+int mn_mp_str(mn_mp *c, const char **s, size_t *len)
+{
+    cursor k = {c->p, c->end};
+    const void *d;
+    if (rd_bytes(&k, true, &d, len)) return -1;
+    *s = d;
+    c->p = k.p;
+    return 0;
+}
+
+int mn_mp_bin(mn_mp *c, const void **data, size_t *len)
+{
+    cursor k = {c->p, c->end};
+    if (rd_bytes(&k, false, data, len)) return -1;
+    c->p = k.p;
+    return 0;
+}
+
+int mn_mp_nil(mn_mp *c)
+{
+    if (c->p >= c->end || *c->p != 0xc0) return -1;
+    c->p++;
+    return 0;
+}
+
+/* Reads an array (is_map false) or map header. Every element takes at
+ * least one byte, so a count larger than the bytes left is a lie. */
+static int rd_container(mn_mp *c, bool is_map, uint64_t *n)
+{
+    cursor k = {c->p, c->end};
+    if (k.p >= k.end) return -1;
+    unsigned char b = *k.p++;
+    if (is_map && (b & 0xf0) == 0x80)
+        *n = b & 0x0f;
+    else if (!is_map && (b & 0xf0) == 0x90)
+        *n = b & 0x0f;
+    else if (b == (is_map ? 0xde : 0xdc)) {
+        if (rd_be(&k, 2, n)) return -1;
+    } else if (b == (is_map ? 0xdf : 0xdd)) {
+        if (rd_be(&k, 4, n)) return -1;
+    } else
+        return -1;
+    uint64_t least = is_map ? 2 * *n : *n;
+    if (least > (uint64_t)(k.end - k.p)) return -1;
+    c->p = k.p;
+    return 0;
+}
+
+int mn_mp_map(mn_mp *c, uint32_t *n)
+{
+    uint64_t v;
+    if (rd_container(c, true, &v)) return -1;
+    *n = (uint32_t)v;
+    return 0;
+}
+
+static int skip_value(mn_mp *c, int depth)
+{
+    if (c->p >= c->end || depth > MN_MP_MAX_DEPTH) return -1;
+    unsigned char b = *c->p;
+    uint64_t n;
+    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) return c->p++, 0;
+    if ((b & 0xf0) == 0x80 || b == 0xde || b == 0xdf || (b & 0xf0) == 0x90 || b == 0xdc ||
+        b == 0xdd) {
+        bool is_map = (b & 0xf0) == 0x80 || b == 0xde || b == 0xdf;
+        if (rd_container(c, is_map, &n)) return -1;
+        for (uint64_t i = 0; i < (is_map ? 2 * n : n); i++)
+            if (skip_value(c, depth + 1)) return -1;
+        return 0;
+    }
+    int64_t iv;
+    if (mn_mp_int(c, &iv) == 0) return 0;
+    const void *d;
+    size_t len;
+    if (mn_mp_bin(c, &d, &len) == 0) return 0;
+    const char *s;
+    if (mn_mp_str(c, &s, &len) == 0) return 0;
+    /* float 32/64, fixext 1..16, ext 8/16/32: a fixed or announced size */
+    cursor k = {c->p + 1, c->end};
+    uint64_t skip;
+    switch (b) {
+    case 0xca:
+        skip = 4;
+        break;
+    case 0xcb:
+        skip = 8;
+        break;
+    case 0xd4:
+        skip = 2;
+        break;
+    case 0xd5:
+        skip = 3;
+        break;
+    case 0xd6:
+        skip = 5;
+        break;
+    case 0xd7:
+        skip = 9;
+        break;
+    case 0xd8:
+        skip = 17;
+        break;
+    case 0xc7:
+    case 0xc8:
+    case 0xc9:
+        if (rd_be(&k, b == 0xc7 ? 1 : b == 0xc8 ? 2 : 4, &n)) return -1;
+        skip = n + 1; /* the type byte, then the data */
+        break;
+    default:
+        return -1;
+    }
+    if (skip > (uint64_t)(k.end - k.p)) return -1;
+    c->p = k.p + skip;
+    return 0;
+}
+
+int mn_mp_skip(mn_mp *c)
+{
+    return skip_value(c, 0);
+}

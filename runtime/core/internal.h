@@ -91,6 +91,40 @@ void mn_env_thread_done(void);
 /* Decode a frame. Returns 0 or EPROTO with a message naming the field. */
 int mn_env_decode(const void *buf, size_t len, mn_env *e, char *err, size_t errlen);
 
+/* A bounds-checked msgpack reader for untrusted bytes (system methods'
+ * arguments): it points into the buffer and never allocates, so no count
+ * announced in the bytes can make it reserve memory. Each read returns 0,
+ * or -1 when the bytes end or the next value has another type. */
+typedef struct mn_mp {
+    const unsigned char *p, *end;
+} mn_mp;
+#define MN_MP_MAX_DEPTH 16
+void mn_mp_init(mn_mp *c, const void *buf, size_t len);
+/* A map header; refused when its 2*n entries cannot fit the bytes left. */
+int mn_mp_map(mn_mp *c, uint32_t *n);
+int mn_mp_str(mn_mp *c, const char **s, size_t *len);
+int mn_mp_bin(mn_mp *c, const void **data, size_t *len);
+int mn_mp_int(mn_mp *c, int64_t *v);
+int mn_mp_nil(mn_mp *c); /* consumes a nil; -1 (and nothing read) if none */
+/* Skip one value of any type, nested at most MN_MP_MAX_DEPTH deep. */
+int mn_mp_skip(mn_mp *c);
+
+/* Limits set on every socket that receives from other processes, so that
+ * ZeroMQ refuses what is too large before it allocates (ZMQ_MAXMSGSIZE: a
+ * frame over it closes the connection as soon as its header is read) and no
+ * receive queue grows without bound (ZMQ_RCVHWM, per connection: a full
+ * queue stops reading that connection, so the sender waits; nothing is
+ * dropped). A frame up to twice max_message still gets the polite EMSGSIZE
+ * answer from the mailbox. Send queues stay unbounded: every send is
+ * non-blocking, and replies and casts must not be lost (back-pressure on
+ * calls is max_pending). */
+#define MN_RCVHWM          1000
+#define MN_OBJ_REQUEST_MAX (64 * 1024) /* an object server's requests: an id */
+/* Set ZMQ_MAXMSGSIZE (max_frame bytes) and ZMQ_RCVHWM on `sock`. */
+int mn_limit_socket(void *sock, int64_t max_frame);
+/* The ZMQ_MAXMSGSIZE of a process's mailbox and call sockets. */
+int64_t mn_max_frame(const manta_ctx *m);
+
 /* ---- loop.c: the event loop (poll set, timers, fd watches, hooks) ---- */
 typedef struct mn_io mn_io;
 typedef struct mn_timer mn_timer;
@@ -245,6 +279,7 @@ struct manta_ctx {
     char *redis_dir;
     char job[64];
     char self[128];
+    char route_token[17]; /* random, once per process: routing ids are NAME#PID#TOKEN */
     char node[64];
     char rundir[160]; /* /tmp/manta-JOB: ipc sockets */
     char *transport, *host, *log_dir;
@@ -322,6 +357,14 @@ const char *mn_pick_endpoint(const manta_actor_info *info);
 int mn_delete_job_keys(manta_ctx *m); /* schema.c */
 /* Remove a folder and the files in it (one level: sockets, logs). */
 void mn_remove_dir(const char *dir);
+/* Create a folder only this user can use (mode 0700), or accept one that
+ * exists only if it is a real directory (not a link) owned by this user with
+ * mode 0700. Returns 0, or MANTA_ESYS with an error naming `what` and the
+ * path. */
+int mn_private_dir(const char *path, const char *what);
+/* 1 if `s` is 1..max characters of [A-Za-z0-9._-] (job and actor names:
+ * they become file names, keys and routing ids), else 0. */
+int mn_valid_name(const char *s, size_t max);
 
 /* ---- objects.c ---- */
 void mn_objstore_free(manta_ctx *m);

@@ -116,7 +116,8 @@ static int start_child(node *nd, child *c)
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent) _exit(1);
         if (logf[0]) {
-            int fd = open(logf, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+            /* not through a link someone left where the log goes */
+            int fd = open(logf, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
             if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
         }
         execve(c->exe, argv, envp);
@@ -155,25 +156,36 @@ static void choose_endpoint(node *nd, child *c)
     }
 }
 
-/* Read a msgpack map of the spawn request. */
+/* Read the spawn request, a msgpack map, with the bounds-checked reader:
+ * the bytes come from whoever reached the mailbox, so nothing they announce
+ * (a count, a length) is believed before the bytes to back it are there, and
+ * nothing is allocated. */
 static int parse_spawn(const void *arg, size_t len, child *c, const char **args, size_t *args_len,
-                       msgpack_unpacked *u, char *err, size_t errlen)
+                       char *err, size_t errlen)
 {
-    msgpack_unpacked_init(u);
-    size_t off = 0;
-    if (msgpack_unpack_next(u, arg, len, &off) != MSGPACK_UNPACK_SUCCESS ||
-        u->data.type != MSGPACK_OBJECT_MAP) {
-        snprintf(err, errlen, "spawn: argument is not a msgpack map");
-        return MANTA_EINVAL;
+    mn_mp r;
+    mn_mp_init(&r, arg, len);
+    uint32_t n;
+    if (mn_mp_map(&r, &n) != 0) {
+        snprintf(err, errlen,
+                 "spawn: argument is not a msgpack map (or announces more entries "
+                 "than its %zu bytes hold)",
+                 len);
+        return MANTA_EPROTO;
     }
     c->max_restarts = 0;
     *args = NULL, *args_len = 0;
-    msgpack_object_map *mp = &u->data.via.map;
-    for (uint32_t i = 0; i < mp->size; i++) {
-        msgpack_object *k = &mp->ptr[i].key, *v = &mp->ptr[i].val;
-        if (k->type != MSGPACK_OBJECT_STR) continue;
+    for (uint32_t i = 0; i < n; i++) {
+        const char *ks;
+        size_t kl;
+        if (mn_mp_str(&r, &ks, &kl) != 0) {
+            if (mn_mp_skip(&r) == 0 && mn_mp_skip(&r) == 0) continue; /* not a string key */
+            snprintf(err, errlen, "spawn: entry %u of the map is malformed", i);
+            return MANTA_EPROTO;
+        }
         char key[32];
-        snprintf(key, sizeof key, "%.*s", (int)k->via.str.size, k->via.str.ptr);
+        snprintf(key, sizeof key, "%.*s", (int)(kl < sizeof key ? kl : sizeof key - 1), ks);
+        if (kl >= sizeof key) key[0] = 0; /* no field has so long a name */
         char *dst = NULL;
         size_t cap = 0;
         if (!strcmp(key, "name"))
@@ -184,28 +196,51 @@ static int parse_spawn(const void *arg, size_t len, child *c, const char **args,
             dst = c->library, cap = sizeof c->library;
         else if (!strcmp(key, "exe"))
             dst = c->exe, cap = sizeof c->exe;
+        int64_t iv;
+        const char *sv;
+        size_t sl;
         if (dst) {
-            if (v->type == MSGPACK_OBJECT_NIL) continue;
-            if (v->type != MSGPACK_OBJECT_STR || v->via.str.size >= cap) {
+            if (mn_mp_nil(&r) == 0) continue;
+            if (mn_mp_str(&r, &sv, &sl) != 0 || sl >= cap || memchr(sv, 0, sl)) {
                 snprintf(err, errlen, "spawn: field %s must be a string under %zu bytes", key, cap);
-                return MANTA_EINVAL;
+                return MANTA_EPROTO;
             }
-            memcpy(dst, v->via.str.ptr, v->via.str.size);
-            dst[v->via.str.size] = 0;
-        } else if (!strcmp(key, "max_restarts")) {
-            if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
-                c->max_restarts = (int)v->via.u64;
-            else if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
-                c->max_restarts = -1;
-        } else if (!strcmp(key, "args") && v->type == MSGPACK_OBJECT_BIN) {
-            *args = v->via.bin.ptr, *args_len = v->via.bin.size;
+            memcpy(dst, sv, sl);
+            dst[sl] = 0;
+        } else if (!strcmp(key, "max_restarts") && mn_mp_int(&r, &iv) == 0) {
+            c->max_restarts = iv < 0 ? -1 : iv > INT32_MAX ? INT32_MAX : (int)iv;
+        } else if (!strcmp(key, "args") && mn_mp_bin(&r, (const void **)args, args_len) == 0) {
+            /* points into the request */
+        } else if (mn_mp_skip(&r) != 0) {
+            snprintf(err, errlen, "spawn: value of field %s is malformed or nested over %d deep",
+                     key, MN_MP_MAX_DEPTH);
+            return MANTA_EPROTO;
         }
+    }
+    if (r.p != r.end) {
+        snprintf(err, errlen, "spawn: %zu trailing bytes after the map", (size_t)(r.end - r.p));
+        return MANTA_EPROTO;
     }
     if (!c->name[0] || !c->cls[0] || !c->exe[0]) {
         snprintf(err, errlen, "spawn: name, class and exe are required");
         return MANTA_EINVAL;
     }
+    /* The name becomes a log file's name, Redis keys and routing ids. */
+    if (!mn_valid_name(c->name, 100)) {
+        snprintf(err, errlen, "spawn: actor name '%s': use 1..100 of [A-Za-z0-9._-]", c->name);
+        return MANTA_EINVAL;
+    }
     return 0;
+}
+
+/* 1 if `exe` is this agent's own program (the same file), else 0: an agent
+ * runs nothing else, whoever asks. */
+static int own_program(const char *exe)
+{
+    char self[PATH_MAX];
+    struct stat a, b;
+    return mn_self_exe(self, sizeof self) == 0 && stat(self, &a) == 0 && stat(exe, &b) == 0 &&
+           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
 /* Check a spawn request before anything is written: the class (built-in
@@ -216,6 +251,12 @@ static int check_spawn(node *nd, manta_req *call, const child *c)
     if (!c->library[0] && !mn_find_class(m, c->cls, NULL))
         return manta_reply_error(call, MANTA_ENOCLASS, "node %s: %s", m->self, manta_last_error()),
                MANTA_ENOCLASS;
+    if (!own_program(c->exe))
+        return manta_reply_error(call, MANTA_ESPAWN,
+                                 "node %s: runs only its own program, not %s (a driver and its "
+                                 "nodes must run the same executable)",
+                                 m->self, c->exe),
+               MANTA_ESPAWN;
     if (access(c->exe, X_OK) != 0)
         return manta_reply_error(call, MANTA_ESPAWN, "node %s: program %s is not executable here",
                                  m->self, c->exe),
@@ -257,12 +298,10 @@ static void do_spawn(node *nd, manta_req *call, const void *arg, size_t len)
     const char *args;
     size_t args_len;
     char err[300];
-    msgpack_unpacked u;
-    int rc = parse_spawn(arg, len, c, &args, &args_len, &u, err, sizeof err);
+    int rc = parse_spawn(arg, len, c, &args, &args_len, err, sizeof err);
     if (rc) manta_reply_error(call, rc, "%s", err);
     if (rc == 0) rc = check_spawn(nd, call, c);
     if (rc == 0) rc = register_child(nd, call, c, args, args_len);
-    msgpack_unpacked_destroy(&u);
     if (rc) {
         free(c);
         return;
@@ -488,7 +527,10 @@ int mn_node_main(manta_ctx *m)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    mkdir(m->rundir, 0700);
+    if (mn_private_dir(m->rundir, "run folder") != 0) {
+        mn_log("node %s: %s", m->self, manta_last_error());
+        _exit(3);
+    }
     char ep[256];
     if (!strcmp(m->transport, "tcp"))
         snprintf(ep, sizeof ep, "tcp://%s:*", m->host);

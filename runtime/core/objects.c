@@ -154,6 +154,7 @@ static void *store_thread(void *arg)
     void *sock = zmq_socket(m->zmq, ZMQ_ROUTER);
     int zero = 0, one = 1;
     zmq_setsockopt(sock, ZMQ_SNDHWM, &zero, sizeof zero);
+    mn_limit_socket(sock, MN_OBJ_REQUEST_MAX); /* requests are an object id */
     zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
     void *ctl = zmq_socket(m->zmq, ZMQ_PAIR);

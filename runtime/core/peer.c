@@ -67,16 +67,22 @@ static int open_sockets(manta_ctx *m, mn_peer *p)
     p->sock = zmq_socket(m->zmq, ZMQ_DEALER);
     if (!p->sock) return -1;
     int zero = 0, ivl = 10, ivlmax = 200;
-    /* No high-water mark: back-pressure is max_pending, not silent drops. */
+    /* No send high-water mark: back-pressure is max_pending, not silent
+     * drops. Replies are bounded (mn_limit_socket). */
     zmq_setsockopt(p->sock, ZMQ_SNDHWM, &zero, sizeof zero);
-    zmq_setsockopt(p->sock, ZMQ_RCVHWM, &zero, sizeof zero);
+    if (mn_limit_socket(p->sock, mn_max_frame(m)) != 0) return -1;
     zmq_setsockopt(p->sock, ZMQ_LINGER, &zero, sizeof zero);
     /* Reconnect fast: a restarted actor binds the same endpoint again. */
     zmq_setsockopt(p->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
     zmq_setsockopt(p->sock, ZMQ_RECONNECT_IVL_MAX, &ivlmax, sizeof ivlmax);
-    /* The callee sees who calls ("NAME#PID"): see waiting_on() in serve.c. */
+    /* The callee sees who calls ("NAME#PID#TOKEN"): see waiting_on() in
+     * serve.c. The random token makes the id unguessable: a mailbox hands a
+     * connection over to whoever presents the same id (ROUTER_HANDOVER, so
+     * that a reconnecting caller wins), and a guessed id would take over
+     * another process's replies. */
+    if (!m->route_token[0]) mn_random_hex(m->route_token, 16);
     char rid[200];
-    int rl = snprintf(rid, sizeof rid, "%s#%d", m->self, (int)getpid());
+    int rl = snprintf(rid, sizeof rid, "%s#%d#%s", m->self, (int)getpid(), m->route_token);
     zmq_setsockopt(p->sock, ZMQ_ROUTING_ID, rid, (size_t)rl);
     char mon[64];
     snprintf(mon, sizeof mon, "inproc://mn-mon-%d", ++m->npeers);

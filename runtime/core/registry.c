@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -209,6 +210,27 @@ void mn_remove_dir(const char *dir)
     rmdir(dir);
 }
 
+/* Write the embedded server's configuration to DIR/redis.conf (mode 0600,
+ * not following a link); its path goes to `conf`. */
+static int write_redis_conf(const char *dir, int port, const char *pw, char *conf, size_t cap)
+{
+    snprintf(conf, cap, "%s/redis.conf", dir);
+    int fd = open(conf, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return mn_fail(MANTA_ESYS, "redis config %s: %s", conf, strerror(errno));
+    char text[1024];
+    int n = snprintf(text, sizeof text,
+                     "port %d\nbind 127.0.0.1\nprotected-mode yes\nrequirepass %s\n"
+                     "dir %s\nsave \"\"\nappendonly no\ndaemonize no\n"
+                     "logfile %s/redis.log\n",
+                     port, pw, dir, dir);
+    bool ok = n > 0 && (size_t)n < sizeof text && fchmod(fd, 0600) == 0 &&
+              write(fd, text, (size_t)n) == (ssize_t)n;
+    int err = errno;
+    if (close(fd) != 0 && ok) ok = false, err = errno;
+    if (!ok) return mn_fail(MANTA_ESYS, "redis config %s: %s", conf, strerror(err));
+    return 0;
+}
+
 int mn_redis_start_embedded(manta_ctx *m)
 {
     char tmpl[] = "/tmp/manta-redis-XXXXXX";
@@ -219,14 +241,13 @@ int mn_redis_start_embedded(manta_ctx *m)
     for (int attempt = 0; attempt < 5; attempt++) {
         int port = free_port();
         if (port < 0) return mn_fail(MANTA_ESYS, "no free loopback port: %s", strerror(errno));
-        char sport[16], logf[256];
+        char sport[16], conf[256];
         snprintf(sport, sizeof sport, "%d", port);
-        snprintf(logf, sizeof logf, "%s/redis.log", tmpl);
-        char *argv[] = {"redis-server", "--port",           sport, "--bind",
-                        "127.0.0.1",    "--requirepass",    pw,    "--dir",
-                        tmpl,           "--save",           "",    "--appendonly",
-                        "no",           "--daemonize",      "no",  "--logfile",
-                        logf,           "--protected-mode", "yes", NULL};
+        /* The password goes in a 0600 file in our 0700 folder, never on the
+         * command line: /proc/PID/cmdline is readable by every local user. */
+        int rc = write_redis_conf(tmpl, port, pw, conf, sizeof conf);
+        if (rc) return rc;
+        char *argv[] = {"redis-server", conf, NULL};
         pid_t parent = getpid();
         pid_t pid = fork();
         if (pid < 0) return mn_fail(MANTA_ESYS, "fork redis-server: %s", strerror(errno));
@@ -243,7 +264,7 @@ int mn_redis_start_embedded(manta_ctx *m)
         manta_redis_addr addr = {.port = port};
         snprintf(addr.host, sizeof addr.host, "127.0.0.1");
         snprintf(addr.password, sizeof addr.password, "%s", pw);
-        int rc = mn_redis_set_addr(m, &addr);
+        rc = mn_redis_set_addr(m, &addr);
         if (rc) return rc;
         int64_t until = mn_now_ms() + 5000;
         while (mn_now_ms() < until) {

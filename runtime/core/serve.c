@@ -47,7 +47,7 @@ static bool route_eq(zmq_msg_t *a, zmq_msg_t *b)
 }
 
 /* Is this process waiting on a call to the process behind `route`? Callers
- * set their routing id to "NAME#PID", so the route names the process. */
+ * set their routing id to "NAME#PID#TOKEN", so the route names the process. */
 static bool waiting_on(manta_ctx *m, zmq_msg_t *route)
 {
     const char *id = zmq_msg_data(route);
@@ -396,11 +396,11 @@ void manta_stop_self(manta_ctx *m)
 
 /* ---- the mailbox on the loop ---- */
 
-static int set_mailbox_options(void *sock)
+static int set_mailbox_options(manta_ctx *m, void *sock)
 {
     int zero = 0, one = 1;
     zmq_setsockopt(sock, ZMQ_SNDHWM, &zero, sizeof zero);
-    zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero);
+    if (mn_limit_socket(sock, mn_max_frame(m)) != 0) return -1;
     int linger = 1000; /* replies already queued still leave at a clean stop */
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
     /* A reply to a caller that has gone fails loudly instead of vanishing. */
@@ -417,7 +417,8 @@ int mn_mailbox_bind(manta_ctx *m, const char *endpoint)
     if (mn_loop_hook_add(m, &serve_hook) != 0) return MANTA_ENOMEM;
     m->mailbox = zmq_socket(m->zmq, ZMQ_ROUTER);
     if (!m->mailbox) return mn_fail(MANTA_EZMQ, "mailbox: %s", zmq_strerror(zmq_errno()));
-    set_mailbox_options(m->mailbox);
+    if (set_mailbox_options(m, m->mailbox) != 0)
+        return mn_fail(MANTA_EZMQ, "mailbox options: %s", zmq_strerror(zmq_errno()));
     if (zmq_bind(m->mailbox, endpoint) != 0)
         return mn_fail(MANTA_EZMQ, "bind mailbox %s: %s", endpoint, zmq_strerror(zmq_errno()));
     size_t n = sizeof m->endpoint;

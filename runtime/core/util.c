@@ -10,9 +10,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -272,4 +274,59 @@ int mn_self_exe(char *out, size_t n)
         return mn_fail(MANTA_EINVAL, "this program's path is longer than %zu bytes", n - 1);
     out[len] = 0;
     return 0;
+}
+
+int mn_private_dir(const char *path, const char *what)
+{
+    if (mkdir(path, 0700) == 0) return 0;
+    if (errno != EEXIST)
+        return mn_fail(MANTA_ESYS, "%s %s: cannot create it: %s", what, path, strerror(errno));
+    /* It was there before us: someone else may have made it to receive our
+     * sockets. Trust it only if it is exactly what we would have made. */
+    struct stat st;
+    if (lstat(path, &st) != 0) return mn_fail(MANTA_ESYS, "%s %s: %s", what, path, strerror(errno));
+    if (S_ISLNK(st.st_mode))
+        return mn_fail(MANTA_ESYS, "%s %s exists and is a symbolic link; refusing to use it", what,
+                       path);
+    if (!S_ISDIR(st.st_mode))
+        return mn_fail(MANTA_ESYS, "%s %s exists and is not a directory; refusing to use it", what,
+                       path);
+    if (st.st_uid != geteuid())
+        return mn_fail(MANTA_ESYS,
+                       "%s %s exists and is owned by uid %u, not this user (uid %u); refusing "
+                       "to use it",
+                       what, path, (unsigned)st.st_uid, (unsigned)geteuid());
+    if ((st.st_mode & 07777) != 0700)
+        return mn_fail(MANTA_ESYS,
+                       "%s %s exists with mode %04o, not 0700; refusing to use it (remove it, "
+                       "or chmod 700 it if it is yours)",
+                       what, path, (unsigned)(st.st_mode & 07777));
+    return 0;
+}
+
+int mn_limit_socket(void *sock, int64_t max_frame)
+{
+    int hwm = MN_RCVHWM;
+    if (zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max_frame, sizeof max_frame) != 0) return -1;
+    return zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+}
+
+int64_t mn_max_frame(const manta_ctx *m)
+{
+    const int64_t cap = INT64_MAX / 4;
+    int64_t mm = m->max_message > (size_t)cap ? cap : (int64_t)m->max_message;
+    return 2 * mm + 64 * 1024;
+}
+
+int mn_valid_name(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > max) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.'))
+            return 0;
+    }
+    return 1;
 }

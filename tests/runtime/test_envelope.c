@@ -1,7 +1,8 @@
 /*
  * test_envelope.c -- the wire format's decoder on good, truncated, corrupted
  * and random input: it accepts exactly the documented shape and never reads
- * outside the frame (run under ASan).
+ * outside the frame (run under ASan); and the bounds-checked reader of
+ * untrusted msgpack (mn_mp) the same way.
  */
 #include "internal.h"
 
@@ -147,12 +148,121 @@ static void test_truncations_and_noise(void **unused)
     }
 }
 
+/* The bounds-checked reader for untrusted msgpack (mn_mp): it walks every
+ * type, refuses counts the bytes cannot back and nesting past the limit,
+ * and never reads outside the buffer. */
+static size_t pack_mixed(unsigned char *out, size_t cap)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 3);
+    msgpack_pack_str(&pk, 4);
+    msgpack_pack_str_body(&pk, "name", 4);
+    msgpack_pack_str(&pk, 3);
+    msgpack_pack_str_body(&pk, "abc", 3);
+    msgpack_pack_str(&pk, 1);
+    msgpack_pack_str_body(&pk, "n", 1);
+    msgpack_pack_int64(&pk, -1234567890123);
+    msgpack_pack_str(&pk, 1);
+    msgpack_pack_str_body(&pk, "x", 1);
+    msgpack_pack_array(&pk, 8);
+    msgpack_pack_nil(&pk);
+    msgpack_pack_true(&pk);
+    msgpack_pack_double(&pk, 2.5);
+    msgpack_pack_float(&pk, 1.5f);
+    msgpack_pack_bin(&pk, 3);
+    msgpack_pack_bin_body(&pk, "\1\2\3", 3);
+    msgpack_pack_ext(&pk, 4, 7);
+    msgpack_pack_ext_body(&pk, "abcd", 4);
+    msgpack_pack_ext(&pk, 5, 7);
+    msgpack_pack_ext_body(&pk, "abcde", 5);
+    msgpack_pack_map(&pk, 1);
+    msgpack_pack_uint64(&pk, UINT64_MAX);
+    msgpack_pack_array(&pk, 0);
+    size_t n = sb.size;
+    assert_true(n <= cap);
+    memcpy(out, sb.data, n);
+    msgpack_sbuffer_destroy(&sb);
+    return n;
+}
+
+static void test_mp_reader(void **unused)
+{
+    unsigned char buf[256];
+    size_t n = pack_mixed(buf, sizeof buf);
+    mn_mp r;
+    mn_mp_init(&r, buf, n);
+    assert_int_equal(mn_mp_skip(&r), 0);
+    assert_ptr_equal(r.p, buf + n);
+    /* typed reads */
+    mn_mp_init(&r, buf, n);
+    uint32_t entries;
+    const char *s;
+    size_t sl;
+    int64_t v;
+    assert_int_equal(mn_mp_map(&r, &entries), 0);
+    assert_int_equal(entries, 3);
+    assert_int_equal(mn_mp_str(&r, &s, &sl), 0);
+    assert_int_equal(mn_mp_int(&r, &v), -1); /* a string is not an int: nothing read */
+    assert_int_equal(mn_mp_str(&r, &s, &sl), 0);
+    assert_int_equal(sl, 3);
+    assert_memory_equal(s, "abc", 3);
+    assert_int_equal(mn_mp_skip(&r), 0);
+    assert_int_equal(mn_mp_int(&r, &v), 0);
+    assert_true(v == -1234567890123LL);
+    /* every strict prefix is refused, from heap copies so ASan sees overreads */
+    for (size_t k = 0; k < n; k++) {
+        unsigned char *cut = malloc(k ? k : 1);
+        memcpy(cut, buf, k);
+        mn_mp_init(&r, cut, k);
+        assert_int_equal(mn_mp_skip(&r), -1);
+        free(cut);
+    }
+    /* counts the bytes cannot back */
+    static const unsigned char lies[][8] = {{0xdd, 0xff, 0xff, 0xff, 0xff, 0, 0, 0},
+                                            {0xdf, 0xff, 0xff, 0xff, 0xff, 0, 0, 0},
+                                            {0xdb, 0xff, 0xff, 0xff, 0xff, 0, 0, 0},
+                                            {0xc6, 0x7f, 0xff, 0xff, 0xff, 0, 0, 0},
+                                            {0xc9, 0xff, 0xff, 0xff, 0xff, 1, 0, 0},
+                                            {0x9f, 0, 0, 0, 0, 0, 0, 0},
+                                            {0x88, 0, 0, 0, 0, 0, 0, 0}};
+    for (size_t i = 0; i < sizeof lies / sizeof lies[0]; i++) {
+        mn_mp_init(&r, lies[i], sizeof lies[i]);
+        assert_int_equal(mn_mp_skip(&r), -1);
+        mn_mp_init(&r, lies[i], sizeof lies[i]);
+        assert_int_equal(mn_mp_map(&r, &entries), -1);
+    }
+    /* nesting: MN_MP_MAX_DEPTH levels pass, one more is refused */
+    unsigned char deep[64];
+    for (int d = MN_MP_MAX_DEPTH; d <= MN_MP_MAX_DEPTH + 1; d++) {
+        memset(deep, 0x91, (size_t)d);
+        deep[d] = 0xc0;
+        mn_mp_init(&r, deep, (size_t)d + 1);
+        assert_int_equal(mn_mp_skip(&r), d <= MN_MP_MAX_DEPTH ? 0 : -1);
+    }
+    /* random bytes never crash and never move past the end */
+    srand(11);
+    for (int i = 0; i < 50000; i++) {
+        size_t len = (size_t)(rand() % 48);
+        unsigned char *b = malloc(len ? len : 1);
+        for (size_t j = 0; j < len; j++) b[j] = (unsigned char)rand();
+        mn_mp_init(&r, b, len);
+        while (r.p < r.end && mn_mp_skip(&r) == 0) {
+        }
+        assert_true(r.p <= r.end);
+        free(b);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good),
         cmocka_unit_test(test_rejects),
         cmocka_unit_test(test_truncations_and_noise),
+        cmocka_unit_test(test_mp_reader),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
