@@ -195,8 +195,11 @@ static void test_interrupted_summary(void **st)
     manta_spec_free(spec);
 }
 
-int main(void)
+/* One job per process (a job's actors live as long as the driver's ctx):
+ * argv[1] "reward" or "stop" picks the test. */
+int main(int argc, char **argv)
 {
+    int stop = argc > 1 && !strcmp(argv[1], "stop");
     if (manta_init(&ctx, &(manta_options){.classes = manta_builtin_classes,
                                           .call_timeout_ms = 60000,
                                           .log_dir = getenv("RL_LOG_DIR")}) != 0) {
@@ -210,9 +213,10 @@ int main(void)
         manta_shutdown(ctx);
         return 1;
     }
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_missing_reward_group),
-                                       cmocka_unit_test(test_interrupted_summary)};
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    const struct CMUnitTest reward[] = {cmocka_unit_test(test_missing_reward_group)};
+    const struct CMUnitTest stopped[] = {cmocka_unit_test(test_interrupted_summary)};
+    int failed = stop ? cmocka_run_group_tests(stopped, NULL, NULL)
+                      : cmocka_run_group_tests(reward, NULL, NULL);
     manta_shutdown(ctx);
     rl_stop_process(pid);
     return failed;
