@@ -28,6 +28,12 @@
  * `max_versions`, at `max_time_s`, or when an evaluation reaches `stop_at`.
  * A final evaluation on the held-out set follows; metrics.jsonl and
  * summary.json go into the run folder; the reply is the summary (JSON).
+ * summary.json carries `status`: "done"; "failed: <why>" when a group the
+ * rollouts need has been missing for rl.max_missing_s, when the learner step
+ * failed rl.max_step_failures times in a row, or when max_time_s passed with
+ * no version trained (the reply is then an error naming the cause); or
+ * "interrupted" when the controller is stopped during the run (fini). It is
+ * written to a temporary file and renamed.
  *
  * The ledger lives here and is written in summary.json (and in every
  * metrics line): admitted = trained + dropped_stale + dropped_error +
