@@ -885,6 +885,11 @@ static int ctl_status(manta_req *req, void *state, const void *arg, size_t len)
     cJSON_AddNumberToObject(r, "group_capacity", (double)s->cap_groups);
     cJSON_AddNumberToObject(r, "queue_capacity", (double)(s->q_cap + s->r_cap));
     cJSON_AddNumberToObject(r, "drop_reasons", s->n_reasons);
+    if (s->n_eps > s->eps_base) { /* what holds the window open */
+        cJSON_AddNumberToObject(r, "oldest_episode", (double)s->eps_base);
+        cJSON_AddNumberToObject(r, "oldest_state", s->eps[0].state);
+        cJSON_AddNumberToObject(r, "oldest_group", (double)s->eps[0].group);
+    }
     char *txt = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     int rc = manta_reply(req, txt, strlen(txt));

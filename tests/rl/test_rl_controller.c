@@ -164,8 +164,9 @@ static int records(manta_ctx *m, manta_actor *ctl, int64_t out[3])
 /* Play rollouts until version `target` (the int argument): every episode is
  * submitted at once at the current version, except one in 16 submitted a
  * version behind (stale with eta 0) and every fifth group failed with a
- * reason of its own. Answers the records at version 20 and at the end:
- * int64 [episodes, groups, reasons] x 2 and the versions seen. */
+ * reason of its own. Answers the records at version 20 and the most held
+ * at any point sampled after (every 10 versions): int64 [episodes, groups,
+ * reasons] x 2, and the last version seen. */
 static int m_many(manta_req *c, void *st, const void *arg, size_t len)
 {
     manta_ctx *m = manta_req_ctx(c);
@@ -176,11 +177,18 @@ static int m_many(manta_req *c, void *st, const void *arg, size_t len)
     if (len != sizeof target) return MANTA_EINVAL;
     memcpy(&target, arg, sizeof target);
     int64_t out[7] = {-1, -1, -1, -1, -1, -1, 0};
-    int64_t mine = -1;
+    int64_t mine = -1, sampled = 20;
     admitted a;
     if (wait_version(m, ctl, 0, -1, &a)) return MANTA_ETIMEDOUT;
     for (int iter = 0; iter < 1000000; iter++) {
         if (a.version >= 20 && out[0] < 0 && records(m, ctl, out)) return MANTA_EREMOTE;
+        if (a.version >= sampled + 10) { /* the most held at any later point */
+            int64_t r[3];
+            if (records(m, ctl, r)) return MANTA_EREMOTE;
+            for (int i = 0; i < 3; i++)
+                if (r[i] > out[3 + i]) out[3 + i] = r[i];
+            sampled = a.version;
+        }
         mine = a.version;
         for (int i = 0; i < a.n; i++) {
             int64_t id = a.ids[i];
@@ -194,7 +202,6 @@ static int m_many(manta_req *c, void *st, const void *arg, size_t len)
         if (admit(m, ctl, mine, &a)) return MANTA_EREMOTE;
         if (a.version >= target) break;
     }
-    if (records(m, ctl, out + 3)) return MANTA_EREMOTE;
     out[6] = a.version;
     return manta_reply(c, out, sizeof out);
 }
@@ -305,16 +312,18 @@ static void test_records_bounded(void **st)
     int64_t out[7];
     assert_int_equal(n, sizeof out);
     memcpy(out, d, sizeof out);
-    printf("records at v20: %lld episodes, %lld groups, %lld reasons; at v%lld: %lld, %lld, %lld\n",
+    printf("records at v20: %lld episodes, %lld groups, %lld reasons; most after, to v%lld: %lld, "
+           "%lld, %lld\n",
            (long long)out[0], (long long)out[1], (long long)out[2], (long long)out[6],
            (long long)out[3], (long long)out[4], (long long)out[5]);
     assert_true(out[6] >= 199);
     assert_true(out[0] >= 0 && out[3] >= 0);
-    /* bounded by what can be in flight (a few batches), not by versions:
-     * 200 versions admitted well over 3200 episodes */
-    assert_true(out[3] <= 4 * 16 + 16);
-    assert_true(out[4] <= 4 * 2 + 2);
-    assert_true(out[3] <= out[0] + 32);
+    /* bounded by what is in flight and what passes between two turns of the
+     * run loop (this script churns about 120 episodes a version: drops give
+     * their admission back), not by versions: 200 versions admitted over
+     * 20,000 episodes */
+    assert_true(out[3] <= 32 * 16);
+    assert_true(out[4] <= 64);
     assert_true(out[5] <= 32);
     assert_int_equal(manta_get(run, -1, &d, &n), 0);
     char *txt = strndup(d, n);
