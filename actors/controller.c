@@ -577,7 +577,8 @@ static int ep_final(int state)
 /* Let go of the records of resolved episodes and released groups at the
  * front of their windows, and of the consumed heads of the queues: what the
  * controller holds is bounded by what is in flight, not by the versions
- * trained. Runs from the run loop only (never nested in a step). */
+ * trained. Runs from the run loop and from admit, never nested in a step
+ * (advancing). */
 static void compact(ctl_state *s)
 {
     int64_t len = s->n_eps - s->eps_base, d = 0;
@@ -716,6 +717,7 @@ static int ctl_admit(manta_req *req, void *state, const void *arg, size_t len)
     int64_t groups = q.groups < (1 << 20) ? q.groups : (1 << 20);
     int64_t want = groups * s->G, bound = s->n_eps + s->eq_len + s->q_len + 16 * (int64_t)s->B;
     if (want > bound) want = bound;
+    if (!s->advancing) compact(s); /* not nested in a step: no batch is being formed */
     int h = want > 0 ? holder_of(s, q.rollout) : -1;
     int64_t *ids = want > 0 ? malloc((size_t)want * sizeof *ids) : NULL;
     rl_admit_reply r = {.version = s->version, .stop = s->stop};
