@@ -928,6 +928,13 @@ static int find_learners(ctl_state *s)
 static int call_learners(ctl_state *s, const char *method, char **args, size_t *lens,
                          rl_step_reply *out, rl_buckets *buckets)
 {
+    /* a shard that is not alive fails the step at once: the others would
+     * wait for it in their collectives until the deadline */
+    for (int i = 0; i < s->S; i++) {
+        manta_actor_info info;
+        if (manta_actor_info_get(s->m, s->L[i], &info) == 0 && info.state != MANTA_ACTOR_ALIVE)
+            return rl_fail(MANTA_EREMOTE, "learner %d is not alive", i);
+    }
     manta_future **f = calloc((size_t)s->S, sizeof *f);
     if (!f) return rl_fail(MANTA_ENOMEM, "%s: out of memory", method);
     for (int i = 0; i < s->S; i++)

@@ -195,11 +195,56 @@ static void test_interrupted_summary(void **st)
     manta_spec_free(spec);
 }
 
+static void kill_learner_at_2(manta_job_t *job, double t, void *arg)
+{
+    (void)t;
+    int *done = arg;
+    manta_ctx *m = manta_job_ctx(job);
+    if (*done || policy_version(m) < 2) return;
+    manta_actor *a;
+    assert_int_equal(manta_actor_lookup(m, "learner-1", &a), 0);
+    assert_int_equal(manta_actor_kill(m, a, 0), 0);
+    *done = 1;
+}
+
+/* A learner shard killed for good: every step fails; after
+ * rl.max_step_failures in a row the run fails saying so, with summary.json. */
+static void test_step_failures(void **st)
+{
+    (void)st;
+    char run_dir[256], path[300];
+    snprintf(run_dir, sizeof run_dir, "/tmp/manta-rl-faults-%d-learner", (int)getpid());
+    const char *extra[] = {"rl.max_versions=1000", "rl.max_step_failures=3"};
+    manta_spec *spec = load(run_dir, extra, 2);
+    assert_non_null(spec);
+    manta_job_t *job;
+    int killed = 0;
+    manta_job_options jo = {.no_services = 1, .tick = kill_learner_at_2, .tick_arg = &killed};
+    if (manta_job_start(ctx, spec, &jo, &job) != 0) fail_msg("start: %s", manta_last_error());
+    int rc = manta_job_wait(job, 200000, NULL, NULL);
+    const char *err = manta_last_error();
+    printf("run: rc %d: %s\n", rc, err);
+    assert_int_equal(killed, 1);
+    assert_int_not_equal(rc, 0);
+    assert_int_not_equal(rc, MANTA_EPENDING);
+    assert_non_null(strstr(err, "learner step failed 3 times in a row"));
+    snprintf(path, sizeof path, "%s/summary.json", run_dir);
+    cJSON *j = read_json(path);
+    assert_non_null(j);
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "status");
+    assert_true(cJSON_IsString(s));
+    assert_int_equal(strncmp(s->valuestring, "failed: learner step failed", 27), 0);
+    check_ledger(j);
+    cJSON_Delete(j);
+    manta_job_free(job);
+    manta_spec_free(spec);
+}
+
 /* One job per process (a job's actors live as long as the driver's ctx):
- * argv[1] "reward" or "stop" picks the test. */
+ * argv[1] "reward" (default), "stop" or "learner" picks the test. */
 int main(int argc, char **argv)
 {
-    int stop = argc > 1 && !strcmp(argv[1], "stop");
+    const char *mode = argc > 1 ? argv[1] : "reward";
     if (manta_init(&ctx, &(manta_options){.classes = manta_builtin_classes,
                                           .call_timeout_ms = 60000,
                                           .log_dir = getenv("RL_LOG_DIR")}) != 0) {
@@ -215,8 +260,10 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest reward[] = {cmocka_unit_test(test_missing_reward_group)};
     const struct CMUnitTest stopped[] = {cmocka_unit_test(test_interrupted_summary)};
-    int failed = stop ? cmocka_run_group_tests(stopped, NULL, NULL)
-                      : cmocka_run_group_tests(reward, NULL, NULL);
+    const struct CMUnitTest learner[] = {cmocka_unit_test(test_step_failures)};
+    int failed = !strcmp(mode, "stop")      ? cmocka_run_group_tests(stopped, NULL, NULL)
+                 : !strcmp(mode, "learner") ? cmocka_run_group_tests(learner, NULL, NULL)
+                                            : cmocka_run_group_tests(reward, NULL, NULL);
     manta_shutdown(ctx);
     rl_stop_process(pid);
     return failed;
