@@ -353,7 +353,54 @@ static void test_records_bounded(void **st)
     manta_spec_free(spec);
 }
 
-/* One job per process: argv[1] "many" runs test_records_bounded. */
+/* No rollout ever submits: at max_time_s with no version trained the run
+ * fails (an error reply naming the cause), and summary.json says so. */
+static void test_no_progress_fails(void **st)
+{
+    const char *sets[] = {"rl.max_time_s=3",
+                          "rl.eval_problems=0",
+                          "rl.warmup_steps=0",
+                          "rl.run_dir=/tmp/manta-rl-ctl-test-stall",
+                          "task.train=" SOURCE_DIR "/examples/calc/train.jsonl",
+                          "task.heldout=" SOURCE_DIR "/examples/calc/heldout.jsonl",
+                          "task.demos=" SOURCE_DIR "/examples/calc/demos.jsonl",
+                          "rollout.replicas=0",
+                          "env.replicas=0",
+                          "groups.reward.replicas=0"};
+    manta_spec_errors errs;
+    manta_spec_errors_init(&errs);
+    manta_spec_options so = {.sets = sets, .n_sets = sizeof sets / sizeof *sets};
+    manta_spec *spec = manta_spec_load_file(SOURCE_DIR "/examples/calc_agent.yaml", &so, &errs);
+    assert_non_null(spec);
+    manta_spec_errors_destroy(&errs);
+    manta_job_t *job;
+    if (manta_job_start(ctx, spec, &(manta_job_options){.no_services = 1}, &job) != 0)
+        fail_msg("start: %s", manta_last_error());
+    int rc = manta_job_wait(job, 60000, NULL, NULL);
+    const char *err = manta_last_error();
+    printf("run: rc %d: %s\n", rc, err);
+    assert_int_not_equal(rc, 0);
+    assert_int_not_equal(rc, MANTA_EPENDING);
+    assert_non_null(strstr(err, "no policy version trained in rl.max_time_s"));
+    FILE *f = fopen("/tmp/manta-rl-ctl-test-stall/summary.json", "r");
+    assert_non_null(f);
+    char buf[1 << 15];
+    size_t got = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[got] = 0;
+    cJSON *j = cJSON_Parse(buf);
+    assert_non_null(j);
+    const char *status = cJSON_GetObjectItemCaseSensitive(j, "status")->valuestring;
+    assert_int_equal(strncmp(status, "failed: no policy version trained", 33), 0);
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(j, "ledger");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "balanced")));
+    cJSON_Delete(j);
+    manta_job_free(job);
+    manta_spec_free(spec);
+}
+
+/* One job per process: argv[1] "many" runs test_records_bounded, "stall"
+ * test_no_progress_fails. */
 int main(int argc, char **argv)
 {
     if (manta_init(&ctx, &(manta_options){.classes = classes,
@@ -363,8 +410,11 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_bound_drops_ledger)};
     const struct CMUnitTest many[] = {cmocka_unit_test(test_records_bounded)};
-    int failed = argc > 1 && !strcmp(argv[1], "many") ? cmocka_run_group_tests(many, NULL, NULL)
-                                                      : cmocka_run_group_tests(tests, NULL, NULL);
+    const struct CMUnitTest stall[] = {cmocka_unit_test(test_no_progress_fails)};
+    const char *mode = argc > 1 ? argv[1] : "";
+    int failed = !strcmp(mode, "many")    ? cmocka_run_group_tests(many, NULL, NULL)
+                 : !strcmp(mode, "stall") ? cmocka_run_group_tests(stall, NULL, NULL)
+                                          : cmocka_run_group_tests(tests, NULL, NULL);
     manta_shutdown(ctx);
     return failed;
 }
