@@ -46,6 +46,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -887,6 +888,8 @@ static int ctl_status(manta_req *req, void *state, const void *arg, size_t len)
     cJSON_AddNumberToObject(r, "group_capacity", (double)s->cap_groups);
     cJSON_AddNumberToObject(r, "queue_capacity", (double)(s->q_cap + s->r_cap));
     cJSON_AddNumberToObject(r, "drop_reasons", s->n_reasons);
+    struct mallinfo2 mi = mallinfo2(); /* live heap bytes of this process */
+    cJSON_AddNumberToObject(r, "heap_in_use", (double)mi.uordblks);
     if (s->n_eps > s->eps_base) { /* what holds the window open */
         cJSON_AddNumberToObject(r, "oldest_episode", (double)s->eps_base);
         cJSON_AddNumberToObject(r, "oldest_state", s->eps[0].state);
