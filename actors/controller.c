@@ -175,6 +175,7 @@ typedef struct ctl_state {
     /* failing loudly */
     int step_failures;        /* consecutive */
     double missing_since[2];  /* first drop of the current streak: reward, env; 0 none */
+    double missing_last[2];   /* its latest drop */
     char missing_why[2][128]; /* its reason (names the group) */
     int64_t eval_first;       /* the current evaluation's first episode id */
     int run_dir_open;
@@ -552,15 +553,18 @@ static void drop(ctl_state *s, int64_t ep, int stale, const char *why)
 /* Episodes dropped because a group the rollouts need has no actor ("no
  * reward actor in group 'reward'", "no env actor in group 'env'") start a
  * streak; a submission that shows the group at work ends it (a scored
- * episode for the reward group, a tool call answered for the env group). */
+ * episode for the reward group, a tool call answered for the env group).
+ * The run fails when a streak's drops span rl.max_missing_s (one drop
+ * followed by a quiet spell, say while a step waits, does not). */
 static void note_missing(ctl_state *s, const rl_traj *t)
 {
     int k = -1;
     if (t->status != RL_EP_OK && !strncmp(t->error, "no reward actor", 15)) k = 0;
     if (t->status != RL_EP_OK && !strncmp(t->error, "no env actor", 12)) k = 1;
     if (k >= 0) {
+        s->missing_last[k] = rl_now_s();
         if (s->missing_since[k] == 0) {
-            s->missing_since[k] = rl_now_s();
+            s->missing_since[k] = s->missing_last[k];
             snprintf(s->missing_why[k], sizeof s->missing_why[k], "%s", t->error);
         }
         return;
@@ -1473,11 +1477,10 @@ static void advance(ctl_state *s)
     s->advancing = 1;
     reclaim(s);
     compact(s);
-    double now = rl_now_s();
     for (int k = 0; k < 2 && s->phase != PH_DONE; k++)
-        if (s->missing_since[k] > 0 && now - s->missing_since[k] > s->max_missing_s)
+        if (s->missing_since[k] > 0 && s->missing_last[k] - s->missing_since[k] > s->max_missing_s)
             fail_run(s, "episodes dropped for %.0f s (rl.max_missing_s %g): %s",
-                     now - s->missing_since[k], s->max_missing_s, s->missing_why[k]);
+                     s->missing_last[k] - s->missing_since[k], s->max_missing_s, s->missing_why[k]);
     switch (s->phase) {
     case PH_EVAL_INITIAL:
         if (!eval_over(s)) break;

@@ -196,10 +196,10 @@ static int discover_group(rollout_state *s, const char *group, manta_actor ***ou
     return n;
 }
 
-/* The directory is read at most once per DISCOVER_MS, also while a group is
- * empty (a group that is gone must not cost a Redis round trip per episode);
- * a failed call asks for a refresh (refresh_discovery), which is served no
- * sooner than DISCOVER_RETRY_MS after the previous read. */
+/* The directory is read at most once per DISCOVER_MS; while a group is
+ * empty, or after a failed call asked for a refresh (refresh_discovery), at
+ * most once per DISCOVER_RETRY_MS: a group that is gone must not cost a
+ * Redis round trip per episode, and one that is back is seen soon. */
 #define DISCOVER_MS       1000
 #define DISCOVER_RETRY_MS 200
 
@@ -211,7 +211,8 @@ static void refresh_discovery(rollout_state *s)
 static void discover(rollout_state *s)
 {
     int64_t now = rl_now_ms(), since = now - s->last_discover;
-    if (s->discoveries && since < (s->discover_soon ? DISCOVER_RETRY_MS : DISCOVER_MS)) return;
+    int soon = s->discover_soon || !s->n_envs || !s->n_rewards;
+    if (s->discoveries && since < (soon ? DISCOVER_RETRY_MS : DISCOVER_MS)) return;
     s->last_discover = now;
     s->discover_soon = 0;
     s->discoveries++;

@@ -103,7 +103,7 @@ static void test_missing_reward_group(void **st)
     assert_int_not_equal(rc, MANTA_EPENDING);
     assert_non_null(strstr(err, "no reward actor in group 'reward'"));
     assert_true(took < 60);
-    /* the rollouts read the directory about once a second, not per episode */
+    /* the rollouts read the directory a few times a second, not per episode */
     manta_actor *r;
     assert_int_equal(manta_actor_lookup(ctx, "rollout-0", &r), 0);
     manta_future *f = manta_call(ctx, r, "stats", "", 0);
@@ -127,7 +127,8 @@ static void test_missing_reward_group(void **st)
     printf("rollout-0: %lld directory reads, %lld episodes in %.1f s\n", (long long)disc,
            (long long)eps, alive);
     assert_true(disc >= 1);
-    assert_true(disc <= 2 * alive + 10);
+    assert_true(disc <= 5 * alive + 10); /* at most every 200 ms while a group is empty */
+    assert_true(eps > 10 * disc);
     /* summary.json: failed, naming the group, with its ledger */
     snprintf(path, sizeof path, "%s/summary.json", run_dir);
     cJSON *j = read_json(path);
