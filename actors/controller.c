@@ -28,6 +28,12 @@
  * `max_versions`, at `max_time_s`, or when an evaluation reaches `stop_at`.
  * A final evaluation on the held-out set follows; metrics.jsonl and
  * summary.json go into the run folder; the reply is the summary (JSON).
+ * summary.json carries `status`: "done"; "failed: <why>" when a group the
+ * rollouts need has been missing for rl.max_missing_s, when the learner step
+ * failed rl.max_step_failures times in a row, or when max_time_s passed with
+ * no version trained (the reply is then an error naming the cause); or
+ * "interrupted" when the controller is stopped during the run (fini). It is
+ * written to a temporary file and renamed.
  *
  * The ledger lives here and is written in summary.json (and in every
  * metrics line): admitted = trained + dropped_stale + dropped_error +
@@ -40,11 +46,14 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <malloc.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define MAX_LEARNERS 1024 /* learner-0 .. are looked up */
 #define STALE_BINS   10
@@ -90,6 +99,10 @@ typedef struct holder {
     int live;
 } holder;
 
+/* The record of episode id / group gid (inside the window). */
+#define EPI(s, id)  ((s)->eps[(id) - (s)->eps_base])
+#define GRP(s, gid) ((s)->groups[(gid) - (s)->g_base])
+
 typedef struct ctl_state {
     manta_ctx *m;
     char job[64], run_dir[512];
@@ -99,6 +112,8 @@ typedef struct ctl_state {
     int warmup_steps, warmup_max;
     int max_versions, eval_every, eval_n;
     double max_time_s, stop_at;
+    double max_missing_s;  /* a group gone (episodes dropped for it) this long fails the run */
+    int max_step_failures; /* consecutive learner step failures that fail the run */
     char learner_group[32];
     char train_path[512], heldout_path[512], demos_path[512];
     /* data */
@@ -107,11 +122,13 @@ typedef struct ctl_state {
     demo *demos;
     int n_demos;
     int next_train;
-    /* episodes and groups */
+    /* episodes and groups: ids are global and never reused; the arrays hold
+     * the window [eps_base, n_eps) and [g_base, n_groups) only, so the
+     * records of resolved episodes and released groups go (compact) */
     episode *eps;
-    int64_t n_eps, cap_eps;
+    int64_t n_eps, cap_eps, eps_base;
     group *groups;
-    int64_t n_groups, cap_groups;
+    int64_t n_groups, cap_groups, g_base;
     int64_t *queue; /* handed-back episodes to re-issue */
     int64_t q_head, q_len, q_cap;
     int64_t *ready; /* group ids complete, in order */
@@ -155,6 +172,13 @@ typedef struct ctl_state {
     FILE *traj_dump; /* the first trajectories submitted, for inspection and tests */
     int n_dumped;
     double success_initial, success_final, best_eval;
+    /* failing loudly */
+    int step_failures;        /* consecutive */
+    double missing_since[2];  /* first drop of the current streak: reward, env; 0 none */
+    double missing_last[2];   /* its latest drop */
+    char missing_why[2][128]; /* its reason (names the group) */
+    int64_t eval_first;       /* the current evaluation's first episode id */
+    int run_dir_open;
 } ctl_state;
 
 /* ---- data ---- */
@@ -316,6 +340,8 @@ static int read_settings(ctl_state *s, manta_ctx *m, const void *args, size_t le
     s->eval_every = (int)rl_arg_int(&a, "rl", "eval_every", 10, 0, 1 << 30);
     s->eval_n = (int)rl_arg_int(&a, "rl", "eval_problems", 200, 0, 1 << 30);
     s->stop_at = rl_arg_num(&a, "rl", "stop_at", 2.0, 0, 1e9);
+    s->max_missing_s = rl_arg_num(&a, "rl", "max_missing_s", 30, 0, 1e9);
+    s->max_step_failures = (int)rl_arg_int(&a, "rl", "max_step_failures", 10, 1, 1 << 30);
     rl_arg_str(&a, NULL, "learner_group", s->learner_group, sizeof s->learner_group, "learner");
     s->S = (int)rl_arg_int(&a, NULL, "learners", 0, 0, MAX_LEARNERS);
     char dflt[128];
@@ -362,15 +388,21 @@ static int ctl_init(manta_ctx *m, void *state, const void *args, size_t len)
     return 0;
 }
 
+static void write_summary(ctl_state *s, const char *status);
+
 static void ctl_fini(manta_ctx *m, void *state)
 {
     ctl_state *s = state;
+    if (s->phase != PH_NONE && s->phase != PH_DONE && s->run_dir_open) {
+        rl_log(m, "controller: stopped during the run: summary.json says interrupted");
+        write_summary(s, "interrupted");
+    }
     for (int i = 0; i < s->n_train; i++) free(s->train[i].text), free(s->train[i].answer);
     for (int i = 0; i < s->n_heldout; i++) free(s->heldout[i].text), free(s->heldout[i].answer);
     free(s->train), free(s->heldout);
     for (int i = 0; i < s->n_demos; i++) free(s->demos[i].tok), free(s->demos[i].mask);
     free(s->demos);
-    for (int64_t g = 0; g < s->n_groups; g++) {
+    for (int64_t g = 0; g < s->n_groups - s->g_base; g++) {
         for (int i = 0; s->groups[g].trajs && i < s->groups[g].n; i++)
             rl_traj_destroy(&s->groups[g].trajs[i]);
         free(s->groups[g].trajs), free(s->groups[g].usable);
@@ -389,9 +421,10 @@ static void ctl_fini(manta_ctx *m, void *state)
 /* Room for n more episodes; 0 or MANTA_ENOMEM. */
 static int reserve_episodes(ctl_state *s, int64_t n)
 {
-    if (s->n_eps + n <= s->cap_eps) return 0;
+    int64_t len = s->n_eps - s->eps_base;
+    if (len + n <= s->cap_eps) return 0;
     int64_t cap = s->cap_eps ? s->cap_eps : 4096;
-    while (cap < s->n_eps + n) cap *= 2;
+    while (cap < len + n) cap *= 2;
     episode *e = realloc(s->eps, (size_t)cap * sizeof *e);
     if (!e) return rl_fail(MANTA_ENOMEM, "out of memory for %lld episodes", (long long)cap);
     s->eps = e, s->cap_eps = cap;
@@ -401,19 +434,19 @@ static int reserve_episodes(ctl_state *s, int64_t n)
 static int64_t new_episode(ctl_state *s, int64_t gid, int32_t prompt, int eval)
 {
     if (reserve_episodes(s, 1)) return -1;
-    s->eps[s->n_eps] = (episode){eval ? EP_EVAL : EP_INFLIGHT, -1, gid, prompt};
+    EPI(s, s->n_eps) = (episode){eval ? EP_EVAL : EP_INFLIGHT, -1, gid, prompt};
     return s->n_eps++;
 }
 
 static int64_t new_group(ctl_state *s, int32_t prompt)
 {
-    if (s->n_groups == s->cap_groups) {
+    if (s->n_groups - s->g_base == s->cap_groups) {
         int64_t cap = s->cap_groups ? s->cap_groups * 2 : 1024;
         group *g = realloc(s->groups, (size_t)cap * sizeof *g);
         if (!g) return -1;
         s->groups = g, s->cap_groups = cap;
     }
-    group *g = &s->groups[s->n_groups];
+    group *g = &GRP(s, s->n_groups);
     memset(g, 0, sizeof *g);
     g->prompt = prompt;
     g->n = s->G;
@@ -446,8 +479,16 @@ static void push64(int64_t **arr, int64_t *len, int64_t *cap, int64_t v)
     (*arr)[(*len)++] = v;
 }
 
+#define MAX_REASONS 32 /* distinct drop reasons kept; the rest count as "other" */
+
 static void count_reason(ctl_state *s, const char *why)
 {
+    if (s->n_reasons >= MAX_REASONS - 1) {
+        int known = 0;
+        for (int i = 0; i < s->n_reasons && !known; i++)
+            known = !strncmp(s->reason[i], why, sizeof s->reason[i] - 1);
+        if (!known) why = "other";
+    }
     for (int i = 0; i < s->n_reasons; i++)
         if (!strncmp(s->reason[i], why, sizeof s->reason[i] - 1)) {
             s->reason_n[i]++;
@@ -469,15 +510,27 @@ static void count_reason(ctl_state *s, const char *why)
     s->reason_n[s->n_reasons++] = 1;
 }
 
+/* A group's trajectories are done with (trained, dropped, or none usable):
+ * its storage goes; the record goes with the next compaction. */
+static void group_release(group *g)
+{
+    for (int j = 0; g->trajs && j < g->n; j++) rl_traj_destroy(&g->trajs[j]);
+    free(g->trajs), free(g->usable);
+    g->trajs = NULL, g->usable = NULL;
+}
+
 static void member_resolved(ctl_state *s, int64_t gid)
 {
-    group *g = &s->groups[gid];
+    group *g = &GRP(s, gid);
     g->resolved++;
     if (g->resolved == g->n && !g->ready) {
         g->ready = 1;
         int usable = 0;
         for (int i = 0; i < g->n; i++) usable += g->usable[i];
-        if (usable == 0) return;
+        if (usable == 0) {
+            group_release(g);
+            return;
+        }
         int64_t cap = s->r_cap;
         push64(&s->ready, &s->r_len, &cap, gid);
         s->r_cap = cap;
@@ -487,7 +540,7 @@ static void member_resolved(ctl_state *s, int64_t gid)
 
 static void drop(ctl_state *s, int64_t ep, int stale, const char *why)
 {
-    s->eps[ep].state = stale ? EP_STALE : EP_ERROR;
+    EPI(s, ep).state = stale ? EP_STALE : EP_ERROR;
     if (stale)
         s->led.dropped_stale++;
     else {
@@ -495,6 +548,64 @@ static void drop(ctl_state *s, int64_t ep, int stale, const char *why)
         count_reason(s, why);
     }
     s->credits++;
+}
+
+/* Episodes dropped because a group the rollouts need has no actor ("no
+ * reward actor in group 'reward'", "no env actor in group 'env'") start a
+ * streak; a submission that shows the group at work ends it (a scored
+ * episode for the reward group, a tool call answered for the env group).
+ * The run fails when a streak's drops span rl.max_missing_s (one drop
+ * followed by a quiet spell, say while a step waits, does not). */
+static void note_missing(ctl_state *s, const rl_traj *t)
+{
+    int k = -1;
+    if (t->status != RL_EP_OK && !strncmp(t->error, "no reward actor", 15)) k = 0;
+    if (t->status != RL_EP_OK && !strncmp(t->error, "no env actor", 12)) k = 1;
+    if (k >= 0) {
+        s->missing_last[k] = rl_now_s();
+        if (s->missing_since[k] == 0) {
+            s->missing_since[k] = s->missing_last[k];
+            snprintf(s->missing_why[k], sizeof s->missing_why[k], "%s", t->error);
+        }
+        return;
+    }
+    if (t->status != RL_EP_OK) return;
+    s->missing_since[0] = 0;
+    if (t->tool_calls > t->tool_errors) s->missing_since[1] = 0;
+}
+
+static int ep_final(int state)
+{
+    return state == EP_TRAINED || state == EP_STALE || state == EP_ERROR || state == EP_EVAL_DONE;
+}
+
+/* Let go of the records of resolved episodes and released groups at the
+ * front of their windows, and of the consumed heads of the queues: what the
+ * controller holds is bounded by what is in flight, not by the versions
+ * trained. Runs from the run loop and from admit, never nested in a step
+ * (advancing). */
+static void compact(ctl_state *s)
+{
+    int64_t len = s->n_eps - s->eps_base, d = 0;
+    while (d < len && ep_final(s->eps[d].state)) d++;
+    if (d > 0) {
+        memmove(s->eps, s->eps + d, (size_t)(len - d) * sizeof *s->eps);
+        s->eps_base += d;
+    }
+    len = s->n_groups - s->g_base, d = 0;
+    while (d < len && s->groups[d].resolved == s->groups[d].n && !s->groups[d].trajs) d++;
+    if (d > 0) {
+        memmove(s->groups, s->groups + d, (size_t)(len - d) * sizeof *s->groups);
+        s->g_base += d;
+    }
+    if (s->r_head > 0) {
+        memmove(s->ready, s->ready + s->r_head, (size_t)(s->r_len - s->r_head) * sizeof *s->ready);
+        s->r_len -= s->r_head, s->r_head = 0;
+    }
+    if (s->q_head > 0) {
+        memmove(s->queue, s->queue + s->q_head, (size_t)(s->q_len - s->q_head) * sizeof *s->queue);
+        s->q_len -= s->q_head, s->q_head = 0;
+    }
 }
 
 /* ---- methods ---- */
@@ -556,8 +667,8 @@ static void reclaim(ctl_state *s)
         if (!gone) continue;
         h->live = 0;
         int64_t n = 0;
-        for (int64_t id = 0; id < s->n_eps; id++) {
-            episode *e = &s->eps[id];
+        for (int64_t id = s->eps_base; id < s->n_eps; id++) {
+            episode *e = &EPI(s, id);
             if (e->holder != i || (e->state != EP_INFLIGHT && e->state != EP_EVAL)) continue;
             e->state = EP_QUEUED;
             e->holder = -1;
@@ -578,7 +689,8 @@ static int choose_episodes(ctl_state *s, int64_t want, int64_t *out)
     while (n < want && s->eq_head < s->eq_len) out[n++] = s->eval_queue[s->eq_head++];
     while (n < want && s->q_head < s->q_len) {
         int64_t id = s->queue[s->q_head++];
-        s->eps[id].state = s->eps[id].group < 0 ? EP_EVAL : EP_INFLIGHT;
+        if (id < s->eps_base || EPI(s, id).state != EP_QUEUED) continue; /* abandoned */
+        EPI(s, id).state = EPI(s, id).group < 0 ? EP_EVAL : EP_INFLIGHT;
         out[n++] = id;
     }
     while (s->admit_train && n + s->G <= want &&
@@ -592,7 +704,7 @@ static int choose_episodes(ctl_state *s, int64_t want, int64_t *out)
         }
         for (int i = 0; i < s->G; i++) {
             int64_t id = new_episode(s, gid, prompt, 0);
-            if (i == 0) s->groups[gid].first_ep = id;
+            if (i == 0) GRP(s, gid).first_ep = id;
             out[n++] = id;
             s->led.admitted++;
         }
@@ -610,6 +722,7 @@ static int ctl_admit(manta_req *req, void *state, const void *arg, size_t len)
     int64_t groups = q.groups < (1 << 20) ? q.groups : (1 << 20);
     int64_t want = groups * s->G, bound = s->n_eps + s->eq_len + s->q_len + 16 * (int64_t)s->B;
     if (want > bound) want = bound;
+    if (!s->advancing) compact(s); /* not nested in a step: no batch is being formed */
     int h = want > 0 ? holder_of(s, q.rollout) : -1;
     int64_t *ids = want > 0 ? malloc((size_t)want * sizeof *ids) : NULL;
     rl_admit_reply r = {.version = s->version, .stop = s->stop};
@@ -621,7 +734,7 @@ static int ctl_admit(manta_req *req, void *state, const void *arg, size_t len)
                                  (long long)want);
     }
     for (int i = 0; i < r.n_eps; i++) {
-        episode *e = &s->eps[ids[i]];
+        episode *e = &EPI(s, ids[i]);
         e->holder = h;
         int eval = e->group < 0;
         problem *p = eval ? &s->heldout[e->prompt] : &s->train[e->prompt];
@@ -653,7 +766,13 @@ static int ctl_submit(manta_req *req, void *state, const void *arg, size_t len)
         rl_traj_destroy(&t);
         return manta_reply_error(req, MANTA_EINVAL, "submit: unknown episode %lld", (long long)id);
     }
-    episode *e = &s->eps[id];
+    note_missing(s, &t);
+    if (id < s->eps_base) { /* resolved long ago (its record is gone): a duplicate */
+        s->duplicates++;
+        rl_traj_destroy(&t);
+        return manta_reply(req, "dup", 3);
+    }
+    episode *e = &EPI(s, id);
     s->tool_calls += t.tool_calls, s->tool_errors += t.tool_errors;
     s->v_tool_calls += t.tool_calls, s->v_tool_errors += t.tool_errors;
     int gen = rl_traj_trained_tokens(&t);
@@ -693,7 +812,7 @@ static int ctl_submit(manta_req *req, void *state, const void *arg, size_t len)
         rl_traj_destroy(&t);
         return manta_reply(req, "dup", 3);
     }
-    group *g = &s->groups[e->group];
+    group *g = &GRP(s, e->group);
     int idx = (int)(id - g->first_ep);
     if (t.status != RL_EP_OK) {
         drop(s, id, 0, t.error[0] ? t.error : "error");
@@ -721,10 +840,10 @@ static int ctl_handback(manta_req *req, void *state, const void *arg, size_t len
         for (uint32_t i = 0; eps && eps->type == MSGPACK_OBJECT_ARRAY && i < eps->via.array.size;
              i++) {
             int64_t id = rl_mp_int(&eps->via.array.ptr[i], -1);
-            if (id < 0 || id >= s->n_eps) continue;
-            if (s->eps[id].state != EP_INFLIGHT && s->eps[id].state != EP_EVAL) continue;
-            s->eps[id].state = EP_QUEUED;
-            s->eps[id].holder = -1;
+            if (id < s->eps_base || id >= s->n_eps) continue;
+            if (EPI(s, id).state != EP_INFLIGHT && EPI(s, id).state != EP_EVAL) continue;
+            EPI(s, id).state = EP_QUEUED;
+            EPI(s, id).holder = -1;
             push64(&s->queue, &s->q_len, &s->q_cap, id);
             s->led.handed_back++;
         }
@@ -766,6 +885,20 @@ static int ctl_status(manta_req *req, void *state, const void *arg, size_t len)
     cJSON_AddItemToObject(j, "ledger", ledger_json(s));
     cJSON_AddNumberToObject(j, "gen_tokens", (double)s->gen_tokens);
     cJSON_AddNumberToObject(j, "trained_tokens", (double)s->trained_tokens);
+    cJSON *r = cJSON_AddObjectToObject(j, "records"); /* what the controller holds */
+    cJSON_AddNumberToObject(r, "episodes", (double)(s->n_eps - s->eps_base));
+    cJSON_AddNumberToObject(r, "groups", (double)(s->n_groups - s->g_base));
+    cJSON_AddNumberToObject(r, "episode_capacity", (double)s->cap_eps);
+    cJSON_AddNumberToObject(r, "group_capacity", (double)s->cap_groups);
+    cJSON_AddNumberToObject(r, "queue_capacity", (double)(s->q_cap + s->r_cap));
+    cJSON_AddNumberToObject(r, "drop_reasons", s->n_reasons);
+    struct mallinfo2 mi = mallinfo2(); /* live heap bytes of this process */
+    cJSON_AddNumberToObject(r, "heap_in_use", (double)mi.uordblks);
+    if (s->n_eps > s->eps_base) { /* what holds the window open */
+        cJSON_AddNumberToObject(r, "oldest_episode", (double)s->eps_base);
+        cJSON_AddNumberToObject(r, "oldest_state", s->eps[0].state);
+        cJSON_AddNumberToObject(r, "oldest_group", (double)s->eps[0].group);
+    }
     char *txt = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     int rc = manta_reply(req, txt, strlen(txt));
@@ -802,6 +935,13 @@ static int find_learners(ctl_state *s)
 static int call_learners(ctl_state *s, const char *method, char **args, size_t *lens,
                          rl_step_reply *out, rl_buckets *buckets)
 {
+    /* a shard that is not alive fails the step at once: the others would
+     * wait for it in their collectives until the deadline */
+    for (int i = 0; i < s->S; i++) {
+        manta_actor_info info;
+        if (manta_actor_info_get(s->m, s->L[i], &info) == 0 && info.state != MANTA_ACTOR_ALIVE)
+            return rl_fail(MANTA_EREMOTE, "learner %d is not alive", i);
+    }
     manta_future **f = calloc((size_t)s->S, sizeof *f);
     if (!f) return rl_fail(MANTA_ENOMEM, "%s: out of memory", method);
     for (int i = 0; i < s->S; i++)
@@ -909,6 +1049,13 @@ static void warmup(ctl_state *s)
 /* Queue an evaluation over the first n held-out problems. */
 static void start_eval(ctl_state *s, int n)
 {
+    /* the previous evaluation's episodes that never came back are abandoned
+     * (a late answer is a duplicate) */
+    for (int64_t id = s->eval_first > s->eps_base ? s->eval_first : s->eps_base; id < s->n_eps;
+         id++)
+        if (EPI(s, id).group < 0 && (EPI(s, id).state == EP_EVAL || EPI(s, id).state == EP_QUEUED))
+            EPI(s, id).state = EP_EVAL_DONE;
+    s->eval_first = s->n_eps;
     free(s->eval_queue);
     s->eval_queue = calloc((size_t)(n ? n : 1), sizeof *s->eval_queue);
     s->eq_len = s->eq_head = 0;
@@ -1019,11 +1166,14 @@ static int form_batch(ctl_state *s, batch *b)
     b->taken = calloc((size_t)(s->r_len - s->r_head) + 1, sizeof *b->taken);
     if (!b->q || !b->taken) return rl_fail(MANTA_ENOMEM, "batch: out of memory");
     while (s->r_head < s->r_len) {
-        group *g = &s->groups[s->ready[s->r_head]];
+        group *g = &GRP(s, s->ready[s->r_head]);
         int usable = drop_stale(s, g);
         if (usable > 0 && b->nq + usable > b->cap) break;
         s->r_head++;
-        if (usable == 0) continue;
+        if (usable == 0) {
+            group_release(g);
+            continue;
+        }
         add_group(s, b, g);
         b->taken[b->ntaken++] = s->ready[s->r_head - 1];
     }
@@ -1036,16 +1186,14 @@ static int form_batch(ctl_state *s, batch *b)
 static void release_groups(ctl_state *s, const batch *b, int trained)
 {
     for (int i = 0; i < b->ntaken; i++) {
-        group *g = &s->groups[b->taken[i]];
+        group *g = &GRP(s, b->taken[i]);
         for (int j = 0; j < g->n; j++) {
             if (g->usable[j] && trained)
-                s->eps[g->first_ep + j].state = EP_TRAINED;
+                EPI(s, g->first_ep + j).state = EP_TRAINED;
             else if (g->usable[j])
                 drop(s, g->first_ep + j, 0, "learner step failed");
-            rl_traj_destroy(&g->trajs[j]);
         }
-        free(g->trajs), free(g->usable); /* nothing refers to a consumed group's trajectories */
-        g->trajs = NULL, g->usable = NULL;
+        group_release(g); /* nothing refers to a consumed group's trajectories */
     }
 }
 
@@ -1172,18 +1320,69 @@ static cJSON *summary_json(ctl_state *s)
     return j;
 }
 
+/* summary.json with `status` ("done", "failed: <why>", "interrupted"),
+ * written atomically (a temporary file renamed over it); returns the text
+ * (the caller frees it) or NULL when out of memory. */
+static char *summary_text(ctl_state *s, const char *status)
+{
+    cJSON *j = summary_json(s);
+    cJSON_AddStringToObject(j, "status", status);
+    char *txt = cJSON_Print(j);
+    cJSON_Delete(j);
+    return txt;
+}
+
+static void write_summary_text(ctl_state *s, const char *txt)
+{
+    char path[700], tmp[720];
+    snprintf(path, sizeof path, "%s/summary.json", s->run_dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int ok =
+        f && fputs(txt, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (f && fclose(f)) ok = 0;
+    if (ok && rename(tmp, path) == 0) return;
+    rl_log(s->m, "controller: cannot write %s: %s", path, strerror(errno));
+    unlink(tmp);
+}
+
+static void write_summary(ctl_state *s, const char *status)
+{
+    char *txt = summary_text(s, status);
+    if (txt) write_summary_text(s, txt);
+    free(txt);
+}
+
+/* The run failed for good: summary.json says why, the run method answers
+ * with an error naming the cause (so `manta run` exits non-zero). */
+static void fail_run(ctl_state *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail_run(ctl_state *s, const char *fmt, ...)
+{
+    char why[400], status[420];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    s->stop = 1, s->admit_train = 0;
+    s->phase = PH_DONE;
+    if (s->t_rl_start > 0 && s->t_rl == 0) s->t_rl = rl_now_s() - s->t_rl_start;
+    snprintf(status, sizeof status, "failed: %s", why);
+    rl_log(s->m, "controller: run %s", status);
+    write_summary(s, status);
+    if (s->metrics) fclose(s->metrics), s->metrics = NULL;
+    if (s->traj_dump) fclose(s->traj_dump), s->traj_dump = NULL;
+    if (s->run_req) manta_reply_error(s->run_req, MANTA_EREMOTE, "run failed: %s", why);
+    s->run_req = NULL;
+}
+
 /* The end: summary.json, the model saved by shard 0, the deferred reply. */
 static void finish_run(ctl_state *s)
 {
     s->stop = 1;
     s->phase = PH_DONE;
-    cJSON *j = summary_json(s);
-    char *txt = cJSON_Print(j);
-    cJSON_Delete(j);
+    char *txt = summary_text(s, "done");
+    if (txt) write_summary_text(s, txt);
     char path[700];
-    snprintf(path, sizeof path, "%s/summary.json", s->run_dir);
-    FILE *f = fopen(path, "w");
-    if (f) fputs(txt ? txt : "", f), fputc('\n', f), fclose(f);
     if (s->metrics) fclose(s->metrics), s->metrics = NULL;
     if (s->traj_dump) fclose(s->traj_dump), s->traj_dump = NULL;
     snprintf(path, sizeof path, "%s/model.safetensors", s->run_dir);
@@ -1237,6 +1436,10 @@ static int periodic_eval_done(ctl_state *s)
 /* One turn of training: stop conditions, evaluations, at most one step. */
 static void train_turn(ctl_state *s)
 {
+    if (s->version == 0 && s->max_versions > 0 && rl_now_s() - s->t_start >= s->max_time_s) {
+        fail_run(s, "no policy version trained in rl.max_time_s (%g s)", s->max_time_s);
+        return;
+    }
     if (s->version >= s->max_versions || rl_now_s() - s->t_start >= s->max_time_s ||
         periodic_eval_done(s)) {
         end_training(s);
@@ -1248,10 +1451,18 @@ static void train_turn(ctl_state *s)
         s->eval_vmax = (int32_t)s->version; /* one evaluation per version */
     }
     if (rl_now_s() < s->retry_at || !batch_ready(s)) return;
-    if (rl_step(s)) {
-        rl_log(s->m, "controller: learner step failed (%s); retrying", rl_last_error());
-        s->retry_at = rl_now_s() + 0.1;
+    if (rl_step(s) == 0) {
+        s->step_failures = 0;
+        return;
     }
+    if (++s->step_failures >= s->max_step_failures) {
+        fail_run(s, "learner step failed %d times in a row (rl.max_step_failures): %s",
+                 s->step_failures, rl_last_error());
+        return;
+    }
+    rl_log(s->m, "controller: learner step failed (%s); retry %d of %d", rl_last_error(),
+           s->step_failures, s->max_step_failures - 1);
+    s->retry_at = rl_now_s() + 0.1 * s->step_failures;
 }
 
 /* An evaluation phase is over when every episode is in or its time is up. */
@@ -1265,6 +1476,11 @@ static void advance(ctl_state *s)
     if (s->advancing) return; /* a step waits on the learners: the loop runs nested */
     s->advancing = 1;
     reclaim(s);
+    compact(s);
+    for (int k = 0; k < 2 && s->phase != PH_DONE; k++)
+        if (s->missing_since[k] > 0 && s->missing_last[k] - s->missing_since[k] > s->max_missing_s)
+            fail_run(s, "episodes dropped for %.0f s (rl.max_missing_s %g): %s",
+                     s->missing_last[k] - s->missing_since[k], s->max_missing_s, s->missing_why[k]);
     switch (s->phase) {
     case PH_EVAL_INITIAL:
         if (!eval_over(s)) break;
@@ -1309,6 +1525,9 @@ static int open_run_dir(ctl_state *s)
     snprintf(path, sizeof path, "%s/trajectories.msgpack", s->run_dir);
     s->traj_dump = fopen(path, "wb");
     if (!s->metrics || !s->traj_dump) return rl_fail(MANTA_ESYS, "cannot write in %s", s->run_dir);
+    snprintf(path, sizeof path, "%s/summary.json", s->run_dir);
+    unlink(path); /* a previous run's must not pass for this one's */
+    s->run_dir_open = 1;
     return 0;
 }
 

@@ -314,6 +314,8 @@ static const char *const rl_keys[] = {"group_size",
                                       "eval_problems",
                                       "stop_at",
                                       "run_dir",
+                                      "max_missing_s",
+                                      "max_step_failures",
                                       NULL};
 static const char *const task_keys[] = {"train", "heldout", "demos", NULL};
 static const char *const reward_keys[] = {"rule", "tolerance", "url", NULL};

@@ -66,7 +66,8 @@ typedef struct rollout_state {
     manta_actor *ctl;
     manta_actor **envs, **rewards; /* the live ones, growing */
     int n_envs, n_rewards, cap_envs, cap_rewards, rr_env, rr_reward;
-    int64_t last_discover;
+    int64_t last_discover, discoveries; /* directory reads */
+    int discover_soon;
     int64_t version; /* -1 until the first weights arrive */
     manta_future *admit;
     manta_future *handback; /* the latest handback call */
@@ -195,11 +196,26 @@ static int discover_group(rollout_state *s, const char *group, manta_actor ***ou
     return n;
 }
 
+/* The directory is read at most once per DISCOVER_MS; while a group is
+ * empty, or after a failed call asked for a refresh (refresh_discovery), at
+ * most once per DISCOVER_RETRY_MS: a group that is gone must not cost a
+ * Redis round trip per episode, and one that is back is seen soon. */
+#define DISCOVER_MS       1000
+#define DISCOVER_RETRY_MS 200
+
+static void refresh_discovery(rollout_state *s)
+{
+    s->discover_soon = 1;
+}
+
 static void discover(rollout_state *s)
 {
-    int64_t now = rl_now_ms();
-    if (s->n_envs && s->n_rewards && now - s->last_discover < 1000) return;
+    int64_t now = rl_now_ms(), since = now - s->last_discover;
+    int soon = s->discover_soon || !s->n_envs || !s->n_rewards;
+    if (s->discoveries && since < (soon ? DISCOVER_RETRY_MS : DISCOVER_MS)) return;
     s->last_discover = now;
+    s->discover_soon = 0;
+    s->discoveries++;
     s->n_envs = discover_group(s, s->env_group, &s->envs, &s->cap_envs);
     s->n_rewards = discover_group(s, s->reward_group, &s->rewards, &s->cap_rewards);
     if (!s->ctl) manta_actor_lookup(s->m, s->controller, &s->ctl);
@@ -301,7 +317,8 @@ static void finish(rollout_state *s, int k)
     discover(s);
     if (s->n_rewards == 0) {
         sl->traj.status = RL_EP_ERROR;
-        snprintf(sl->traj.error, sizeof sl->traj.error, "no reward actor");
+        snprintf(sl->traj.error, sizeof sl->traj.error, "no reward actor in group '%s'",
+                 s->reward_group);
         sl->state = SLOT_SCORE;
         sl->fut = NULL;
         return;
@@ -388,8 +405,10 @@ static void observe_error(rollout_state *s, int k, const char *text)
 static void poll_tool(rollout_state *s, int k)
 {
     slot *sl = &s->slots[k];
-    if (!sl->fut) {
-        observe_error(s, k, "error: no env");
+    if (!sl->fut) { /* no env actor: the episode is dropped, not taught a fake error */
+        sl->traj.status = RL_EP_ERROR;
+        snprintf(sl->traj.error, sizeof sl->traj.error, "no env actor in group '%s'", s->env_group);
+        sl->state = SLOT_SCORE;
         return;
     }
     if (!manta_future_done(sl->fut)) return;
@@ -402,7 +421,7 @@ static void poll_tool(rollout_state *s, int k)
     int rc = manta_get(f, 0, &d, &n);
     if (rc && sl->tool_tries++ < 4) {
         manta_future_free(f);
-        s->last_discover = 0;
+        refresh_discovery(s);
         send_tool(s, k);
         return;
     }
@@ -727,8 +746,9 @@ static int rollout_stats(manta_req *req, void *state, const void *arg, size_t le
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 12);
+    msgpack_pack_map(&pk, 13);
     rl_pack_kv_int(&pk, "version", s->version);
+    rl_pack_kv_int(&pk, "discoveries", s->discoveries);
     rl_pack_kv_int(&pk, "episodes", (int64_t)s->episodes);
     rl_pack_kv_int(&pk, "tokens", (int64_t)s->tokens);
     rl_pack_kv_int(&pk, "steps", (int64_t)s->steps);
