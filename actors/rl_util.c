@@ -29,6 +29,9 @@ int rl_fail(int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    /* Also the runtime's: a class init that fails with it has the runtime
+     * carry the reason to whoever created the actor (not only to its log). */
+    manta_fail(code, "%s", last_error);
     return code;
 }
 

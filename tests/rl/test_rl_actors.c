@@ -254,6 +254,11 @@ static void expect_init_fails(const char *cls, const char *section, const char *
     char want[64];
     snprintf(want, sizeof want, "init of class %s failed (invalid argument)", cls);
     assert_non_null(strstr(manta_last_error(), want));
+    /* the reason reaches the creator, not only the actor's log */
+    snprintf(want, sizeof want, "%s", k);
+    const char *reason = strstr(manta_last_error(), "): ");
+    if (!reason || !strstr(reason, want))
+        fail_msg("init failure of %s does not name '%s': %s", cls, k, manta_last_error());
 }
 
 static void test_bad_settings(void **st)
