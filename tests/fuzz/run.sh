@@ -26,7 +26,9 @@ cp -R "$corpus"/. "$tmp/corpus/"
 
 # Known leaks with a reproducer in crashes/ (see lsan.supp); the caller's
 # ASan/UBSan options (the CI's log_path) are kept.
-export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$here/lsan.supp"
+# print_suppressions=0: the "Suppressions used" table would otherwise land in
+# the CI's sanitizer log folder, which fails the run.
+export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$here/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}print_stacktrace=1"
 
 rc=0
