@@ -29,7 +29,7 @@ cp -R "$corpus"/. "$tmp/corpus/"
 # print_suppressions=0: the "Suppressions used" table would otherwise land in
 # the CI's sanitizer log folder, which fails the run.
 export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$here/lsan.supp:print_suppressions=0"
-export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}print_stacktrace=1"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}print_stacktrace=1:halt_on_error=1:suppressions=$here/ubsan.supp"
 
 rc=0
 "$harness" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
