@@ -217,6 +217,10 @@ int64_t rl_mp_int(const msgpack_object *o, int64_t def)
         return o->via.i64;
     case MSGPACK_OBJECT_FLOAT32:
     case MSGPACK_OBJECT_FLOAT64:
+        /* in range, or the default: casting NaN or a float outside int64
+         * to an integer is undefined behaviour (found by the traj fuzzer) */
+        if (!(o->via.f64 >= -9.2233720368547758e18 && o->via.f64 < 9.2233720368547758e18))
+            return def;
         return (int64_t)o->via.f64;
     case MSGPACK_OBJECT_BOOLEAN:
         return o->via.boolean;

@@ -1686,9 +1686,10 @@ static void validate(ctx *c, spec_impl *si, const manta_spec_options *o)
         } else if (!strcmp(k->text, "log_dir")) {
             if (!is_null_node(v)) s->log_dir = want_str(e, v, "a folder path");
         } else if (!strcmp(k->text, "groups")) {
-            check_groups(c, si, groups = v, o);
+            /* a second `groups:` is already a duplicate-key error: not read */
+            if (!groups) check_groups(c, si, groups = v, o);
         } else if (!strcmp(k->text, "nodes")) {
-            if (!is_null_node(v)) check_nodes(c, si, nodes = v), nodes_key = k;
+            if (!nodes && !is_null_node(v)) check_nodes(c, si, nodes = v), nodes_key = k;
         } else {
             /* Free-form section. A scalar is almost surely a typo of a
              * fixed key, as is a collection named one edit away from one. */

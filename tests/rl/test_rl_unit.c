@@ -527,6 +527,24 @@ static void test_settings_reader(void **st)
     assert_int_equal(rl_args_close(&a, NULL), MANTA_EINVAL);
 }
 
+/* Floats that do not fit an int64 give the default (the cast would be
+ * undefined behaviour; found by the traj fuzzer). */
+static void test_mp_int_floats(void **st)
+{
+    (void)st;
+    msgpack_object o = {.type = MSGPACK_OBJECT_FLOAT64};
+    o.via.f64 = -1e31;
+    assert_int_equal(rl_mp_int(&o, -7), -7);
+    o.via.f64 = 1e19;
+    assert_int_equal(rl_mp_int(&o, -7), -7);
+    o.via.f64 = NAN;
+    assert_int_equal(rl_mp_int(&o, -7), -7);
+    o.via.f64 = 42.9;
+    assert_int_equal(rl_mp_int(&o, -7), 42);
+    o.via.f64 = -3.0;
+    assert_int_equal(rl_mp_int(&o, -7), -3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -535,6 +553,7 @@ int main(void)
         cmocka_unit_test(test_traj_masks_and_codec), cmocka_unit_test(test_traj_decode_fuzz),
         cmocka_unit_test(test_reward_rules),         cmocka_unit_test(test_admit_codec),
         cmocka_unit_test(test_step_codec),           cmocka_unit_test(test_settings_reader),
+        cmocka_unit_test(test_mp_int_floats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1282,6 +1282,15 @@ static void test_no_error_list(void **state)
     assert_non_null(strstr(manta_last_error(), "replicas"));
     assert_null(manta_spec_load_file("/nonexistent/spec.yaml", NULL, NULL));
     assert_non_null(strstr(manta_last_error(), "cannot open"));
+    /* a second top-level groups: or nodes: is a duplicate, and is not read
+     * (reading it leaked the first one's tables; found by the spec fuzzer) */
+    const char *dups[] = {"job: {name: a}\ngroups: {a: {class: x}}\ngroups: {b: {class: y}}\n",
+                          "job: a\ngroups: {a: {class: x}}\nnodes: {n: {cpu: 1}}\n"
+                          "nodes: {m: {cpu: 2}}\n"};
+    for (size_t i = 0; i < 2; i++) {
+        assert_null(manta_spec_load_buffer(dups[i], strlen(dups[i]), "dup.yaml", NULL, NULL));
+        assert_non_null(strstr(manta_last_error(), "duplicate key"));
+    }
 }
 
 int main(void)
