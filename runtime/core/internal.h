@@ -374,5 +374,8 @@ const manta_class *mn_find_class(manta_ctx *m, const char *name, const char *lib
 int mn_actor_main(manta_ctx *m); /* never returns */
 int mn_node_main(manta_ctx *m);  /* never returns */
 int mn_node_spawn_local(manta_ctx *m);
+/* The node agent's reading of a `spawn` request's payload, on its own (for
+ * the fuzz harness): 0, or EPROTO/EINVAL with the reason in err. */
+int mn_node_parse_spawn(const void *arg, size_t len, char *err, size_t errlen);
 
 #endif

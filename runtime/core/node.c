@@ -233,6 +233,17 @@ static int parse_spawn(const void *arg, size_t len, child *c, const char **args,
     return 0;
 }
 
+int mn_node_parse_spawn(const void *arg, size_t len, char *err, size_t errlen)
+{
+    child *c = calloc(1, sizeof *c);
+    if (!c) return snprintf(err, errlen, "spawn: out of memory"), MANTA_ENOMEM;
+    const char *args;
+    size_t args_len;
+    int rc = parse_spawn(arg, len, c, &args, &args_len, err, errlen);
+    free(c);
+    return rc;
+}
+
 /* 1 if `exe` is this agent's own program (the same file), else 0: an agent
  * runs nothing else, whoever asks. */
 static int own_program(const char *exe)
