@@ -368,7 +368,7 @@ static void test_failover(void **st)
     manta_spec_errors_destroy(&errs);
     assert_non_null(s);
     manta_job_t *job = NULL;
-    manta_job_options o = {.node_timeout_ms = 3000};
+    manta_job_options o = {.node_timeout_ms = 10000};
     int rc = MANTA_ESPAWN;
     /* until both nodes have registered, there is no room for `big` */
     for (int t = 0; t < 100 && rc == MANTA_ESPAWN; t++)
