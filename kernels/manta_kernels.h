@@ -82,16 +82,51 @@ int mk_get_threads(void);
 
 /* ---- configuration ------------------------------------------------------ */
 
+/* The model families.  One description (mk_config) drives all of them; the
+ * family fixes the block's parts:
+ *   GPT2   LayerNorm with bias, learned positions (wpe), tanh-GELU MLP,
+ *          biases on every linear layer, head tied to wte;
+ *   LLAMA  RMSNorm (weight only), rotary positions (rope_theta, optional
+ *          Llama 3 rope_scaling), SwiGLU MLP, grouped-query attention,
+ *          biases per attn_bias / attn_out_bias / mlp_bias, head tied or not;
+ *   QWEN2  LLAMA with biases on q, k, v (attn_bias forced on, o none);
+ *   QWEN3  LLAMA plus RMSNorm of every query and key head (q_norm, k_norm,
+ *          weight [head_dim]) before the rotation; head_dim free. */
+typedef enum mk_arch { MK_ARCH_GPT2 = 0, MK_ARCH_LLAMA, MK_ARCH_QWEN2, MK_ARCH_QWEN3 } mk_arch;
+
 typedef struct mk_config {
     int n_layer;    /* transformer blocks */
-    int n_head;     /* attention heads; must divide n_embd */
-    int n_embd;     /* width C */
+    int n_head;     /* attention (query) heads */
+    int n_embd;     /* width C (hidden_size) */
     int block_size; /* context length: positions 0 .. block_size-1 */
     int vocab_size; /* V, e.g. 260 for bytes plus four specials */
+    /* Everything below is zero for GPT-2 (a zero means "the family's
+     * default"); mk_config_resolve fills the defaults in. */
+    mk_arch arch;
+    int n_kv_head;     /* key/value heads (GQA); 0: n_head.  Divides n_head */
+    int head_dim;      /* 0: n_embd / n_head (then n_head must divide n_embd) */
+    int n_inner;       /* MLP width (intermediate_size); 0: 4 n_embd for GPT2 */
+    float norm_eps;    /* 0: 1e-5 (GPT2's layer_norm_epsilon) or 1e-6 (rms_norm_eps) */
+    float rope_theta;  /* 0: 10000 */
+    int untied_head;   /* 1: a separate lm_head.weight [V,C] (not GPT2) */
+    int attn_bias;     /* biases on q, k, v (GPT2 and QWEN2: always) */
+    int attn_out_bias; /* bias on the output projection (GPT2: always) */
+    int mlp_bias;      /* biases on the MLP's products (GPT2: always) */
+    /* Llama 3 rope_scaling ("rope_type": "llama3"); rope_factor 0: none */
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_orig_ctx; /* original_max_position_embeddings */
 } mk_config;
 
-/* MK_OK if every field is positive and n_head divides n_embd, else MK_ERR_ARG. */
+/* MK_OK if the description is complete and consistent (sizes positive,
+ * n_kv_head divides n_head, head_dim even for rotary families, GPT2 fields
+ * that do not apply left zero), else MK_ERR_ARG naming the field. */
 int mk_config_check(const mk_config *cfg);
+/* Copies cfg to *out with every default filled in (n_kv_head, head_dim,
+ * n_inner, norm_eps, rope_theta, the forced biases); then checks it.  The
+ * model keeps the resolved copy (mk_model_config). */
+int mk_config_resolve(const mk_config *cfg, mk_config *out);
+/* "gpt2", "llama", "qwen2", "qwen3" (the transformers model_type), or "?". */
+const char *mk_arch_name(mk_arch a);
 /* Number of float parameters of a model of this size (0 if cfg is invalid). */
 size_t mk_config_num_params(const mk_config *cfg);
 
@@ -125,13 +160,22 @@ const mk_backend *mk_model_backend(const mk_model *m);
  * biases 0, LayerNorm gains 1.  Zeroes the AdamW moments.  Deterministic. */
 void mk_model_init(mk_model *m, uint64_t seed);
 
-/* The flat parameter vector and its size table.  Tensors lie in checkpoint
- * order: wte, wpe, then for each block ln_1.{weight,bias},
+/* The flat parameter vector and its size table.  For GPT2 the tensors lie
+ * in checkpoint order: wte, wpe, then for each block ln_1.{weight,bias},
  * attn.c_attn.{weight,bias}, attn.c_proj.{weight,bias}, ln_2.{weight,bias},
  * mlp.c_fc.{weight,bias}, mlp.c_proj.{weight,bias}, then ln_f.{weight,bias}.
- * Linear weights use GPT-2's Conv1D layout [in, out]; y = x W + b.  Gradients
- * and AdamW moments have the same layout, so a learner shard can own the
- * slice [off, off+len) of all four. */
+ * Every family uses the same internal layout: linear weights [in, out]
+ * (y = x W + b, GPT-2's Conv1D), the query, key and value products fused
+ * into one [C, (NH + 2 NKV) hd] matrix and SwiGLU's gate and up products
+ * into one [C, 2 I] matrix (gate columns first).  For the other families
+ * the tensors are, per block: input_norm.weight, attn.qkv.{weight,bias?},
+ * attn.q_norm.weight and attn.k_norm.weight (QWEN3), attn.o.{weight,bias?},
+ * post_norm.weight, mlp.gate_up.{weight,bias?}, mlp.down.{weight,bias?};
+ * around them embed.weight first and norm.weight (then lm_head.weight when
+ * untied) last.  Checkpoints keep transformers' names and nn.Linear
+ * [out, in] layout; the loaders and writers translate (see the checkpoint
+ * tensors below).  Gradients and AdamW moments have the same layout, so a
+ * learner shard can own the slice [off, off+len) of all four. */
 typedef struct mk_tensor_info {
     char name[64]; /* Hugging Face name without prefix, e.g. "h.0.ln_1.weight" */
     size_t offset; /* first element in the flat vector */
@@ -143,6 +187,19 @@ size_t mk_model_num_params(const mk_model *m);
 int mk_model_num_tensors(const mk_model *m);
 /* Fills *info for tensor i in [0, mk_model_num_tensors); MK_ERR_ARG otherwise. */
 int mk_model_tensor(const mk_model *m, int i, mk_tensor_info *info);
+
+/* The checkpoint's view: the tensors as transformers names and shapes them
+ * (full names, e.g. "transformer.h.0.attn.c_attn.weight",
+ * "model.layers.0.self_attn.q_proj.weight" [NH hd, C], "lm_head.weight"),
+ * each a slice of an internal tensor, transposed for nn.Linear weights.
+ * info->offset is unused (0).  mk_model_read_hf copies one of them, by its
+ * name with or without the "transformer."/"model." prefix, from the
+ * parameters (grads 0) or the gradients (grads 1) into dst in the
+ * checkpoint's layout (numel floats, row-major); MK_ERR_MISSING if the model
+ * has no such tensor. */
+int mk_model_num_hf_tensors(const mk_model *m);
+int mk_model_hf_tensor(const mk_model *m, int i, mk_tensor_info *info);
+int mk_model_read_hf(const mk_model *m, const char *name, int grads, float *dst);
 
 /* Back-end pointers to the flat parameters and gradients (host memory on the
  * CPU back-end, device memory on CUDA).  Owned by the model. */
@@ -327,6 +384,10 @@ uint16_t mk_f32_to_f16(float x);
 typedef struct mk_decoder mk_decoder;
 
 int mk_decoder_new(mk_decoder **out, mk_model *m, int n_slots);
+/* As mk_decoder_new with room for context <= block_size positions per slot
+ * (a pretrained model's block_size is its max_position_embeddings, often
+ * 32768 or more: far more KV cache than a rollout needs). */
+int mk_decoder_new_ctx(mk_decoder **out, mk_model *m, int n_slots, int context);
 void mk_decoder_free(mk_decoder *d);
 int mk_decoder_num_slots(const mk_decoder *d);
 /* Empties slot s (a sequence leaves; a new one may join) and seeds its

@@ -30,22 +30,29 @@ struct mk__backend {
     void (*copy)(void *dst, const void *src, size_t bytes);
     void (*zero)(void *p, size_t bytes);
 
-    /* out[R,C] = wte[tokens[r]] + wpe[pos[r]] */
+    /* out[R,C] = wte[tokens[r]] + wpe[pos[r]] (wpe NULL: no position term) */
     void (*embed_fwd)(float *out, const int *tokens, const int *pos, const float *wte,
                       const float *wpe, int R, int C);
-    /* dwte[tokens[r]] += dout[r], dwpe[pos[r]] += dout[r] */
+    /* dwte[tokens[r]] += dout[r], dwpe[pos[r]] += dout[r] (dwpe may be NULL) */
     void (*embed_bwd)(float *dwte, float *dwpe, const float *dout, const int *tokens,
                       const int *pos, int R, int C);
-    /* LayerNorm over rows, eps 1e-5; mean, rstd [R] may be NULL */
+    /* LayerNorm over rows with eps; mean, rstd [R] may be NULL */
     void (*ln_fwd)(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                   const float *b, int R, int C);
+                   const float *b, int R, int C, float eps);
     /* dinp += ..., dw += ..., db += ... */
     void (*ln_bwd)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                    const float *w, const float *mean, const float *rstd, int R, int C);
+    /* RMSNorm as transformers' LlamaRMSNorm: out = w * x / sqrt(mean(x^2) + eps),
+     * in float; rstd [R] may be NULL */
+    void (*rms_fwd)(float *out, float *rstd, const float *inp, const float *w, int R, int C,
+                    float eps);
+    /* dinp += ..., dw += ... (rstd from rms_fwd) */
+    void (*rms_bwd)(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                    const float *rstd, int R, int C);
     /* out[R,OC] = inp[R,IC] w[IC,OC] + bias[OC] (bias may be NULL) */
     void (*mm_fwd)(float *out, const float *inp, const float *w, const float *bias, int R, int IC,
                    int OC);
-    /* dinp = dout w^T (overwrites); dw += inp^T dout; dbias += colsum(dout) */
+    /* dinp = dout w^T (overwrites); dw += inp^T dout; dbias += colsum(dout) (dbias may be NULL) */
     void (*mm_bwd)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                    const float *w, int R, int IC, int OC);
     /* logits[R,V] = inp[R,C] wte[V,C]^T */
@@ -53,26 +60,54 @@ struct mk__backend {
     /* dinp = dlogits wte (overwrites); dwte += dlogits^T inp */
     void (*head_bwd)(float *dinp, float *dwte, const float *dlogits, const float *inp,
                      const float *wte, int R, int C, int V);
-    /* causal attention: qkv [B,T,3C] (q|k|v, heads of C/NH), out [B,T,C],
-     * att [B,NH,T,T] softmax probabilities (row t uses 0..t) */
-    void (*attn_fwd)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-    /* dqkv = (overwrites); datt [B,NH,T,T] is scratch (the gradient of att) */
+
+    /* Attention shapes.  A qkv row holds NH query heads, then NKV key heads, then NKV value
+     * heads, hd floats each: W = (NH + 2 NKV) hd floats.  Query head h reads key/value head
+     * h / (NH / NKV) (grouped-query attention; GPT-2 is NKV = NH, hd = C / NH).  Outputs are
+     * rows of NH hd floats.  Scores are scaled by 1/sqrt(hd). */
+
+    /* The rotary family's preparation of q and k, row r at position pos[r]: for each query
+     * and key head, optionally RMSNorm over the head (wq, wk [hd]; NULL: no norm; rstd
+     * [R, NH + NKV] receives each head's 1/rms, may be NULL), then the rotation of
+     * transformers' rotate_half form: for i < hd/2, with c = cosb[pos][i], s = sinb[pos][i],
+     *   y[i] = x[i] c - x[i + hd/2] s,   y[i + hd/2] = x[i + hd/2] c + x[i] s.
+     * cosb, sinb: [block_size, hd/2].  Value heads are copied.  out and inp are [R, W]
+     * and do not overlap. */
+    void (*qk_fwd)(float *out, float *rstd, const float *inp, const float *wq, const float *wk,
+                   const float *cosb, const float *sinb, const int *pos, int R, int NH, int NKV,
+                   int hd, float eps);
+    /* dinp [R, W] = gradient through qk_fwd of dout (overwrites); dwq, dwk += (when wq, wk
+     * are not NULL).  inp, rstd as given to / produced by qk_fwd. */
+    void (*qk_bwd)(float *dinp, float *dwq, float *dwk, const float *dout, const float *inp,
+                   const float *wq, const float *wk, const float *rstd, const float *cosb,
+                   const float *sinb, const int *pos, int R, int NH, int NKV, int hd);
+    /* causal attention: qkv [B,T,W], out [B,T,NH hd], att [B,NH,T,T] softmax probabilities
+     * (row t uses 0..t) */
+    void (*attn_fwd)(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV,
+                     int hd);
+    /* dqkv [B,T,W] (overwrites; key/value heads sum over their group of query heads); datt
+     * [B,NH,T,T] is scratch (the gradient of att) */
     void (*attn_bwd)(float *dqkv, float *datt, const float *dout, const float *qkv,
-                     const float *att, int B, int T, int C, int NH);
+                     const float *att, int B, int T, int NH, int NKV, int hd);
     /* tanh GELU (GPT-2 "gelu_new"); bwd overwrites dinp */
     void (*gelu_fwd)(float *out, const float *inp, size_t n);
     void (*gelu_bwd)(float *dinp, const float *inp, const float *dout, size_t n);
+    /* SwiGLU: inp [R, 2I] holds gate (columns 0..I) then up; out[R,I] = silu(gate) * up,
+     * silu(x) = x / (1 + exp(-x)).  bwd: dinp [R, 2I] (overwrites) from dout [R, I]. */
+    void (*swiglu_fwd)(float *out, const float *inp, int R, int I);
+    void (*swiglu_bwd)(float *dinp, const float *inp, const float *dout, int R, int I);
     /* out = a + b */
     void (*add)(float *out, const float *a, const float *b, size_t n);
 
-    /* decoding with a KV cache.  kc, vc: one layer's caches [S, Tmax, C].
-     * Row r belongs to slot[r] at position pos[r]; qkv [R,3C]. */
+    /* decoding with a KV cache.  kc, vc: one layer's caches [S, Tmax, NKV hd].  Row r
+     * belongs to slot[r] at position pos[r]; qkv [R, W] (after qk_fwd for rotary families). */
     void (*kv_store)(float *kc, float *vc, const float *qkv, const int *slot, const int *pos, int R,
-                     int C, int Tmax);
-    /* out[r] = attention of q[r] over kc/vc[slot[r], 0..pos[r]]; att [R,NH,Tmax] is
-     * scratch for the scores */
+                     int NH, int NKV, int hd, int Tmax);
+    /* out[r] (NH hd floats) = attention of row r's queries over kc/vc[slot[r], 0..pos[r]];
+     * att [R,NH,Tmax] is scratch for the scores */
     void (*attn_decode)(float *out, float *att, const float *qkv, const float *kc, const float *vc,
-                        const int *slot, const int *pos, int R, int C, int NH, int Tmax);
+                        const int *slot, const int *pos, int R, int NH, int NKV, int hd,
+                        int Tmax);
 
     /* per row: logp[r] = log softmax(logits[r])[targets[r]], ent[r] = entropy */
     void (*row_stats)(float *logp, float *ent, const float *logits, const int *targets, int R,
@@ -142,21 +177,26 @@ void mk__st_read(float *dst, const mk__st_file *f, const mk__st_entry *e);
 int mk__st_write(const char *path, const mk_tensor_info *ts, int n, const float *params,
                  mk_dtype dt, const char *prefix);
 
-/* Activations of the training graph, one allocation carved by a size table. */
+/* Activations of the training graph, one allocation carved by a size table.
+ * W = (NH + 2 NKV) hd is the width of a qkv row, A = NH hd of an attention
+ * output, F the MLP's first product (4C for GPT2, 2I gate|up otherwise), H its
+ * hidden width (4C, or I). */
 enum {
     MK_ACT_ENC,     /* [B,T,C] embeddings, the residual stream into block 0 */
     MK_ACT_LN1,     /* [L,B,T,C] */
     MK_ACT_LN1M,    /* [L,B,T] */
     MK_ACT_LN1R,    /* [L,B,T] */
-    MK_ACT_QKV,     /* [L,B,T,3C] */
-    MK_ACT_ATTY,    /* [L,B,T,C] attention output before projection */
+    MK_ACT_QKVR,    /* [L,B,T,W] the qkv product before qk_fwd (rotary families; else empty) */
+    MK_ACT_QKR,     /* [L,B,T,NH+NKV] per-head 1/rms of q_norm/k_norm (QWEN3; else empty) */
+    MK_ACT_QKV,     /* [L,B,T,W] what attention reads */
+    MK_ACT_ATTY,    /* [L,B,T,A] attention output before projection */
     MK_ACT_ATT,     /* [L,B,NH,T,T] */
     MK_ACT_RES2,    /* [L,B,T,C] residual after attention */
     MK_ACT_LN2,     /* [L,B,T,C] */
     MK_ACT_LN2M,    /* [L,B,T] */
     MK_ACT_LN2R,    /* [L,B,T] */
-    MK_ACT_FCH,     /* [L,B,T,4C] */
-    MK_ACT_FCG,     /* [L,B,T,4C] after GELU */
+    MK_ACT_FCH,     /* [L,B,T,F] */
+    MK_ACT_FCG,     /* [L,B,T,H] after GELU / SwiGLU */
     MK_ACT_RES3,    /* [L,B,T,C] residual after MLP: the block's output */
     MK_ACT_LNF,     /* [B,T,C] */
     MK_ACT_LNFM,    /* [B,T] */
@@ -171,40 +211,73 @@ enum {
  * worth of scratch is needed. */
 enum {
     MK_G_RES,  /* [B,T,C] gradient of the residual stream */
-    MK_G_LN,   /* [B,T,C] gradient of a LayerNorm output */
-    MK_G_QKV,  /* [B,T,3C] */
-    MK_G_ATTY, /* [B,T,C] */
-    MK_G_FCH,  /* [B,T,4C] */
-    MK_G_FCG,  /* [B,T,4C] */
+    MK_G_LN,   /* [B,T,C] gradient of a norm's output */
+    MK_G_QKV,  /* [B,T,W] */
+    MK_G_QKVR, /* [B,T,W] gradient of the raw qkv product (rotary families) */
+    MK_G_ATTY, /* [B,T,A] */
+    MK_G_FCH,  /* [B,T,F] */
+    MK_G_FCG,  /* [B,T,H] */
     MK_G_ATT,  /* [B,NH,T,T] gradient of the attention probabilities (attn_bwd's scratch) */
     MK_G_N
 };
 
-/* Parameter tensors of one block, in checkpoint order. */
+/* Parameter tensors of one block, in checkpoint order; absent ones (biases
+ * a family lacks, q/k norms outside QWEN3) have index -1. */
 enum {
     MK_P_LN1W,
     MK_P_LN1B,
-    MK_P_QKVW,
-    MK_P_QKVB,
-    MK_P_PROJW,
+    MK_P_QKVW, /* [C, W] */
+    MK_P_QKVB, /* [W] */
+    MK_P_QNW,  /* [hd] */
+    MK_P_KNW,  /* [hd] */
+    MK_P_PROJW, /* [A, C] */
     MK_P_PROJB,
     MK_P_LN2W,
     MK_P_LN2B,
-    MK_P_FCW,
+    MK_P_FCW, /* [C, F] */
     MK_P_FCB,
-    MK_P_FCPW,
+    MK_P_FCPW, /* [H, C] */
     MK_P_FCPB,
     MK_P_PER_LAYER
 };
 
+/* Model-level tensors; absent ones have index -1. */
+enum {
+    MK_T_WTE,  /* [V, C] token embedding (and the tied head) */
+    MK_T_WPE,  /* [block_size, C] GPT2 only */
+    MK_T_LNFW, /* [C] final norm */
+    MK_T_LNFB, /* [C] GPT2 only */
+    MK_T_HEAD, /* [V, C] untied lm_head only */
+    MK_T_N
+};
+
+/* How a checkpoint tensor maps onto an internal tensor. */
+enum {
+    MK_HF_COPY,  /* the same shape and layout */
+    MK_HF_TCOLS, /* nn.Linear weight [out, in]: columns col0 .. col0+out of an internal [in, W] */
+    MK_HF_SLICE, /* a bias [out]: elements col0 .. col0+out of an internal [W] */
+};
+
+typedef struct mk__hf_map {
+    mk_tensor_info info; /* the checkpoint's full name and shape; offset unused */
+    int tensor;          /* internal tensor index */
+    int kind;            /* MK_HF_* */
+    int col0;
+} mk__hf_map;
+
 struct mk_model {
-    mk_config cfg;
+    mk_config cfg; /* resolved (mk_config_resolve) */
     const mk_backend *be;
     int max_B, max_T;
     int n_tensors;
     mk_tensor_info *tensors; /* size table, n_tensors entries (host) */
+    int gidx[MK_T_N];        /* model-level tensor indices, -1 absent */
+    int *lidx;               /* [n_layer * MK_P_PER_LAYER] block tensor indices, -1 absent */
+    int n_hf;
+    mk__hf_map *hf; /* the checkpoint's tensors, in the order transformers saves them */
     size_t n_params;
     float *params, *grads, *m, *v; /* back-end memory, n_params each */
+    float *rope_cos, *rope_sin;    /* back-end [block_size, hd/2] (rotary families; else NULL) */
     size_t act_size[MK_ACT_N];
     float *acts_mem; /* one allocation */
     float *act[MK_ACT_N];
@@ -217,23 +290,60 @@ struct mk_model {
     int have_dlogits;                         /* a loss has stored its gradient */
 };
 
-/* Pointer to tensor i (global index) in a flat vector base. */
-static inline float *mk__tensor(const mk_model *m, float *base, int i)
+/* Derived sizes of a resolved config. */
+static inline int mk__rotary(const mk_config *c)
 {
-    return base + m->tensors[i].offset;
+    return c->arch != MK_ARCH_GPT2;
 }
-/* Global index of block tensor k of layer l. */
-static inline int mk__ltensor(int l, int k)
+static inline int mk__kvh(const mk_config *c)
 {
-    return 2 + l * MK_P_PER_LAYER + k;
+    return c->n_kv_head;
+}
+static inline size_t mk__qkv_width(const mk_config *c) /* W */
+{
+    return (size_t)(c->n_head + 2 * c->n_kv_head) * c->head_dim;
+}
+static inline size_t mk__att_width(const mk_config *c) /* A */
+{
+    return (size_t)c->n_head * c->head_dim;
+}
+static inline size_t mk__mlp_in(const mk_config *c) /* F */
+{
+    return c->arch == MK_ARCH_GPT2 ? (size_t)c->n_inner : 2 * (size_t)c->n_inner;
+}
+static inline size_t mk__mlp_hidden(const mk_config *c) /* H */
+{
+    return (size_t)c->n_inner;
 }
 
-/* Parameter (P) and gradient (G) tensors of the model `m` in scope; LP and LG
- * take a layer and a block tensor index. */
+/* Pointer to tensor i (global index) in a flat vector base; NULL when i < 0. */
+static inline float *mk__tensor(const mk_model *m, float *base, int i)
+{
+    return i < 0 ? NULL : base + m->tensors[i].offset;
+}
+/* Global index of block tensor k of layer l (-1: absent). */
+static inline int mk__ltensor(const mk_model *m, int l, int k)
+{
+    return m->lidx[l * MK_P_PER_LAYER + k];
+}
+
+/* Parameter (P) and gradient (G) tensors of the model `m` in scope, by global index; TP and
+ * TG by model-level slot (MK_T_*); LP and LG take a layer and a block tensor index.  Absent
+ * tensors give NULL. */
 #define P(i)     mk__tensor(m, m->params, (i))
 #define G(i)     mk__tensor(m, m->grads, (i))
-#define LP(l, k) P(mk__ltensor((l), (k)))
-#define LG(l, k) G(mk__ltensor((l), (k)))
+#define TP(k)    P(m->gidx[(k)])
+#define TG(k)    G(m->gidx[(k)])
+#define LP(l, k) P(mk__ltensor(m, (l), (k)))
+#define LG(l, k) G(mk__ltensor(m, (l), (k)))
+
+/* Checkpoint tensor i between its own layout (src/dst: info.numel host floats) and the
+ * internal host parameter vector `params` (n_params floats). */
+void mk__hf_scatter(const mk_model *m, int i, float *params, const float *src);
+void mk__hf_gather(const mk_model *m, int i, const float *params, float *dst);
+/* Index of the checkpoint tensor named name (prefix "transformer."/"model." ignored on both
+ * sides), or -1. */
+int mk__hf_find(const mk_model *m, const char *name);
 
 #ifdef __cplusplus
 }
