@@ -416,6 +416,9 @@ static void qk_bwd(float *dinp, float *dwq, float *dwk, const float *dout, const
                    const float *wq, const float *wk, const float *rstd, const float *cosb,
                    const float *sinb, const int *pos, int R, int NH, int NKV, int hd)
 {
+    if ((wq || wk) && !rstd)
+        mk__die(__FILE__, __LINE__, "qk_bwd: q/k norm weights given without their rstd",
+                "pass the rstd array that qk_fwd filled");
     size_t warps = (size_t)R * (NH + 2 * NKV);
     qk_bwd_k<<<blocks(warps * 32, 128), 128>>>(dinp, dwq, dwk, dout, inp, wq, wk, rstd, cosb, sinb,
                                                pos, R, NH, NKV, hd);
