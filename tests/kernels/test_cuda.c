@@ -18,6 +18,9 @@
  *   kv_store (copies)                                      exact
  *   LayerNorm, RMSNorm forward / backward                  1e-5 + 1e-4
  *   q/k norm + rotation forward / backward                 1e-5 + 1e-4
+ *     its weight gradients dwq, dwk                        1e-4 + 1e-4
+ *     (each a sum over every row and head of the kind, with cancellation: float rounding in
+ *     the CPU's order and the GPU's atomic order differ by ~1e-5 there)
  *   matmul, head (cuBLAS FP32, no TF32) fwd / bwd          1e-5 + 1e-4
  *   attention fwd / bwd, decode attention                  1e-5 + 1e-4
  *   softmax rows: log-prob, entropy, their gradient        1e-5 + 1e-4
@@ -289,8 +292,8 @@ static void check_qk(const gqa_shape *s, mk_rng *r)
     gpu->qk_bwd(dinp.d, dwq.d, dwk.d, dout.d, inp.d, wq.d, wk.d, rstd.d, cosb.d, sinb.d, gpos, RQ,
                 NH, NKV, hd);
     CMP(dinp, 1e-5, 1e-4, lab(l, sizeof l, "qk_bwd norm+rotation dinp", s));
-    CMP(dwq, 1e-5, 1e-4, lab(l, sizeof l, "qk_bwd dwq", s));
-    CMP(dwk, 1e-5, 1e-4, lab(l, sizeof l, "qk_bwd dwk", s));
+    CMP(dwq, 1e-4, 1e-4, lab(l, sizeof l, "qk_bwd dwq", s));
+    CMP(dwk, 1e-4, 1e-4, lab(l, sizeof l, "qk_bwd dwk", s));
     /* the decoder's call: norms without rstd */
     cpu->qk_fwd(out.h, NULL, dout.h, wq.h, wk.h, cosb.h, sinb.h, pos, RQ, NH, NKV, hd, 1e-6f);
     gpu->qk_fwd(out.d, NULL, dout.d, wq.d, wk.d, cosb.d, sinb.d, gpos, RQ, NH, NKV, hd, 1e-6f);
