@@ -30,6 +30,10 @@ of each family transformers defines (2 layers, hidden 32, MLP width 48 or
 The weights are not transformers' initialisation (N(0, 0.02) gives nearly
 uniform attention and logits within 0.1 of each other, which would test
 little): every matrix is N(0, 0.15), biases N(0, 0.1), norm gains 1 + N(0, 0.1).
+The untied llama3 and qwen3 have token embeddings of N(0, 0.003) and
+N(0, 0.001): their mean square is then of the order of rms_norm_eps (1e-5,
+1e-6), so the first RMSNorm depends on eps strongly enough that a wrong eps
+fails the logits (at N(0, 0.15) it changes them by about 1e-6).
 
 Every reference number is transformers' own, from the folder reloaded with
 from_pretrained(dtype=torch.float32, attn_implementation="eager") (so 16-bit
@@ -111,7 +115,7 @@ def gpt2():
     return GPT2LMHeadModel(cfg)
 
 
-def randomise(m, seed):
+def randomise(m, seed, embed_std):
     torch.manual_seed(seed)
     with torch.no_grad():
         for name, p in m.named_parameters():
@@ -119,6 +123,8 @@ def randomise(m, seed):
                 p.copy_(torch.randn_like(p) * 0.1)
             elif p.dim() == 1:  # LayerNorm / RMSNorm gains
                 p.copy_(1.0 + torch.randn_like(p) * 0.1)
+            elif name.endswith("embed_tokens.weight"):
+                p.copy_(torch.randn_like(p) * embed_std)
             else:
                 p.copy_(torch.randn_like(p) * 0.15)
     return m.eval()
@@ -153,11 +159,17 @@ def greedy(m, V, gen_seed):
     for attempt in range(200):
         prompt = torch.randint(0, V, (1, 5), generator=g)
         with torch.no_grad():
-            out = m.generate(prompt, do_sample=False, use_cache=True, max_new_tokens=N_GEN,
-                             min_new_tokens=N_GEN, eos_token_id=None, pad_token_id=0,
-                             output_scores=True, return_dict_in_generate=True)
-        seq = out.sequences[0, prompt.shape[1]:]
-        assert seq.numel() == N_GEN, seq
+            # the explicit mask: without it generate() takes tokens equal to
+            # pad_token_id for padding and masks them out
+            out = m.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                             use_cache=True, max_new_tokens=N_GEN, min_new_tokens=N_GEN,
+                             eos_token_id=None, pad_token_id=0, output_scores=True,
+                             return_dict_in_generate=True)
+            seq = out.sequences[0, prompt.shape[1]:]
+            assert seq.numel() == N_GEN, seq
+            # the cached generation is the argmax of the full forward pass
+            full = m(out.sequences).logits[0, prompt.shape[1] - 1:-1].argmax(-1)
+            assert torch.equal(full, seq), (full, seq)
         margin = min((s[0].topk(2).values[0] - s[0].topk(2).values[1]).item()
                      for s in out.scores)
         if margin >= MIN_MARGIN:
@@ -208,14 +220,14 @@ def write_expect(folder, r):
 
 
 VARIANTS = [
-    # name, constructor, seed, dtype, max_shard_size, legacy config
-    ("llama3", llama3, 101, torch.float32, None, False),
-    ("llama_bias", llama_bias, 202, torch.float32, None, False),
-    ("qwen2", qwen2, 303, torch.float32, None, False),
-    ("qwen3", qwen3, 404, torch.float32, None, False),
-    ("gpt2", gpt2, 505, torch.float32, None, False),
-    ("qwen3_bf16", qwen3, 404, torch.bfloat16, None, True),
-    ("llama3_sharded", llama3, 101, torch.bfloat16, "24KB", True),
+    # name, constructor, seed, embedding std, dtype, max_shard_size, legacy config
+    ("llama3", llama3, 101, 0.003, torch.float32, None, False),
+    ("llama_bias", llama_bias, 202, 0.15, torch.float32, None, False),
+    ("qwen2", qwen2, 303, 0.15, torch.float32, None, False),
+    ("qwen3", qwen3, 404, 0.001, torch.float32, None, False),
+    ("gpt2", gpt2, 505, 0.15, torch.float32, None, False),
+    ("qwen3_bf16", qwen3, 404, 0.001, torch.bfloat16, None, True),
+    ("llama3_sharded", llama3, 101, 0.003, torch.bfloat16, "24KB", True),
 ]
 
 
@@ -223,10 +235,10 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "fixtures", "family")
     os.makedirs(out, exist_ok=True)
-    for name, make, seed, dtype, shard, legacy in VARIANTS:
+    for name, make, seed, embed_std, dtype, shard, legacy in VARIANTS:
         d = os.path.join(out, name)
         shutil.rmtree(d, ignore_errors=True)
-        m = randomise(make(), seed).to(dtype)
+        m = randomise(make(), seed, embed_std).to(dtype)
         m.save_pretrained(d, **({"max_shard_size": shard} if shard else {}))
         gen = os.path.join(d, "generation_config.json")
         if os.path.exists(gen):
