@@ -189,7 +189,7 @@ static int rd_str(cur *c, gstr *s, const char *what)
     if (rc) return rc;
     if (n > left(c))
         return mk__fail(MK_ERR_TRUNCATED,
-                        "%s: %s: a string of %llu bytes, more than the %zu left in the file",
+                        "%s: the file ends inside %s (a string of %llu bytes, %zu left)",
                         c->f->path, what, (unsigned long long)n, left(c));
     s->p = (const char *)c->p;
     s->n = (size_t)n;
