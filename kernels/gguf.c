@@ -38,6 +38,9 @@
 
 #include "mk_internal.h"
 
+/* The longest context_length read (Llama 3.1 has 131072; 1M-token models exist). */
+#define MAX_CONTEXT (1 << 20)
+
 /* ---- the file's structure ------------------------------------------------ */
 
 enum { /* GGUF metadata value types */
@@ -502,6 +505,11 @@ static int gconfig(const gfile *f, mk_config *cfg)
         if (*ints[i].dst <= 0)
             return mk__fail(MK_ERR_FORMAT, "%s: key '%s' must be positive", f->path, ints[i].key);
     }
+    /* the rotary tables hold block_size rows: a bound keeps an untrusted file from sizing them */
+    if (cfg->block_size > MAX_CONTEXT)
+        return mk__fail(MK_ERR_UNSUPPORTED,
+                        "%s: key 'llama.context_length' = %d is beyond this loader's %d", f->path,
+                        cfg->block_size, MAX_CONTEXT);
     rc = kv_int(f, "llama.attention.head_count_kv", &cfg->n_kv_head);
     if (rc == MK_ERR_MISSING)
         cfg->n_kv_head = cfg->n_head;
@@ -653,9 +661,9 @@ static int tensor_bytes(const gfile *f, const gtensor *t, size_t *out)
     return MK_OK;
 }
 
-/* Checks GGUF tensor t against checkpoint tensor h: readable type, the same shape (GGUF lists
- * dimensions innermost first), data inside the file. */
-static int check_tensor(const gfile *f, const gtensor *t, const mk_tensor_info *h)
+/* Checks that tensor t can be read: a readable type, whole blocks, an aligned offset, its data
+ * inside the file.  *numel receives its element count. */
+static int check_data(const gfile *f, const gtensor *t, size_t *numel)
 {
     size_t blk = 1, bb = 0, nbytes = 0;
     if (!type_block(t->type, &blk, &bb))
@@ -663,16 +671,6 @@ static int check_tensor(const gfile *f, const gtensor *t, const mk_tensor_info *
                         "%s: tensor " KEYF " is %s (ggml type %u); only F32, F16, BF16, Q8_0, "
                         "Q4_0 and Q4_1 are read",
                         f->path, KEYA(t->name), ggml_type_name(t->type), t->type);
-    int ok = (int)t->n_dims == h->ndim;
-    for (int d = 0; ok && d < h->ndim; d++) ok = t->ne[d] == (uint64_t)h->shape[h->ndim - 1 - d];
-    if (!ok)
-        return mk__fail(MK_ERR_SHAPE,
-                        "%s: tensor " KEYF " has ne [%llu, %llu, %llu, %llu] (%u dims); the "
-                        "config gives %s [%d, %d]",
-                        f->path, KEYA(t->name), (unsigned long long)t->ne[0],
-                        (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
-                        (unsigned long long)t->ne[3], t->n_dims, h->name, h->shape[0],
-                        h->ndim == 2 ? h->shape[1] : 1);
     int rc = tensor_bytes(f, t, &nbytes);
     if (rc) return rc;
     if (t->offset % f->alignment)
@@ -687,6 +685,44 @@ static int check_tensor(const gfile *f, const gtensor *t, const mk_tensor_info *
                         "of the file (%zu bytes of data)",
                         f->path, KEYA(t->name), nbytes, (unsigned long long)t->offset,
                         f->data_size);
+    /* nbytes fits in the file, so the count cannot overflow: at most 32 values per 18 bytes */
+    *numel = (size_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+    return MK_OK;
+}
+
+/* Every tensor readable, and the model the config describes no larger than the values the
+ * file holds: a small file cannot make the loader allocate a large model. */
+static int check_all_data(const gfile *f, const mk_config *cfg)
+{
+    size_t total = 0, numel = 0;
+    for (size_t i = 0; i < f->n_t; i++) {
+        int rc = check_data(f, &f->t[i], &numel);
+        if (rc) return rc;
+        total += numel;
+    }
+    size_t need = mk_config_num_params(cfg);
+    if (need > total)
+        return mk__fail(MK_ERR_SHAPE,
+                        "%s: the llama keys describe %zu parameters but the file's tensors hold "
+                        "%zu values",
+                        f->path, need, total);
+    return MK_OK;
+}
+
+/* Checks GGUF tensor t (data already checked) against checkpoint tensor h: the same shape
+ * (GGUF lists dimensions innermost first). */
+static int check_shape(const gfile *f, const gtensor *t, const mk_tensor_info *h)
+{
+    int ok = (int)t->n_dims == h->ndim;
+    for (int d = 0; ok && d < h->ndim; d++) ok = t->ne[d] == (uint64_t)h->shape[h->ndim - 1 - d];
+    if (!ok)
+        return mk__fail(MK_ERR_SHAPE,
+                        "%s: tensor " KEYF " has ne [%llu, %llu, %llu, %llu] (%u dims); the "
+                        "config gives %s [%d, %d]",
+                        f->path, KEYA(t->name), (unsigned long long)t->ne[0],
+                        (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
+                        (unsigned long long)t->ne[3], t->n_dims, h->name, h->shape[0],
+                        h->ndim == 2 ? h->shape[1] : 1);
     return MK_OK;
 }
 
@@ -786,7 +822,7 @@ static int plan(const gfile *f, const mk_model *m, int *idx, int *rot)
             rc = mk__fail(MK_ERR_FORMAT, "%s: tensor " KEYF " appears twice", f->path,
                           KEYA(t->name));
         else
-            rc = check_tensor(f, t, &m->hf[idx[i]].info);
+            rc = check_shape(f, t, &m->hf[idx[i]].info);
     }
     for (int i = 0; i < m->n_hf && !rc; i++)
         if (!seen[i])
@@ -831,7 +867,7 @@ int mk_load_gguf(mk_model **out, const char *path, int max_batch, int max_seq, c
     mk_config cfg;
     mk_model *m = NULL;
     int *idx = NULL, *rot = NULL;
-    if (!(rc = gconfig(&f, &cfg)) &&
+    if (!(rc = gconfig(&f, &cfg)) && !(rc = check_all_data(&f, &cfg)) &&
         (rc = mk_model_new(&m, &cfg, max_batch, max_seq, be ? be : mk_backend_cpu())))
         rc = prefix_error(rc, path);
     if (!rc) {

@@ -337,6 +337,30 @@ static void model_unknown(unsigned char *b, size_t *n)
     memcpy(v, "t5xx", 4);
 }
 
+/* A u32 key's value: key, u32 type, u32 value. */
+static void set_u32(unsigned char *b, size_t n, const char *key, uint32_t v)
+{
+    unsigned char *k = find_bytes(b, n, key);
+    unsigned char *p = k + strlen(key) + 4;
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void many_layers(unsigned char *b, size_t *n)
+{
+    set_u32(b, *n, "llama.block_count", 200);
+}
+static void long_context(unsigned char *b, size_t *n)
+{
+    set_u32(b, *n, "llama.context_length", 1u << 30);
+}
+static void narrow_ffn(unsigned char *b, size_t *n)
+{
+    set_u32(b, *n, "llama.feed_forward_length", 32);
+}
+static void stray_tensor(unsigned char *b, size_t *n)
+{
+    memcpy(find_bytes(b, *n, "blk.1.ffn_up.weight"), "blk.1.ffn_xx.weight", 19);
+}
+
 /* mk_load_gguf refuses path with code, and the message holds each of the words. */
 static void refused(const char *path, int code, const char *w1, const char *w2)
 {
@@ -377,6 +401,13 @@ static void test_refusals(void **state)
     refused(patched(q41, q4_k_tensor, "q4_k.gguf"), MK_ERR_DTYPE, "blk.0.ffn_up.weight", "Q4_K");
     refused(patched(q41, mamba_arch, "mamba.gguf"), MK_ERR_UNSUPPORTED, "general.architecture",
             "mamba");
+    refused(patched(q41, many_layers, "layers.gguf"), MK_ERR_SHAPE, "parameters", "hold");
+    refused(patched(q41, long_context, "ctx.gguf"), MK_ERR_UNSUPPORTED, "llama.context_length",
+            NULL);
+    refused(patched(q41, narrow_ffn, "ffn.gguf"), MK_ERR_SHAPE, "blk.0.ffn_gate.weight",
+            "gate_proj");
+    refused(patched(q41, stray_tensor, "stray.gguf"), MK_ERR_UNSUPPORTED, "blk.1.ffn_xx.weight",
+            "no place");
     refused(FIX "/tok_qwen2.gguf", MK_ERR_FORMAT, "llama.block_count", "missing");
     refused(FIX "/expect.json", MK_ERR_FORMAT, "not a GGUF", NULL);
 
@@ -392,6 +423,57 @@ static void test_refusals(void **state)
     mk_model *m;
     assert_mk_ok(mk_load_gguf(&m, patched(q41, pre_unknown, "kpre.gguf"), 1, 4, NULL));
     mk_model_free(m);
+}
+
+/* Every cut of the metadata and tensor table, and random byte changes in them: each load
+ * either succeeds or fails with a message naming the file, never reads outside the file
+ * (run under ASan in CI's sanitizer build). */
+static void test_corruption(void **state)
+{
+    (void)state;
+    size_t n;
+    unsigned char *b = read_all(FIX "/model_q4_0.gguf", &n);
+    assert_non_null(b);
+    /* the data section starts after the last tensor name; the tables lie before it */
+    size_t tables = (size_t)(find_bytes(b, n, "output_norm.weight") - b) + 64;
+    char path[256];
+    snprintf(path, sizeof path, "%s/c.gguf", dir);
+    mk_rng r;
+    mk_rng_seed(&r, 7);
+    int ok = 0, refused_n = 0;
+    for (int trial = 0; trial < 600; trial++) {
+        unsigned char *c = malloc(n);
+        memcpy(c, b, n);
+        size_t len = n;
+        if (trial < 300) {
+            len = (size_t)trial * tables / 300; /* a cut */
+        } else {
+            for (int k = 0; k < 1 + trial % 4; k++) /* a few random bytes */
+                c[mk_rng_next(&r) % tables] = (unsigned char)mk_rng_next(&r);
+        }
+        write_all(path, c, len);
+        free(c);
+        mk_model *m = (mk_model *)&m;
+        int rc = mk_load_gguf(&m, path, 1, 4, NULL);
+        if (rc) {
+            assert_null(m);
+            assert_non_null(strstr(mk_last_error(), path));
+            refused_n++;
+        } else {
+            mk_model_free(m);
+            ok++;
+        }
+        mtok *t = (mtok *)&t;
+        rc = mtok_load_gguf(path, &t);
+        if (rc) {
+            assert_null(t);
+            assert_non_null(strstr(mtok_last_error(), path));
+        } else {
+            mtok_free(t);
+        }
+    }
+    fprintf(stderr, "  corruption: %d loaded, %d refused\n", ok, refused_n);
+    free(b);
 }
 
 /* ---- the real SmolLM2-135M-Instruct (MANTA_SMOLLM2_GGUF) ------------------ */
@@ -499,6 +581,7 @@ int main(void)
         cmocka_unit_test(test_logits),
         cmocka_unit_test(test_tokenizers),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_corruption, setup, teardown),
         cmocka_unit_test(test_smollm2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
