@@ -138,7 +138,7 @@ typedef struct gfile {
     size_t data_size;
 } gfile;
 
-/* A cursor over the mapping; `what` names the part being read, for messages. */
+/* A cursor over the mapping; f gives the path and size for messages. */
 typedef struct cur {
     const unsigned char *p, *end;
     const gfile *f;
@@ -650,6 +650,9 @@ static int tensor_bytes(const gfile *f, const gtensor *t, size_t *out)
                         "%s: tensor " KEYF ": rows of %llu values are not whole %s blocks of %zu",
                         f->path, KEYA(t->name), (unsigned long long)t->ne[0],
                         ggml_type_name(t->type), blk);
+    if (t->ne[0] / blk > UINT64_MAX / bb)
+        return mk__fail(MK_ERR_FORMAT, "%s: tensor " KEYF ": its size overflows", f->path,
+                        KEYA(t->name));
     uint64_t n = t->ne[0] / blk * bb;
     for (int d = 1; d < 4; d++) {
         if (t->ne[d] && n > UINT64_MAX / t->ne[d])
@@ -698,7 +701,7 @@ static int check_all_data(const gfile *f, const mk_config *cfg)
     for (size_t i = 0; i < f->n_t; i++) {
         int rc = check_data(f, &f->t[i], &numel);
         if (rc) return rc;
-        total += numel;
+        total = numel > SIZE_MAX - total ? SIZE_MAX : total + numel; /* tensors may overlap */
     }
     size_t need = mk_config_num_params(cfg);
     if (need > total)
