@@ -18,9 +18,10 @@
  * and gguf-py's quants.py, which transformers uses): blocks of 32 values;
  * Q8_0 is an f16 scale d and 32 int8 q, value q d; Q4_0 is d and 16 bytes,
  * the low nibbles elements 0..15 and the high ones 16..31, value (q - 8) d;
- * Q4_1 is d, an f16 minimum m and 16 bytes as Q4_0, value q d + m (two
- * roundings, no fused multiply-add: this file is compiled with
- * -ffp-contract=off so that the sums match numpy's float32).
+ * Q4_1 is d, an f16 minimum m and 16 bytes as Q4_0, value q d + m.  The
+ * products are exact in float (an integer of at most 8 bits times an f16's
+ * 11-bit significand), so each value is one rounding whether or not the
+ * compiler fuses the multiply-add: bit for bit numpy's float32 result.
  *
  * llama.cpp's converter stores q_proj and k_proj with the rows of each head
  * interleaved for its rotary kernel (row 2i + j of a head holds transformers'

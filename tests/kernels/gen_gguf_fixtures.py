@@ -30,7 +30,10 @@ For each model file, logits_<kind>.bin holds transformers' own logits
 (float32 little-endian [B, T, V]) for the token ids in expect.json, from
 AutoModelForCausalLM.from_pretrained(OUT, gguf_file=..., dtype=float32):
 transformers dequantises with gguf-py and undoes the q/k permutation itself,
-so the C loader must give the same numbers to float32 rounding.
+so the C loader must give the same numbers to float32 rounding.  Per model
+file, "checksums" holds for every tensor transformers loaded (its names) the
+exactly rounded sum of x_i (i mod 7 + 1): the C side's weights must be the
+same floats in the same places.
 
 expect.json also holds, per tokenizer file, texts with the ids of
 AutoTokenizer.from_pretrained(OUT, gguf_file=...) (with and without special
@@ -49,6 +52,7 @@ the float32 logits of the last prompt position at its 32 largest ids and at
 ids 0..31, and 16 greedy tokens.
 """
 import json
+import math
 import os
 import struct
 import sys
@@ -286,6 +290,14 @@ def main():
         write_model(os.path.join(out, name), model, cfg, tokens, merges, kind)
         hf = AutoModelForCausalLM.from_pretrained(out, gguf_file=name, dtype=torch.float32).eval()
         assert hf.config.tie_word_embeddings == (not untied), kind
+        # every tensor as transformers loaded it: an exact checksum (sum of x_i (i mod 7 + 1),
+        # products exact in float64, math.fsum correctly rounded) the C side recomputes
+        sums = {}
+        for pname, t in hf.state_dict().items():
+            if pname == "lm_head.weight" and not untied:
+                continue
+            x = t.detach().double().flatten().numpy()
+            sums[pname] = math.fsum((x * (np.arange(x.size) % 7 + 1)).tolist())
         with torch.no_grad():
             logits = hf(torch.tensor(TOKENS)).logits.float().contiguous().numpy()
         with open(os.path.join(out, f"logits_{kind}.bin"), "wb") as f:
@@ -294,7 +306,7 @@ def main():
         with torch.no_grad():
             exact = model(torch.tensor(TOKENS)).logits.float().numpy()
         expect["models"].append({"file": name, "kind": kind, "untied": untied,
-                                 "logits": f"logits_{kind}.bin",
+                                 "logits": f"logits_{kind}.bin", "checksums": sums,
                                  "max_diff_to_f32_model": float(np.abs(logits - exact).max())})
         print(f"{name}: {os.path.getsize(os.path.join(out, name))} bytes, "
               f"max |logit - unquantised| {np.abs(logits - exact).max():.3g}")

@@ -2,7 +2,8 @@
  * test_gguf.c - GGUF files: the committed fixtures (gen_gguf_fixtures.py: a
  * tiny random Llama written as llama.cpp writes it, in F32, F16 with an
  * untied head, BF16, Q8_0, Q4_0 and Q4_1) load with mk_load_gguf and give the
- * logits transformers' own GGUF loader gives; their tokenizer loads with
+ * logits transformers' own GGUF loader gives, with every weight the same float
+ * in the same place (a checksum per tensor); their tokenizer loads with
  * mtok_load_gguf and tokenises as transformers' GGUF tokenizer does (for the
  * pre-tokenizers gpt-2, llama-bpe and qwen2, with bos/eos added), and as
  * SmolLM2's own tokenizer does for "smollm"; and the refusals (bad magic, a
@@ -144,6 +145,36 @@ static void test_config(void **state)
     cJSON_Delete(e);
 }
 
+/* Every checkpoint tensor of m against transformers' checksum: sum of x_i (i mod 7 + 1),
+ * summed here with Neumaier's compensation (so within ~1e-16 of the exactly rounded sum that
+ * math.fsum gave); one float32 ulp anywhere moves it by far more than the tolerance. */
+static void check_checksums(const mk_model *m, const cJSON *sums, const char *file)
+{
+    int n_hf = mk_model_num_hf_tensors(m), seen = 0;
+    for (int i = 0; i < n_hf; i++) {
+        mk_tensor_info info;
+        assert_mk_ok(mk_model_hf_tensor(m, i, &info));
+        const cJSON *want = cJSON_GetObjectItemCaseSensitive(sums, info.name);
+        if (!want) fail_msg("%s: transformers has no tensor %s", file, info.name);
+        float *x = malloc(info.numel * sizeof(float));
+        assert_mk_ok(mk_model_read_hf(m, info.name, 0, x));
+        double sum = 0, comp = 0, mag = 0;
+        for (size_t j = 0; j < info.numel; j++) {
+            double v = (double)x[j] * (double)(j % 7 + 1), t = sum + v;
+            comp += fabs(sum) >= fabs(v) ? (sum - t) + v : (v - t) + sum;
+            sum = t;
+            mag += fabs(v);
+        }
+        sum += comp;
+        if (!(fabs(sum - want->valuedouble) <= 1e-14 * mag))
+            fail_msg("%s: %s: checksum %.17g, transformers' %.17g", file, info.name, sum,
+                     want->valuedouble);
+        free(x);
+        seen++;
+    }
+    assert_int_equal(seen, cJSON_GetArraySize(sums));
+}
+
 static void test_logits(void **state)
 {
     (void)state;
@@ -165,6 +196,7 @@ static void test_logits(void **state)
         assert_mk_ok(mk_load_gguf(&m, path, B, T, NULL));
         assert_int_equal(mk_model_config(m)->untied_head,
                          cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(mo, "untied")));
+        check_checksums(m, cJSON_GetObjectItemCaseSensitive(mo, "checksums"), jstr(mo, "file"));
         assert_mk_ok(mk_forward(m, tokens, B, T));
         assert_mk_ok(mk_model_read_logits(m, got));
         snprintf(path, sizeof path, FIX "/%s", jstr(mo, "logits"));
