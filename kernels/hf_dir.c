@@ -159,7 +159,7 @@ static int bool_key(const cJSON *o, const char *path, const char *key, int dflt,
 /* A boolean key that must be absent or equal to want. */
 static int bool_is(const cJSON *o, const char *path, const char *key, int want)
 {
-    int v, rc = bool_key(o, path, key, want, &v);
+    int v = want, rc = bool_key(o, path, key, want, &v);
     if (!rc && v != want)
         rc = mk__fail(MK_ERR_UNSUPPORTED, "%s: key '%s' is %s; only %s is implemented", path, key,
                       want ? "false" : "true", want ? "true" : "false");

@@ -49,10 +49,13 @@ static mk_model *make_model(const mk_config *cfg, int T, uint64_t seed)
     float *p = malloc(P * sizeof(float));
     mk_rng r;
     mk_rng_seed(&r, seed + 1);
-    if (!p || mk_model_read_params(m, p, 0, P)) return NULL;
+    if (!p || mk_model_read_params(m, p, 0, P)) {
+        fprintf(stderr, "cannot read the parameters\n");
+        exit(1);
+    }
     /* the init's 0.02 weights give near-uniform logits: scale them up so logits differ */
     for (size_t i = 0; i < P; i++) p[i] = 4 * p[i] + 0.1f * (mk_rng_uniform(&r) - 0.5f);
-    if (mk_model_write_params(m, p, 0, P)) return NULL;
+    if (mk_model_write_params(m, p, 0, P)) exit(1);
     free(p);
     return m;
 }
