@@ -447,18 +447,33 @@ uint16_t mk_f32_to_f16(float x)
     return sign | (uint16_t)q;
 }
 
+/* Converts elements [i0, i1) of a tensor's data. */
+static void convert(float *dst, const unsigned char *src, int kind, size_t i0, size_t i1)
+{
+    if (kind == 0) { /* F32: little-endian host, like every safetensors writer */
+        memcpy(dst + i0, src + 4 * i0, 4 * (i1 - i0));
+        return;
+    }
+    for (size_t i = i0; i < i1; i++) {
+        uint16_t h = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
+        dst[i] = kind == 1 ? mk_bf16_to_f32(h) : mk_f16_to_f32(h);
+    }
+}
+
+#define READ_CHUNK ((size_t)1 << 18) /* elements per task: 1 MB of F32 */
+
+/* A large tensor is converted in chunks over the OpenMP team, so that the page faults of a
+ * mapped gigabyte and the conversion spread over the cores. */
 void mk__st_read(float *dst, const mk__st_file *f, const mk__st_entry *e)
 {
     const unsigned char *src = f->data + e->begin;
-    size_t bytes = (size_t)(e->end - e->begin);
-    if (!strcmp(e->dtype, "F32")) {
-        memcpy(dst, src, bytes); /* little-endian host, like every safetensors writer */
-        return;
-    }
-    int bf = !strcmp(e->dtype, "BF16");
-    for (size_t i = 0; i < bytes / 2; i++) {
-        uint16_t h = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
-        dst[i] = bf ? mk_bf16_to_f32(h) : mk_f16_to_f32(h);
+    int kind = !strcmp(e->dtype, "F32") ? 0 : !strcmp(e->dtype, "BF16") ? 1 : 2;
+    size_t n = (size_t)(e->end - e->begin) / (kind ? 2 : 4);
+    long n_chunks = (long)((n + READ_CHUNK - 1) / READ_CHUNK);
+#pragma omp parallel for schedule(static) if (n_chunks > 1)
+    for (long c = 0; c < n_chunks; c++) {
+        size_t i0 = (size_t)c * READ_CHUNK, i1 = i0 + READ_CHUNK < n ? i0 + READ_CHUNK : n;
+        convert(dst, src, kind, i0, i1);
     }
 }
 

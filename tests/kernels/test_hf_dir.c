@@ -534,6 +534,30 @@ static void test_round_trips(void **state)
     assert_int_equal(mk_save_dir(m, d, (mk_dtype)7, 0), MK_ERR_ARG);
     mk_model_free(m);
 
+    /* a tensor of several conversion chunks (2^18 elements each; the embedding here has
+     * 2.1 of them) arrives whole in every dtype */
+    const mk_config big = {
+        .n_layer = 1, .n_head = 2, .n_embd = 64, .block_size = 8, .vocab_size = 8200};
+    m = random_model(&big, 97);
+    float *p = params_of(m);
+    static const mk_dtype dts[] = {MK_F32, MK_BF16, MK_F16};
+    for (int k = 0; k < 3; k++) {
+        sub(d, sizeof d, "big");
+        assert_mk_ok(mk_save_dir(m, d, dts[k], 0));
+        assert_mk_ok(mk_load_dir(&l, d, 1, 8, NULL));
+        float *q = params_of(l);
+        for (size_t i = 0; i < mk_model_num_params(m); i++) {
+            float w = dts[k] == MK_F32    ? p[i]
+                      : dts[k] == MK_BF16 ? mk_bf16_to_f32(mk_f32_to_bf16(p[i]))
+                                          : mk_f16_to_f32(mk_f32_to_f16(p[i]));
+            assert_memory_equal(&w, &q[i], 4);
+        }
+        free(q);
+        mk_model_free(l);
+    }
+    free(p);
+    mk_model_free(m);
+
     /* a Llama whose q/k/v have biases but o has none has no transformers config */
     mk_config odd = llama_cfg;
     odd.attn_out_bias = 0;
