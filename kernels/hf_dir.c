@@ -387,7 +387,6 @@ static int read_rotary(const cJSON *r, const char *path, mk_config *c, int *tied
 
 int mk_read_hf_config(mk_config *out, int *tied, const char *path)
 {
-    static const char *const types[] = {"gpt2", "llama", "qwen2", "qwen3"};
     if (!out || !path) return mk__fail(MK_ERR_ARG, "NULL argument");
     cJSON *root;
     int rc = parse_json(path, &root);
@@ -395,8 +394,8 @@ int mk_read_hf_config(mk_config *out, int *tied, const char *path)
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     mk_config c = {0};
     int arch = -1, tie = 1;
-    for (int a = 0; cJSON_IsString(mt) && a < 4; a++)
-        if (!strcmp(mt->valuestring, types[a])) arch = a;
+    for (int a = MK_ARCH_GPT2; cJSON_IsString(mt) && a <= MK_ARCH_QWEN3; a++)
+        if (!strcmp(mt->valuestring, mk_arch_name((mk_arch)a))) arch = a;
     if (!cJSON_IsString(mt))
         rc = mk__fail(MK_ERR_FORMAT, "%s: key 'model_type' is missing or not a string", path);
     else if (arch < 0)
