@@ -1,12 +1,13 @@
 /*
  * test_hf_save_dir.c - folders written by mk_save_dir load in transformers:
- * for each family (GPT-2; an untied Llama with every bias and Llama 3 rope
- * scaling; a tied Qwen2; an untied Qwen3) writes F32, BF16 and F16 folders,
- * single and sharded, with Manta's logits for fixed tokens from each folder
- * loaded back, then runs check_hf_save_dir.py on them
- * (AutoModelForCausalLM.from_pretrained builds the family's class in the
- * saved dtype, tied as saved, and gives the same logits).  The Python is $MANTA_PYTHON, default
- * python3; when it cannot `import torch, transformers` the test is skipped (exit 77).
+ * for each family (GPT-2 with an MLP width and epsilon of its own; an untied
+ * Llama with every bias and Llama 3 rope scaling; a tied Qwen2; an untied
+ * Qwen3) writes F32, BF16 and F16 folders, single and sharded, with Manta's
+ * logits for fixed tokens from each folder loaded back, then runs
+ * check_hf_save_dir.py on them (AutoModelForCausalLM.from_pretrained builds
+ * the family's class in the saved dtype, tied as saved, and gives the same
+ * logits).  The Python is $MANTA_PYTHON, default python3; when it cannot
+ * `import torch, transformers` the test is skipped (exit 77).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,13 +78,19 @@ int main(void)
         return 77;
     }
     enum { T = 10, V = 50 };
-    /* GPT-2; an untied Llama with every bias and Llama 3 rope scaling (T and the original
-     * context make both scaled and smoothed frequencies matter); a tied Qwen2; an untied Qwen3
-     * whose head_dim is not hidden / heads */
+    /* GPT-2 with its own MLP width and epsilon; an untied Llama with every bias and Llama 3 rope
+     * scaling (T and the original context make both scaled and smoothed frequencies matter); a tied
+     * Qwen2; an untied Qwen3 whose head_dim is not hidden / heads */
     const family fams[] = {
         {"gpt2",
          "GPT2LMHeadModel",
-         {.n_layer = 2, .n_head = 4, .n_embd = 32, .block_size = 16, .vocab_size = V}},
+         {.n_layer = 2,
+          .n_head = 4,
+          .n_embd = 32,
+          .block_size = 16,
+          .vocab_size = V,
+          .n_inner = 80,
+          .norm_eps = 1e-6f}},
         {"llama",
          "LlamaForCausalLM",
          {.n_layer = 2,
