@@ -26,8 +26,11 @@
  * version V+1 published (the shards' buckets), metrics line. Every
  * `eval_every` versions a held-out evaluation runs alongside; the loop ends at
  * `max_versions`, at `max_time_s`, or when an evaluation reaches `stop_at`.
- * A final evaluation on the held-out set follows; metrics.jsonl and
- * summary.json go into the run folder; the reply is the summary (JSON).
+ * A final evaluation on the held-out set follows; metrics.jsonl,
+ * summary.json and the trained policy (RUN_DIR/model, a Hugging Face folder
+ * saved by learner-0) go into the run folder; the reply is the summary
+ * (JSON). The controller reads section model too (policy.c), so that a bad
+ * model folder fails the job when it starts and the summary names the policy.
  * summary.json carries `status`: "done"; "failed: <why>" when a group the
  * rollouts need has been missing for rl.max_missing_s, when the learner step
  * failed rl.max_step_failures times in a row, or when max_time_s passed with

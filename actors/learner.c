@@ -29,6 +29,11 @@
  * {mode: "ppo"|"sft", version, lr, items: [{tok, logp, mask, adv}]} and
  * {version, buckets: [{id, offset, count, crc}], loss, pg_loss, kl,
  * clip_frac, entropy, ratio, tokens, grad_norm, busy_s}.
+ *
+ * The model is section model's (policy.c): loaded from a Hugging Face folder
+ * or a fresh GPT-2, with activations for model.max_seq tokens a sequence.
+ * "save DIR" writes it as a folder of its family in the source folder's
+ * dtype (F32 for a fresh model).
  */
 #include "manta_actors.h"
 #include "rl_util.h"

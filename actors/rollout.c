@@ -22,7 +22,10 @@
  * Settings (group settings, else sections.rl): slots, temperature,
  * max_new_tokens, max_turns, controller (actor name, default
  * "controller-0"), env_group ("env"), reward_group ("reward"), threads;
- * sections.model for the model's size.
+ * sections.model for the policy (policy.c: a Hugging Face folder or a fresh
+ * GPT-2) and model.context, the KV positions each slot holds: the longest
+ * episode. A token the model samples outside the task's vocabulary (a
+ * folder's vocabulary may be larger) ends its episode.
  *
  * The admit request and reply are rl_admit_req / rl_admit_reply (msgs.c).
  *
