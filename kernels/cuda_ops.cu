@@ -3,14 +3,19 @@
  * memory, with cuBLAS for the matrix products and plain kernels for the rest.
  *
  * Every kernel mirrors its CPU reference line for line rather than being
- * tuned: one thread per element for elementwise ops, one warp per row for
- * LayerNorm, softmax rows and attention rows.  Sums that many rows add into
- * one element (parameter gradients of LayerNorm and embeddings, keys and
- * values in attention backward) use atomicAdd, so those results vary in the
- * last bits from run to run; tests/kernels/test_cuda.c states the tolerance
- * for each op.  Matrix products keep full FP32 (cuBLAS default math mode, no
- * TF32).  All work goes to the default stream; uploads and downloads are
- * synchronous, so a download sees every earlier kernel's result.
+ * tuned: one thread per element for elementwise ops (GELU, SwiGLU), one warp
+ * per row for LayerNorm, RMSNorm, softmax rows and attention rows, one warp
+ * per (row, head) for the rotary q/k preparation.  Sums that many rows add
+ * into one element (parameter gradients of the norms, q/k norms and
+ * embeddings, keys and values in attention backward, which grouped-query
+ * attention also sums over the query heads of a group) use atomicAdd, so
+ * those results vary in the last bits from run to run;
+ * tests/kernels/test_cuda.c states the tolerance for each op.  Matrix
+ * products keep full FP32 (cuBLAS default math mode, no TF32).  All work
+ * goes to the default stream; uploads and downloads are synchronous, so a
+ * download sees every earlier kernel's result.  Nothing here allocates after
+ * mk_backend_cuda: decoding attention keeps its scores in the decoder's
+ * scratch (global memory, any context length).
  *
  * cuBLAS is row-major-agnostic: a row-major matrix is its transpose in
  * column-major, so C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T by
@@ -104,7 +109,8 @@ __global__ static void embed_fwd_k(float *out, const int *tok, const int *pos, c
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= (size_t)R * C) return;
     int r = (int)(i / C), c = (int)(i % C);
-    out[i] = wte[(size_t)tok[r] * C + c] + wpe[(size_t)pos[r] * C + c];
+    float e = wte[(size_t)tok[r] * C + c];
+    out[i] = wpe ? e + wpe[(size_t)pos[r] * C + c] : e;
 }
 
 __global__ static void embed_bwd_k(float *dwte, float *dwpe, const float *dout, const int *tok,
@@ -114,7 +120,7 @@ __global__ static void embed_bwd_k(float *dwte, float *dwpe, const float *dout, 
     if (i >= (size_t)R * C) return;
     int r = (int)(i / C), c = (int)(i % C);
     atomicAdd(&dwte[(size_t)tok[r] * C + c], dout[i]);
-    atomicAdd(&dwpe[(size_t)pos[r] * C + c], dout[i]);
+    if (dwpe) atomicAdd(&dwpe[(size_t)pos[r] * C + c], dout[i]);
 }
 
 static void embed_fwd(float *out, const int *tokens, const int *pos, const float *wte,
@@ -131,10 +137,10 @@ static void embed_bwd(float *dwte, float *dwpe, const float *dout, const int *to
     LAUNCHED();
 }
 
-/* ---- LayerNorm: one warp per row ---------------------------------------- */
+/* ---- LayerNorm and RMSNorm: one warp per row ---------------------------- */
 
 __global__ static void ln_fwd_k(float *out, float *mean, float *rstd, const float *inp,
-                                const float *w, const float *b, int R, int C)
+                                const float *w, const float *b, int R, int C, float eps)
 {
     int r = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
     if (r >= R) return;
@@ -144,7 +150,7 @@ __global__ static void ln_fwd_k(float *out, float *mean, float *rstd, const floa
     float m = warp_sum(s) / C;
     float v = 0.0f;
     for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
-    float rs = rsqrtf(warp_sum(v) / C + 1e-5f);
+    float rs = rsqrtf(warp_sum(v) / C + eps);
     float *o = out + (size_t)r * C;
     for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * rs * w[c] + b[c];
     if (lane == 0) {
@@ -178,9 +184,9 @@ __global__ static void ln_bwd_k(float *dinp, float *dw, float *db, const float *
 }
 
 static void ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                   const float *b, int R, int C)
+                   const float *b, int R, int C, float eps)
 {
-    ln_fwd_k<<<blocks((size_t)R * 32, 256), 256>>>(out, mean, rstd, inp, w, b, R, C);
+    ln_fwd_k<<<blocks((size_t)R * 32, 256), 256>>>(out, mean, rstd, inp, w, b, R, C, eps);
     LAUNCHED();
 }
 
@@ -188,6 +194,52 @@ static void ln_bwd(float *dinp, float *dw, float *db, const float *dout, const f
                    const float *w, const float *mean, const float *rstd, int R, int C)
 {
     ln_bwd_k<<<blocks((size_t)R * 32, 256), 256>>>(dinp, dw, db, dout, inp, w, mean, rstd, R, C);
+    LAUNCHED();
+}
+
+/* LlamaRMSNorm in float: y = w * (x * rs), rs = 1 / sqrt(mean(x^2) + eps) */
+__global__ static void rms_fwd_k(float *out, float *rstd, const float *inp, const float *w, int R,
+                                 int C, float eps)
+{
+    int r = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    if (r >= R) return;
+    const float *x = inp + (size_t)r * C;
+    float ss = 0.0f;
+    for (int c = lane; c < C; c += 32) ss += x[c] * x[c];
+    float rs = 1.0f / sqrtf(warp_sum(ss) / C + eps);
+    float *o = out + (size_t)r * C;
+    for (int c = lane; c < C; c += 32) o[c] = w[c] * (x[c] * rs);
+    if (lane == 0 && rstd) rstd[r] = rs;
+}
+
+/* dx_c = rs (w_c dy_c - x_c rs^2 mean_j(w_j dy_j x_j)), dw_c += dy_c x_c rs */
+__global__ static void rms_bwd_k(float *dinp, float *dw, const float *dout, const float *inp,
+                                 const float *w, const float *rstd, int R, int C)
+{
+    int r = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    if (r >= R) return;
+    const float *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
+    float rs = rstd[r], dot = 0.0f;
+    for (int c = lane; c < C; c += 32) dot += d[c] * w[c] * x[c];
+    dot = warp_sum(dot) / C;
+    float *di = dinp + (size_t)r * C;
+    for (int c = lane; c < C; c += 32) {
+        di[c] += rs * (d[c] * w[c] - x[c] * rs * rs * dot);
+        atomicAdd(&dw[c], d[c] * x[c] * rs);
+    }
+}
+
+static void rms_fwd(float *out, float *rstd, const float *inp, const float *w, int R, int C,
+                    float eps)
+{
+    rms_fwd_k<<<blocks((size_t)R * 32, 256), 256>>>(out, rstd, inp, w, R, C, eps);
+    LAUNCHED();
+}
+
+static void rms_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                    const float *rstd, int R, int C)
+{
+    rms_bwd_k<<<blocks((size_t)R * 32, 256), 256>>>(dinp, dw, dout, inp, w, rstd, R, C);
     LAUNCHED();
 }
 
@@ -253,25 +305,161 @@ static void head_bwd(float *dinp, float *dwte, const float *dlogits, const float
     gemm_rm(true, false, V, C, R, 1.0f, dlogits, V, inp, C, 1.0f, dwte, C);
 }
 
+/* ---- q/k preparation of the rotary families: one warp per (row, head) --- */
+
+/* A qkv row is NH query heads, NKV key heads, NKV value heads of hd floats; the warps cover
+ * all NH + 2 NKV heads of every row, and value heads are a copy.  A query or key head is
+ * RMSNormed when its weight is given, then rotated pairwise (i, i + hd/2) by position pos[r]'s
+ * angle i.  Every branch below depends on the head only, so a warp never diverges around
+ * warp_sum. */
+__global__ static void qk_fwd_k(float *out, float *rstd, const float *inp, const float *wq,
+                                const float *wk, const float *cosb, const float *sinb,
+                                const int *pos, int R, int NH, int NKV, int hd, float eps)
+{
+    int NQK = NH + NKV, NT = NQK + NKV;
+    size_t wi = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+    int lane = threadIdx.x % 32;
+    if (wi >= (size_t)R * NT) return;
+    int r = (int)(wi / NT), hh = (int)(wi % NT);
+    size_t o = (size_t)r * NT * hd + (size_t)hh * hd;
+    const float *x = inp + o;
+    float *y = out + o;
+    if (hh >= NQK) {
+        for (int i = lane; i < hd; i += 32) y[i] = x[i];
+        return;
+    }
+    const float *wn = hh < NH ? wq : wk;
+    float rs = 1.0f;
+    if (wn) {
+        float ss = 0.0f;
+        for (int i = lane; i < hd; i += 32) ss += x[i] * x[i];
+        rs = 1.0f / sqrtf(warp_sum(ss) / hd + eps);
+        if (lane == 0 && rstd) rstd[(size_t)r * NQK + hh] = rs;
+    }
+    int half = hd / 2;
+    const float *c = cosb + (size_t)pos[r] * half, *s = sinb + (size_t)pos[r] * half;
+    for (int i = lane; i < half; i += 32) {
+        float a = x[i], b = x[i + half];
+        if (wn) {
+            a = wn[i] * (a * rs);
+            b = wn[i + half] * (b * rs);
+        }
+        y[i] = a * c[i] - b * s[i];
+        y[i + half] = b * c[i] + a * s[i];
+    }
+}
+
+/* The transposed rotation gives the gradient of the normed head, dn; then RMSNorm's backward
+ * over the head (as rms_bwd_k, C = hd), its weight gradient added atomically since every row
+ * and every head of the kind shares the hd weights. */
+__global__ static void qk_bwd_k(float *dinp, float *dwq, float *dwk, const float *dout,
+                                const float *inp, const float *wq, const float *wk,
+                                const float *rstd, const float *cosb, const float *sinb,
+                                const int *pos, int R, int NH, int NKV, int hd)
+{
+    int NQK = NH + NKV, NT = NQK + NKV;
+    size_t wi = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+    int lane = threadIdx.x % 32;
+    if (wi >= (size_t)R * NT) return;
+    int r = (int)(wi / NT), hh = (int)(wi % NT);
+    size_t o = (size_t)r * NT * hd + (size_t)hh * hd;
+    const float *dy = dout + o, *x = inp + o;
+    float *dx = dinp + o;
+    if (hh >= NQK) {
+        for (int i = lane; i < hd; i += 32) dx[i] = dy[i];
+        return;
+    }
+    const float *wn = hh < NH ? wq : wk;
+    float *dwn = hh < NH ? dwq : dwk;
+    int half = hd / 2;
+    const float *c = cosb + (size_t)pos[r] * half, *s = sinb + (size_t)pos[r] * half;
+    if (!wn) {
+        for (int i = lane; i < half; i += 32) {
+            float ga = dy[i], gb = dy[i + half];
+            dx[i] = ga * c[i] + gb * s[i];
+            dx[i + half] = gb * c[i] - ga * s[i];
+        }
+        return;
+    }
+    float rs = rstd[(size_t)r * NQK + hh], dot = 0.0f;
+    for (int i = lane; i < half; i += 32) {
+        float ga = dy[i], gb = dy[i + half];
+        float da = ga * c[i] + gb * s[i], db = gb * c[i] - ga * s[i];
+        float xa = x[i], xb = x[i + half];
+        dot += da * wn[i] * xa + db * wn[i + half] * xb;
+        if (dwn) {
+            atomicAdd(&dwn[i], da * xa * rs);
+            atomicAdd(&dwn[i + half], db * xb * rs);
+        }
+    }
+    dot = warp_sum(dot) / hd;
+    for (int i = lane; i < half; i += 32) {
+        float ga = dy[i], gb = dy[i + half];
+        float da = ga * c[i] + gb * s[i], db = gb * c[i] - ga * s[i];
+        float xa = x[i], xb = x[i + half];
+        dx[i] = rs * (wn[i] * da - xa * rs * rs * dot);
+        dx[i + half] = rs * (wn[i + half] * db - xb * rs * rs * dot);
+    }
+}
+
+static void qk_fwd(float *out, float *rstd, const float *inp, const float *wq, const float *wk,
+                   const float *cosb, const float *sinb, const int *pos, int R, int NH, int NKV,
+                   int hd, float eps)
+{
+    size_t warps = (size_t)R * (NH + 2 * NKV);
+    qk_fwd_k<<<blocks(warps * 32, 128), 128>>>(out, rstd, inp, wq, wk, cosb, sinb, pos, R, NH, NKV,
+                                               hd, eps);
+    LAUNCHED();
+}
+
+static void qk_bwd(float *dinp, float *dwq, float *dwk, const float *dout, const float *inp,
+                   const float *wq, const float *wk, const float *rstd, const float *cosb,
+                   const float *sinb, const int *pos, int R, int NH, int NKV, int hd)
+{
+    if ((wq || wk) && !rstd)
+        mk__die(__FILE__, __LINE__, "qk_bwd: q/k norm weights given without their rstd",
+                "pass the rstd array that qk_fwd filled");
+    size_t warps = (size_t)R * (NH + 2 * NKV);
+    qk_bwd_k<<<blocks(warps * 32, 128), 128>>>(dinp, dwq, dwk, dout, inp, wq, wk, rstd, cosb, sinb,
+                                               pos, R, NH, NKV, hd);
+    LAUNCHED();
+}
+
 /* ---- attention: one warp per (b, h, t) row ------------------------------ */
 
-__global__ static void attn_fwd_k(float *out, float *att, const float *qkv, int B, int T, int C,
-                                  int NH)
+/* Offsets inside a qkv row (W = (NH + 2 NKV) hd floats) of query head h and of the key and
+ * value heads it reads under grouped-query attention. */
+__device__ static inline size_t q_off(int h, int hd)
+{
+    return (size_t)h * hd;
+}
+__device__ static inline size_t k_off(int h, int NH, int NKV, int hd)
+{
+    return (size_t)(NH + h / (NH / NKV)) * hd;
+}
+__device__ static inline size_t v_off(int h, int NH, int NKV, int hd)
+{
+    return (size_t)(NH + NKV + h / (NH / NKV)) * hd;
+}
+
+__global__ static void attn_fwd_k(float *out, float *att, const float *qkv, int B, int T, int NH,
+                                  int NKV, int hd)
 {
     size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
     int lane = threadIdx.x % 32;
     if (w >= (size_t)B * NH * T) return;
     int t = (int)(w % T), h = (int)((w / T) % NH), b = (int)(w / ((size_t)T * NH));
-    int hs = C / NH;
-    float scale = rsqrtf((float)hs);
-    size_t C3 = 3 * (size_t)C;
-    const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+    size_t W = (size_t)(NH + 2 * NKV) * hd, A = (size_t)NH * hd;
+    size_t ko = k_off(h, NH, NKV, hd), vo = v_off(h, NH, NKV, hd);
+    float scale = 1.0f / sqrtf((float)hd);
+    const float *rows = qkv + (size_t)b * T * W; /* row t2 of this sequence at rows + t2 W */
+    const float *q = rows + t * W + q_off(h, hd);
     float *a = att + (((size_t)b * NH + h) * T + t) * T;
     float mx = -INFINITY;
     for (int t2 = lane; t2 <= t; t2 += 32) {
-        const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
+        const float *k = rows + t2 * W + ko;
         float s = 0.0f;
-        for (int i = 0; i < hs; i++) s += q[i] * k[i];
+        for (int i = 0; i < hd; i++) s += q[i] * k[i];
         s *= scale;
         a[t2] = s;
         mx = fmaxf(mx, s);
@@ -286,94 +474,117 @@ __global__ static void attn_fwd_k(float *out, float *att, const float *qkv, int 
     float inv = 1.0f / warp_sum(sum);
     for (int t2 = lane; t2 < T; t2 += 32) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
     __syncwarp();
-    float *y = out + ((size_t)b * T + t) * C + h * hs;
-    for (int i = lane; i < hs; i += 32) {
+    float *y = out + ((size_t)b * T + t) * A + q_off(h, hd);
+    for (int i = lane; i < hd; i += 32) {
         float acc = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++)
-            acc += a[t2] * qkv[((size_t)b * T + t2) * C3 + 2 * C + h * hs + i];
+        for (int t2 = 0; t2 <= t; t2++) acc += a[t2] * rows[t2 * W + vo + i];
         y[i] = acc;
     }
 }
 
-__global__ static void attn_bwd_k(float *dqkv, const float *dout, const float *qkv,
-                                  const float *att, int B, int T, int C, int NH)
+/* With P the row's probabilities and dP = dY V^T: dS = P (dP - sum P dP) scale, kept in the
+ * row's datt; dK += dS^T q and dV += P^T dY go atomically into the group's key and value
+ * heads (every query head of the group, every later t, adds there); then dQ = dS K, which
+ * only this warp writes. */
+__global__ static void attn_bwd_k(float *dqkv, float *datt, const float *dout, const float *qkv,
+                                  const float *att, int B, int T, int NH, int NKV, int hd)
 {
     size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
     int lane = threadIdx.x % 32;
     if (w >= (size_t)B * NH * T) return;
     int t = (int)(w % T), h = (int)((w / T) % NH), b = (int)(w / ((size_t)T * NH));
-    int hs = C / NH;
-    float scale = rsqrtf((float)hs);
-    size_t C3 = 3 * (size_t)C;
-    const float *a = att + (((size_t)b * NH + h) * T + t) * T;
-    const float *dy = dout + ((size_t)b * T + t) * C + h * hs;
-    const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
-    float *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
+    size_t W = (size_t)(NH + 2 * NKV) * hd, A = (size_t)NH * hd;
+    size_t ko = k_off(h, NH, NKV, hd), vo = v_off(h, NH, NKV, hd);
+    float scale = 1.0f / sqrtf((float)hd);
+    const float *rows = qkv + (size_t)b * T * W;
+    float *drows = dqkv + (size_t)b * T * W;
+    size_t ro = ((size_t)b * NH + h) * T * T + (size_t)t * T;
+    const float *a = att + ro;
+    float *da = datt + ro;
+    const float *dy = dout + ((size_t)b * T + t) * A + q_off(h, hd);
+    const float *q = rows + t * W + q_off(h, hd);
     float s = 0.0f;
     for (int t2 = lane; t2 <= t; t2 += 32) {
-        const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+        const float *v = rows + t2 * W + vo;
         float dp = 0.0f;
-        for (int i = 0; i < hs; i++) dp += dy[i] * v[i];
+        for (int i = 0; i < hd; i++) dp += dy[i] * v[i];
+        da[t2] = dp;
         s += a[t2] * dp;
     }
     s = warp_sum(s);
-    for (int t2 = lane; t2 <= t; t2 += 32) {
-        size_t o2 = ((size_t)b * T + t2) * C3 + h * hs;
-        const float *k = qkv + o2 + C, *v = qkv + o2 + 2 * C;
-        float dp = 0.0f;
-        for (int i = 0; i < hs; i++) dp += dy[i] * v[i];
-        float p = a[t2], ds = p * (dp - s) * scale;
-        for (int i = 0; i < hs; i++) {
-            atomicAdd(&dq[i], ds * k[i]);
-            atomicAdd(&dqkv[o2 + C + i], ds * q[i]);
-            atomicAdd(&dqkv[o2 + 2 * C + i], p * dy[i]);
+    for (int t2 = lane; t2 < T; t2 += 32) {
+        if (t2 > t) {
+            da[t2] = 0.0f;
+            continue;
         }
+        float p = a[t2], ds = p * (da[t2] - s) * scale;
+        da[t2] = ds;
+        float *dk = drows + t2 * W + ko, *dv = drows + t2 * W + vo;
+        for (int i = 0; i < hd; i++) {
+            atomicAdd(&dk[i], ds * q[i]);
+            atomicAdd(&dv[i], p * dy[i]);
+        }
+    }
+    __syncwarp();
+    float *dq = drows + t * W + q_off(h, hd);
+    for (int i = lane; i < hd; i += 32) {
+        float acc = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) acc += da[t2] * rows[t2 * W + ko + i];
+        dq[i] = acc;
     }
 }
 
-static void attn_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+static void attn_fwd(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV,
+                     int hd)
 {
-    attn_fwd_k<<<blocks((size_t)B * NH * T * 32, 128), 128>>>(out, att, qkv, B, T, C, NH);
+    attn_fwd_k<<<blocks((size_t)B * NH * T * 32, 128), 128>>>(out, att, qkv, B, T, NH, NKV, hd);
     LAUNCHED();
 }
 
-/* datt is not needed here: each warp recomputes its row of dP */
+/* dqkv is zeroed first: the key and value heads are sums over their group (atomicAdd) */
 static void attn_bwd(float *dqkv, float *datt, const float *dout, const float *qkv,
-                     const float *att, int B, int T, int C, int NH)
+                     const float *att, int B, int T, int NH, int NKV, int hd)
 {
-    cu_zero(dqkv, sizeof(float) * (size_t)B * T * 3 * C);
-    attn_bwd_k<<<blocks((size_t)B * NH * T * 32, 128), 128>>>(dqkv, dout, qkv, att, B, T, C, NH);
+    cu_zero(dqkv, sizeof(float) * (size_t)B * T * (NH + 2 * NKV) * hd);
+    attn_bwd_k<<<blocks((size_t)B * NH * T * 32, 128), 128>>>(dqkv, datt, dout, qkv, att, B, T, NH,
+                                                              NKV, hd);
     LAUNCHED();
 }
 
+/* one thread per cached float: the NKV key heads, then the NKV value heads, of row r */
 __global__ static void kv_store_k(float *kc, float *vc, const float *qkv, const int *slot,
-                                  const int *pos, int R, int C, int Tmax)
+                                  const int *pos, int R, int NH, int NKV, int hd, int Tmax)
 {
+    size_t KW = (size_t)NKV * hd, W = (size_t)(NH + 2 * NKV) * hd;
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    if (i >= (size_t)R * C) return;
-    int r = (int)(i / C), c = (int)(i % C);
-    size_t o = ((size_t)slot[r] * Tmax + pos[r]) * C + c;
-    kc[o] = qkv[(size_t)r * 3 * C + C + c];
-    vc[o] = qkv[(size_t)r * 3 * C + 2 * C + c];
+    if (i >= (size_t)R * KW) return;
+    int r = (int)(i / KW);
+    size_t c = i % KW;
+    size_t o = ((size_t)slot[r] * Tmax + pos[r]) * KW + c;
+    const float *row = qkv + (size_t)r * W + (size_t)NH * hd;
+    kc[o] = row[c];
+    vc[o] = row[KW + c];
 }
 
-/* one warp (one block) per (row, head); the scores in att [R, NH, Tmax] (global memory, so
- * that any context length fits) */
+/* One warp (one block) per (row, query head) over the kv head of its group; the scores in att
+ * [R, NH, Tmax] (global memory, so that any context length fits).  Cached positions are
+ * KW = NKV hd floats apart. */
 __global__ static void attn_decode_k(float *out, float *att, const float *qkv, const float *kc,
-                                     const float *vc, const int *slot, const int *pos, int C,
-                                     int NH, int Tmax)
+                                     const float *vc, const int *slot, const int *pos, int NH,
+                                     int NKV, int hd, int Tmax)
 {
     float *a = att + (size_t)blockIdx.x * Tmax;
     int r = blockIdx.x / NH, h = blockIdx.x % NH, lane = threadIdx.x;
-    int hs = C / NH, n = pos[r] + 1;
-    float scale = rsqrtf((float)hs);
-    const float *q = qkv + (size_t)r * 3 * C + h * hs;
-    const float *k = kc + (size_t)slot[r] * Tmax * C + h * hs;
-    const float *v = vc + (size_t)slot[r] * Tmax * C + h * hs;
+    int n = pos[r] + 1, kh = h / (NH / NKV);
+    size_t KW = (size_t)NKV * hd, W = (size_t)(NH + 2 * NKV) * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+    const float *q = qkv + (size_t)r * W + q_off(h, hd);
+    const float *k = kc + (size_t)slot[r] * Tmax * KW + (size_t)kh * hd;
+    const float *v = vc + (size_t)slot[r] * Tmax * KW + (size_t)kh * hd;
     float mx = -INFINITY;
     for (int t2 = lane; t2 < n; t2 += 32) {
         float s = 0.0f;
-        for (int i = 0; i < hs; i++) s += q[i] * k[(size_t)t2 * C + i];
+        for (int i = 0; i < hd; i++) s += q[i] * k[t2 * KW + i];
         a[t2] = s * scale;
         mx = fmaxf(mx, a[t2]);
     }
@@ -382,28 +593,31 @@ __global__ static void attn_decode_k(float *out, float *att, const float *qkv, c
     for (int t2 = lane; t2 < n; t2 += 32) sum += (a[t2] = expf(a[t2] - mx));
     float inv = 1.0f / warp_sum(sum);
     __syncwarp();
-    for (int i = lane; i < hs; i += 32) {
+    float *y = out + (size_t)r * NH * hd + q_off(h, hd);
+    for (int i = lane; i < hd; i += 32) {
         float acc = 0.0f;
-        for (int t2 = 0; t2 < n; t2++) acc += a[t2] * v[(size_t)t2 * C + i];
-        out[(size_t)r * C + h * hs + i] = acc * inv;
+        for (int t2 = 0; t2 < n; t2++) acc += a[t2] * v[t2 * KW + i];
+        y[i] = acc * inv;
     }
 }
 
 static void kv_store(float *kc, float *vc, const float *qkv, const int *slot, const int *pos, int R,
-                     int C, int Tmax)
+                     int NH, int NKV, int hd, int Tmax)
 {
-    kv_store_k<<<blocks((size_t)R * C, 256), 256>>>(kc, vc, qkv, slot, pos, R, C, Tmax);
+    kv_store_k<<<blocks((size_t)R * NKV * hd, 256), 256>>>(kc, vc, qkv, slot, pos, R, NH, NKV, hd,
+                                                           Tmax);
     LAUNCHED();
 }
 
 static void attn_decode(float *out, float *att, const float *qkv, const float *kc, const float *vc,
-                        const int *slot, const int *pos, int R, int C, int NH, int Tmax)
+                        const int *slot, const int *pos, int R, int NH, int NKV, int hd, int Tmax)
 {
-    attn_decode_k<<<R * NH, 32>>>(out, att, qkv, kc, vc, slot, pos, C, NH, Tmax);
+    if (R == 0) return;
+    attn_decode_k<<<R * NH, 32>>>(out, att, qkv, kc, vc, slot, pos, NH, NKV, hd, Tmax);
     LAUNCHED();
 }
 
-/* ---- GELU, residuals ---------------------------------------------------- */
+/* ---- GELU, SwiGLU, residuals -------------------------------------------- */
 
 #define GELU_K 0.7978845608028654f
 
@@ -425,6 +639,28 @@ __global__ static void gelu_bwd_k(float *dinp, const float *inp, const float *do
     dinp[i] = g * dout[i];
 }
 
+/* SwiGLU over rows [gate | up] of 2I floats: one thread per output element */
+__global__ static void swiglu_fwd_k(float *out, const float *inp, int R, int I)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)R * I) return;
+    size_t r = i / I, j = i % I;
+    float g = inp[r * 2 * I + j], u = inp[r * 2 * I + I + j];
+    out[i] = g / (1.0f + expf(-g)) * u;
+}
+
+/* d gate = dy u silu'(g), silu'(g) = sig (1 + g (1 - sig)); d up = dy silu(g) */
+__global__ static void swiglu_bwd_k(float *dinp, const float *inp, const float *dout, int R, int I)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)R * I) return;
+    size_t r = i / I, j = i % I;
+    float g = inp[r * 2 * I + j], u = inp[r * 2 * I + I + j], dy = dout[i];
+    float sig = 1.0f / (1.0f + expf(-g));
+    dinp[r * 2 * I + j] = dy * u * sig * (1.0f + g * (1.0f - sig));
+    dinp[r * 2 * I + I + j] = dy * g * sig;
+}
+
 __global__ static void add_k(float *out, const float *a, const float *b, size_t n)
 {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -440,6 +676,18 @@ static void gelu_fwd(float *out, const float *inp, size_t n)
 static void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n)
 {
     gelu_bwd_k<<<blocks(n, 256), 256>>>(dinp, inp, dout, n);
+    LAUNCHED();
+}
+
+static void swiglu_fwd(float *out, const float *inp, int R, int I)
+{
+    swiglu_fwd_k<<<blocks((size_t)R * I, 256), 256>>>(out, inp, R, I);
+    LAUNCHED();
+}
+
+static void swiglu_bwd(float *dinp, const float *inp, const float *dout, int R, int I)
+{
+    swiglu_bwd_k<<<blocks((size_t)R * I, 256), 256>>>(dinp, inp, dout, R, I);
     LAUNCHED();
 }
 
@@ -586,11 +834,13 @@ static void scale(float *x, float s, size_t n)
 
 /* ---- the table ---------------------------------------------------------- */
 
+/* in the order of struct mk__backend (mk_internal.h) */
 static const mk_backend cuda_backend = {
-    "cuda",      cu_alloc,  cu_release, cu_upload, cu_download, cu_copy, cu_zero,
-    embed_fwd,   embed_bwd, ln_fwd,     ln_bwd,    mm_fwd,      mm_bwd,  head_fwd,
-    head_bwd,    attn_fwd,  attn_bwd,   gelu_fwd,  gelu_bwd,    add,     kv_store,
-    attn_decode, row_stats, row_grad,   adamw,     sumsq,       scale,
+    "cuda",    cu_alloc,  cu_release, cu_upload,  cu_download, cu_copy,  cu_zero,
+    embed_fwd, embed_bwd, ln_fwd,     ln_bwd,     rms_fwd,     rms_bwd,  mm_fwd,
+    mm_bwd,    head_fwd,  head_bwd,   qk_fwd,     qk_bwd,      attn_fwd, attn_bwd,
+    gelu_fwd,  gelu_bwd,  swiglu_fwd, swiglu_bwd, add,         kv_store, attn_decode,
+    row_stats, row_grad,  adamw,      sumsq,      scale,
 };
 
 /* Not thread-safe on its first call (it creates the cuBLAS handle): call it

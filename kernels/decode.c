@@ -2,7 +2,8 @@
  * decode.c - batched decoding with a per-slot KV cache (continuous batching).
  *
  * The decoder owns, per layer, a key cache and a value cache of shape
- * [S, block_size, C] in back-end memory, a length and a pending token per
+ * [S, context, NKV hd] in back-end memory (context: block_size, or less with
+ * mk_decoder_new_ctx), a length and a pending token per
  * slot, and a generator per slot.  Both appending given tokens and a step go
  * through one routine, run_rows(), over a ragged batch of rows: row r is
  * token tok[r] of slot slot[r] at position pos[r].  For each layer it first
@@ -23,32 +24,46 @@
 struct mk_decoder {
     mk_model *m;
     int S, Tmax, max_rows;
-    float *kc, *vc;                            /* back-end [L, S, Tmax, C] */
-    float *x, *ln, *qkv, *atty, *fch, *logits; /* back-end row buffers */
-    float *att;                                /* back-end [max_rows, NH, Tmax] scores */
-    int *d_tok, *d_slot, *d_pos;               /* back-end [max_rows] */
-    int *h_tok, *h_slot, *h_pos;               /* host [max_rows] */
-    int *len, *pending;                        /* host [S] */
-    mk_rng *rng;                               /* host [S] */
-    float *h_logits;                           /* host [S, V] the logits of each slot's last step */
+    float *kc, *vc;              /* back-end [L, S, Tmax, NKV hd] */
+    float *x, *ln, *qkvr;        /* back-end row buffers: [R,C], [R,C], [R,W] (rotary) */
+    float *qkv, *atty;           /* [R,W], [R,A] */
+    float *fch, *fcg;            /* [R,F], [R,H] (SwiGLU; GELU works in place in fch) */
+    float *logits;               /* [S,V] */
+    float *att;                  /* back-end [max_rows, NH, Tmax] scores */
+    int *d_tok, *d_slot, *d_pos; /* back-end [max_rows] */
+    int *h_tok, *h_slot, *h_pos; /* host [max_rows] */
+    int *len, *pending;          /* host [S] */
+    mk_rng *rng;                 /* host [S] */
+    float *h_logits;             /* host [S, V] the logits of each slot's last step */
     void *sample_scratch;
 };
 
 int mk_decoder_new(mk_decoder **out, mk_model *m, int n_slots)
 {
+    if (!m) return mk__fail(MK_ERR_ARG, "mk_decoder_new: need a model");
+    return mk_decoder_new_ctx(out, m, n_slots, m->cfg.block_size);
+}
+
+int mk_decoder_new_ctx(mk_decoder **out, mk_model *m, int n_slots, int context)
+{
     if (!out || !m || n_slots < 1)
         return mk__fail(MK_ERR_ARG, "mk_decoder_new: need a model and n_slots >= 1");
     *out = NULL;
+    const mk_config *c = &m->cfg;
+    if (context < 1 || context > c->block_size)
+        return mk__fail(MK_ERR_ARG, "decoder context %d outside [1, block_size %d]", context,
+                        c->block_size);
     mk_decoder *d = calloc(1, sizeof *d);
     if (!d) return mk__fail(MK_ERR_NOMEM, "cannot allocate decoder");
     const mk_backend *be = m->be;
-    const mk_config *c = &m->cfg;
-    size_t C = c->n_embd, V = c->vocab_size;
+    size_t C = c->n_embd, V = c->vocab_size, W = mk__qkv_width(c), A = mk__att_width(c);
+    size_t F = mk__mlp_in(c), H = mk__mlp_hidden(c), KV = (size_t)c->n_kv_head * c->head_dim;
+    int rot = mk__rotary(c);
     d->m = m;
     d->S = n_slots;
-    d->Tmax = c->block_size;
-    d->max_rows = n_slots > c->block_size ? n_slots : c->block_size;
-    size_t Rm = d->max_rows, cache = (size_t)c->n_layer * n_slots * d->Tmax * C;
+    d->Tmax = context;
+    d->max_rows = n_slots > context ? n_slots : context;
+    size_t Rm = d->max_rows, cache = (size_t)c->n_layer * n_slots * d->Tmax * KV;
     int rc;
     d->len = calloc((size_t)n_slots * 2, sizeof(int));
     d->rng = calloc((size_t)n_slots, sizeof(mk_rng));
@@ -66,10 +81,12 @@ int mk_decoder_new(mk_decoder **out, mk_model *m, int n_slots)
         (rc = be->alloc((void **)&d->vc, cache * sizeof(float))) ||
         (rc = be->alloc((void **)&d->x, Rm * C * sizeof(float))) ||
         (rc = be->alloc((void **)&d->ln, Rm * C * sizeof(float))) ||
-        (rc = be->alloc((void **)&d->qkv, Rm * 3 * C * sizeof(float))) ||
-        (rc = be->alloc((void **)&d->atty, Rm * C * sizeof(float))) ||
+        (rot && (rc = be->alloc((void **)&d->qkvr, Rm * W * sizeof(float)))) ||
+        (rc = be->alloc((void **)&d->qkv, Rm * W * sizeof(float))) ||
+        (rc = be->alloc((void **)&d->atty, Rm * A * sizeof(float))) ||
         (rc = be->alloc((void **)&d->att, Rm * c->n_head * d->Tmax * sizeof(float))) ||
-        (rc = be->alloc((void **)&d->fch, Rm * 4 * C * sizeof(float))) ||
+        (rc = be->alloc((void **)&d->fch, Rm * F * sizeof(float))) ||
+        (rot && (rc = be->alloc((void **)&d->fcg, Rm * H * sizeof(float)))) ||
         (rc = be->alloc((void **)&d->logits, (size_t)n_slots * V * sizeof(float))) ||
         (rc = be->alloc((void **)&d->d_tok, Rm * sizeof(int))) ||
         (rc = be->alloc((void **)&d->d_slot, Rm * sizeof(int))) ||
@@ -85,8 +102,8 @@ int mk_decoder_new(mk_decoder **out, mk_model *m, int n_slots)
 void mk_decoder_free(mk_decoder *d)
 {
     if (!d) return;
-    void *dev[] = {d->kc,  d->vc,  d->x,      d->ln,    d->qkv,    d->atty,
-                   d->att, d->fch, d->logits, d->d_tok, d->d_slot, d->d_pos};
+    void *dev[] = {d->kc,  d->vc,  d->x,   d->ln,     d->qkvr,  d->qkv,    d->atty,
+                   d->att, d->fch, d->fcg, d->logits, d->d_tok, d->d_slot, d->d_pos};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) d->m->be->release(dev[i]);
     free(d->len);
@@ -129,30 +146,42 @@ static void run_rows(mk_decoder *d, int R, int want_logits)
 {
     mk_model *m = d->m;
     const mk_backend *be = m->be;
-    int L = m->cfg.n_layer, C = m->cfg.n_embd, NH = m->cfg.n_head, V = m->cfg.vocab_size;
-    size_t RC = (size_t)R * C, layer_cache = (size_t)d->S * d->Tmax * C;
+    const mk_config *c = &m->cfg;
+    int L = c->n_layer, C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head, hd = c->head_dim;
+    int V = c->vocab_size, W = (int)mk__qkv_width(c), A = (int)mk__att_width(c);
+    int F = (int)mk__mlp_in(c), H = (int)mk__mlp_hidden(c), rot = mk__rotary(c);
+    size_t RC = (size_t)R * C, layer_cache = (size_t)d->S * d->Tmax * NKV * hd;
     be->upload(d->d_tok, d->h_tok, sizeof(int) * R);
     be->upload(d->d_slot, d->h_slot, sizeof(int) * R);
     be->upload(d->d_pos, d->h_pos, sizeof(int) * R);
-    be->embed_fwd(d->x, d->d_tok, d->d_pos, P(0), P(1), R, C);
+    be->embed_fwd(d->x, d->d_tok, d->d_pos, TP(MK_T_WTE), TP(MK_T_WPE), R, C);
     for (int l = 0; l < L; l++) {
         float *kc = d->kc + l * layer_cache, *vc = d->vc + l * layer_cache;
-        be->ln_fwd(d->ln, NULL, NULL, d->x, LP(l, MK_P_LN1W), LP(l, MK_P_LN1B), R, C);
-        be->mm_fwd(d->qkv, d->ln, LP(l, MK_P_QKVW), LP(l, MK_P_QKVB), R, C, 3 * C);
-        be->kv_store(kc, vc, d->qkv, d->d_slot, d->d_pos, R, C, d->Tmax);
-        be->attn_decode(d->atty, d->att, d->qkv, kc, vc, d->d_slot, d->d_pos, R, C, NH, d->Tmax);
-        be->mm_fwd(d->ln, d->atty, LP(l, MK_P_PROJW), LP(l, MK_P_PROJB), R, C, C);
+        mk__norm_fwd(m, d->ln, NULL, NULL, d->x, LP(l, MK_P_LN1W), LP(l, MK_P_LN1B), R);
+        be->mm_fwd(rot ? d->qkvr : d->qkv, d->ln, LP(l, MK_P_QKVW), LP(l, MK_P_QKVB), R, C, W);
+        if (rot)
+            be->qk_fwd(d->qkv, NULL, d->qkvr, LP(l, MK_P_QNW), LP(l, MK_P_KNW), m->rope_cos,
+                       m->rope_sin, d->d_pos, R, NH, NKV, hd, c->norm_eps);
+        be->kv_store(kc, vc, d->qkv, d->d_slot, d->d_pos, R, NH, NKV, hd, d->Tmax);
+        be->attn_decode(d->atty, d->att, d->qkv, kc, vc, d->d_slot, d->d_pos, R, NH, NKV, hd,
+                        d->Tmax);
+        be->mm_fwd(d->ln, d->atty, LP(l, MK_P_PROJW), LP(l, MK_P_PROJB), R, A, C);
         be->add(d->x, d->x, d->ln, RC);
-        be->ln_fwd(d->ln, NULL, NULL, d->x, LP(l, MK_P_LN2W), LP(l, MK_P_LN2B), R, C);
-        be->mm_fwd(d->fch, d->ln, LP(l, MK_P_FCW), LP(l, MK_P_FCB), R, C, 4 * C);
-        be->gelu_fwd(d->fch, d->fch, RC * 4);
-        be->mm_fwd(d->ln, d->fch, LP(l, MK_P_FCPW), LP(l, MK_P_FCPB), R, 4 * C, C);
+        mk__norm_fwd(m, d->ln, NULL, NULL, d->x, LP(l, MK_P_LN2W), LP(l, MK_P_LN2B), R);
+        be->mm_fwd(d->fch, d->ln, LP(l, MK_P_FCW), LP(l, MK_P_FCB), R, C, F);
+        float *hid = d->fch;
+        if (rot) {
+            be->swiglu_fwd(d->fcg, d->fch, R, H);
+            hid = d->fcg;
+        } else {
+            be->gelu_fwd(d->fch, d->fch, (size_t)R * F);
+        }
+        be->mm_fwd(d->ln, hid, LP(l, MK_P_FCPW), LP(l, MK_P_FCPB), R, H, C);
         be->add(d->x, d->x, d->ln, RC);
     }
     if (want_logits) {
-        int nt = m->n_tensors;
-        be->ln_fwd(d->ln, NULL, NULL, d->x, P(nt - 2), P(nt - 1), R, C);
-        be->head_fwd(d->logits, d->ln, P(0), R, C, V);
+        mk__norm_fwd(m, d->ln, NULL, NULL, d->x, TP(MK_T_LNFW), TP(MK_T_LNFB), R);
+        be->head_fwd(d->logits, d->ln, P(mk__head_tensor(m)), R, C, V);
     }
 }
 

@@ -106,8 +106,7 @@ struct mk__backend {
     /* out[r] (NH hd floats) = attention of row r's queries over kc/vc[slot[r], 0..pos[r]];
      * att [R,NH,Tmax] is scratch for the scores */
     void (*attn_decode)(float *out, float *att, const float *qkv, const float *kc, const float *vc,
-                        const int *slot, const int *pos, int R, int NH, int NKV, int hd,
-                        int Tmax);
+                        const int *slot, const int *pos, int R, int NH, int NKV, int hd, int Tmax);
 
     /* per row: logp[r] = log softmax(logits[r])[targets[r]], ent[r] = entropy */
     void (*row_stats)(float *logp, float *ent, const float *logits, const int *targets, int R,
@@ -172,10 +171,13 @@ int mk__st_check(const mk__st_file *f, const mk__st_entry *e, const char *name, 
                  const int *shape, int f32_only);
 /* Converts a checked entry's data to float. */
 void mk__st_read(float *dst, const mk__st_file *f, const mk__st_entry *e);
-/* Writes tensors ts[0..n) (host values at params + offset) named prefix + name in dtype dt,
- * atomically (path.tmp, then rename). */
-int mk__st_write(const char *path, const mk_tensor_info *ts, int n, const float *params,
-                 mk_dtype dt, const char *prefix);
+/* Fills dst (ts[i].numel floats) with the values of tensor i of a file being written. */
+typedef void (*mk__st_source)(const void *ctx, int i, float *dst);
+/* Writes tensors ts[0..n) (full names and shapes; offsets unused), their values given by
+ * get(ctx, i, ...), in dtype dt, atomically (path.tmp, then rename); the data streams through
+ * one buffer of the largest tensor. */
+int mk__st_write(const char *path, const mk_tensor_info *ts, int n, mk__st_source get,
+                 const void *ctx, mk_dtype dt);
 
 /* Activations of the training graph, one allocation carved by a size table.
  * W = (NH + 2 NKV) hd is the width of a qkv row, A = NH hd of an attention
@@ -226,10 +228,10 @@ enum {
 enum {
     MK_P_LN1W,
     MK_P_LN1B,
-    MK_P_QKVW, /* [C, W] */
-    MK_P_QKVB, /* [W] */
-    MK_P_QNW,  /* [hd] */
-    MK_P_KNW,  /* [hd] */
+    MK_P_QKVW,  /* [C, W] */
+    MK_P_QKVB,  /* [W] */
+    MK_P_QNW,   /* [hd] */
+    MK_P_KNW,   /* [hd] */
     MK_P_PROJW, /* [A, C] */
     MK_P_PROJB,
     MK_P_LN2W,
@@ -336,6 +338,16 @@ static inline int mk__ltensor(const mk_model *m, int l, int k)
 #define TG(k)    G(m->gidx[(k)])
 #define LP(l, k) P(mk__ltensor(m, (l), (k)))
 #define LG(l, k) G(mk__ltensor(m, (l), (k)))
+
+/* The output head's weight: lm_head when untied, else the token embedding. */
+static inline int mk__head_tensor(const mk_model *m)
+{
+    return m->gidx[MK_T_HEAD] >= 0 ? m->gidx[MK_T_HEAD] : m->gidx[MK_T_WTE];
+}
+/* A block's pre-norm over R rows of n_embd: LayerNorm (w, b; mean and rstd may be NULL) for
+ * GPT2, RMSNorm (w; rstd may be NULL) for the rotary families. */
+void mk__norm_fwd(const mk_model *m, float *out, float *mean, float *rstd, const float *inp,
+                  const float *w, const float *b, int R);
 
 /* Checkpoint tensor i between its own layout (src/dst: info.numel host floats) and the
  * internal host parameter vector `params` (n_params floats). */

@@ -13,6 +13,7 @@
  * gradient of the logits.  Only [B,T] scalars cross between host and device.
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,72 +22,385 @@
 
 /* ---- configuration and size table --------------------------------------- */
 
-int mk_config_check(const mk_config *c)
+const char *mk_arch_name(mk_arch a)
 {
-    if (!c) return mk__fail(MK_ERR_ARG, "config is NULL");
-    if (c->n_layer <= 0 || c->n_head <= 0 || c->n_embd <= 0 || c->block_size <= 0 ||
-        c->vocab_size <= 0)
+    switch (a) {
+    case MK_ARCH_GPT2:
+        return "gpt2";
+    case MK_ARCH_LLAMA:
+        return "llama";
+    case MK_ARCH_QWEN2:
+        return "qwen2";
+    case MK_ARCH_QWEN3:
+        return "qwen3";
+    }
+    return "?";
+}
+
+int mk_config_resolve(const mk_config *c, mk_config *out)
+{
+    if (!c || !out) return mk__fail(MK_ERR_ARG, "config is NULL");
+    mk_config r = *c;
+    if (r.arch < MK_ARCH_GPT2 || r.arch > MK_ARCH_QWEN3)
+        return mk__fail(MK_ERR_ARG, "config: unknown arch %d", (int)r.arch);
+    const char *an = mk_arch_name(r.arch);
+    if (r.n_layer <= 0 || r.n_head <= 0 || r.n_embd <= 0 || r.block_size <= 0 || r.vocab_size <= 0)
         return mk__fail(MK_ERR_ARG,
                         "config fields must be positive (n_layer %d n_head %d n_embd %d "
                         "block_size %d vocab_size %d)",
-                        c->n_layer, c->n_head, c->n_embd, c->block_size, c->vocab_size);
-    if (c->n_embd % c->n_head)
-        return mk__fail(MK_ERR_ARG, "n_head %d does not divide n_embd %d", c->n_head, c->n_embd);
+                        r.n_layer, r.n_head, r.n_embd, r.block_size, r.vocab_size);
+    if (r.n_kv_head < 0 || r.head_dim < 0 || r.n_inner < 0 || r.norm_eps < 0 || r.rope_theta < 0)
+        return mk__fail(MK_ERR_ARG,
+                        "config (%s): n_kv_head, head_dim, n_inner, norm_eps and "
+                        "rope_theta must not be negative",
+                        an);
+    if (!r.n_kv_head) r.n_kv_head = r.n_head;
+    if (!r.head_dim) {
+        if (r.n_embd % r.n_head)
+            return mk__fail(MK_ERR_ARG, "n_head %d does not divide n_embd %d", r.n_head, r.n_embd);
+        r.head_dim = r.n_embd / r.n_head;
+    }
+    if (r.n_head % r.n_kv_head)
+        return mk__fail(MK_ERR_ARG, "config (%s): n_kv_head %d does not divide n_head %d", an,
+                        r.n_kv_head, r.n_head);
+    if (r.arch == MK_ARCH_GPT2) {
+        if (r.n_kv_head != r.n_head || r.head_dim * r.n_head != r.n_embd)
+            return mk__fail(MK_ERR_ARG, "config (gpt2): n_kv_head and head_dim must be 0 (all "
+                                        "heads attend; head_dim = n_embd / n_head)");
+        if (r.untied_head || r.rope_theta != 0 || r.rope_factor != 0)
+            return mk__fail(MK_ERR_ARG, "config (gpt2): untied_head and rope settings do not "
+                                        "apply to gpt2");
+        if (!r.n_inner) r.n_inner = 4 * r.n_embd;
+        if (r.norm_eps == 0) r.norm_eps = 1e-5f;
+        r.attn_bias = r.attn_out_bias = r.mlp_bias = 1;
+    } else {
+        if (!r.n_inner)
+            return mk__fail(MK_ERR_ARG, "config (%s): n_inner (intermediate_size) is required", an);
+        if (r.head_dim % 2)
+            return mk__fail(MK_ERR_ARG, "config (%s): head_dim %d must be even (rotary pairs)", an,
+                            r.head_dim);
+        if (r.norm_eps == 0) r.norm_eps = 1e-6f;
+        if (r.rope_theta == 0) r.rope_theta = 10000.0f;
+        if (r.arch == MK_ARCH_QWEN2) r.attn_bias = 1;
+        if (r.rope_factor != 0 &&
+            (r.rope_factor < 0 || r.rope_low_freq_factor <= 0 ||
+             r.rope_high_freq_factor <= r.rope_low_freq_factor || r.rope_orig_ctx <= 0))
+            return mk__fail(MK_ERR_ARG,
+                            "config (%s): llama3 rope scaling needs factor > 0, 0 < "
+                            "low_freq_factor < high_freq_factor and original context > 0",
+                            an);
+    }
+    r.untied_head = !!r.untied_head;
+    r.attn_bias = !!r.attn_bias;
+    r.attn_out_bias = !!r.attn_out_bias;
+    r.mlp_bias = !!r.mlp_bias;
+    if ((size_t)(r.n_head + 2 * r.n_kv_head) * r.head_dim > (size_t)1 << 24 ||
+        (size_t)r.n_inner * 2 > (size_t)1 << 26)
+        return mk__fail(MK_ERR_ARG, "config (%s): widths beyond this library's limits", an);
+    *out = r;
     return MK_OK;
 }
 
-static const char *const layer_names[MK_P_PER_LAYER] = {
-    "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
-    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
-    "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias",
+int mk_config_check(const mk_config *c)
+{
+    mk_config r;
+    return mk_config_resolve(c, &r);
+}
+
+static const char *const gpt2_layer_names[MK_P_PER_LAYER] = {
+    "ln_1.weight",
+    "ln_1.bias",
+    "attn.c_attn.weight",
+    "attn.c_attn.bias",
+    NULL,
+    NULL,
+    "attn.c_proj.weight",
+    "attn.c_proj.bias",
+    "ln_2.weight",
+    "ln_2.bias",
+    "mlp.c_fc.weight",
+    "mlp.c_fc.bias",
+    "mlp.c_proj.weight",
+    "mlp.c_proj.bias",
+};
+static const char *const rot_layer_names[MK_P_PER_LAYER] = {
+    "input_norm.weight",  NULL,
+    "attn.qkv.weight",    "attn.qkv.bias",
+    "attn.q_norm.weight", "attn.k_norm.weight",
+    "attn.o.weight",      "attn.o.bias",
+    "post_norm.weight",   NULL,
+    "mlp.gate_up.weight", "mlp.gate_up.bias",
+    "mlp.down.weight",    "mlp.down.bias",
 };
 
-/* Appends a tensor of d0 x d1 floats (d1 = 0: a vector of d0) named name to the table t (may be
- * NULL: then only counts), at *off, which it advances. */
-static void add_tensor(mk_tensor_info *t, int *n, size_t *off, const char *name, int d0, int d1)
+/* The tables a model is built from; every pointer may be NULL (then only counts). */
+typedef struct table {
+    mk_tensor_info *t;
+    int n;
+    size_t off;
+    int *gidx, *lidx;
+    mk__hf_map *hf;
+    int n_hf;
+} table;
+
+/* Appends a tensor of d0 x d1 floats (d1 = 0: a vector of d0) named name; returns its index. */
+static int add_tensor(table *tb, const char *name, int d0, int d1)
 {
     size_t numel = (size_t)d0 * (d1 > 0 ? (size_t)d1 : 1);
-    if (t) {
-        mk_tensor_info *e = &t[*n];
+    if (tb->t) {
+        mk_tensor_info *e = &tb->t[tb->n];
         snprintf(e->name, sizeof e->name, "%s", name);
-        e->offset = *off;
+        e->offset = tb->off;
         e->ndim = d1 > 0 ? 2 : 1;
         e->shape[0] = d0;
         e->shape[1] = d1 > 0 ? d1 : 0;
         e->numel = numel;
     }
-    *off += numel;
-    (*n)++;
+    tb->off += numel;
+    return tb->n++;
 }
 
-/* Fills t[] (may be NULL) and returns the number of tensors; *total gets the
- * number of parameters. */
-static int build_table(const mk_config *c, mk_tensor_info *t, size_t *total)
+/* Appends a checkpoint tensor: name (printf), shape d0 x d1 (d1 0: vector), over internal
+ * tensor `tensor` by `kind` from column col0. */
+static void add_hf(table *tb, int tensor, int kind, int col0, int d0, int d1, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+static void add_hf(table *tb, int tensor, int kind, int col0, int d0, int d1, const char *fmt, ...)
 {
-    int n = 0, C = c->n_embd;
-    size_t off = 0;
-    add_tensor(t, &n, &off, "wte.weight", c->vocab_size, C);
-    add_tensor(t, &n, &off, "wpe.weight", c->block_size, C);
-    const int d0[MK_P_PER_LAYER] = {C, C, C, 3 * C, C, C, C, C, C, 4 * C, 4 * C, C};
-    const int d1[MK_P_PER_LAYER] = {0, 0, 3 * C, 0, C, 0, 0, 0, 4 * C, 0, C, 0};
+    if (tb->hf) {
+        mk__hf_map *h = &tb->hf[tb->n_hf];
+        memset(h, 0, sizeof *h);
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(h->info.name, sizeof h->info.name, fmt, ap);
+        va_end(ap);
+        h->info.ndim = d1 > 0 ? 2 : 1;
+        h->info.shape[0] = d0;
+        h->info.shape[1] = d1 > 0 ? d1 : 0;
+        h->info.numel = (size_t)d0 * (d1 > 0 ? (size_t)d1 : 1);
+        h->tensor = tensor;
+        h->kind = kind;
+        h->col0 = col0;
+    }
+    tb->n_hf++;
+}
+
+static void set_g(table *tb, int k, int i)
+{
+    if (tb->gidx) tb->gidx[k] = i;
+}
+
+static void set_l(table *tb, int l, int k, int i)
+{
+    if (tb->lidx) tb->lidx[l * MK_P_PER_LAYER + k] = i;
+}
+
+/* GPT-2: internal tensors are the checkpoint's, in its order. */
+static void build_gpt2(const mk_config *c, table *tb)
+{
+    int C = c->n_embd, F = c->n_inner;
+    set_g(tb, MK_T_WTE, add_tensor(tb, "wte.weight", c->vocab_size, C));
+    set_g(tb, MK_T_WPE, add_tensor(tb, "wpe.weight", c->block_size, C));
+    const int d0[MK_P_PER_LAYER] = {C, C, C, 3 * C, 0, 0, C, C, C, C, C, F, F, C};
+    const int d1[MK_P_PER_LAYER] = {0, 0, 3 * C, 0, 0, 0, C, 0, 0, 0, F, 0, C, 0};
     for (int l = 0; l < c->n_layer; l++)
         for (int k = 0; k < MK_P_PER_LAYER; k++) {
-            char name[sizeof t->name];
-            snprintf(name, sizeof name, "h.%d.%s", l, layer_names[k]);
-            add_tensor(t, &n, &off, name, d0[k], d1[k]);
+            if (!gpt2_layer_names[k]) continue;
+            char name[sizeof tb->t->name];
+            snprintf(name, sizeof name, "h.%d.%s", l, gpt2_layer_names[k]);
+            set_l(tb, l, k, add_tensor(tb, name, d0[k], d1[k]));
         }
-    add_tensor(t, &n, &off, "ln_f.weight", C, 0);
-    add_tensor(t, &n, &off, "ln_f.bias", C, 0);
-    *total = off;
-    return n;
+    set_g(tb, MK_T_LNFW, add_tensor(tb, "ln_f.weight", C, 0));
+    set_g(tb, MK_T_LNFB, add_tensor(tb, "ln_f.bias", C, 0));
+    for (int i = 0; i < tb->n; i++) {
+        const mk_tensor_info *e = tb->t ? &tb->t[i] : NULL;
+        add_hf(tb, i, MK_HF_COPY, 0, e ? e->shape[0] : 0, e ? e->shape[1] : 0, "transformer.%s",
+               e ? e->name : "");
+    }
+}
+
+/* Llama, Qwen2, Qwen3: fused internal tensors, transformers' names outside. */
+static void build_rotary(const mk_config *c, table *tb)
+{
+    int C = c->n_embd, hd = c->head_dim, A = c->n_head * hd, K = c->n_kv_head * hd;
+    int W = A + 2 * K, I = c->n_inner;
+    int qk_norm = c->arch == MK_ARCH_QWEN3;
+    int wte = add_tensor(tb, "embed.weight", c->vocab_size, C);
+    set_g(tb, MK_T_WTE, wte);
+    add_hf(tb, wte, MK_HF_COPY, 0, c->vocab_size, C, "model.embed_tokens.weight");
+    const int d0[MK_P_PER_LAYER] = {C, 0, C, W, hd, hd, A, C, C, 0, C, 2 * I, I, C};
+    const int d1[MK_P_PER_LAYER] = {0, 0, W, 0, 0, 0, C, 0, 0, 0, 2 * I, 0, C, 0};
+    for (int l = 0; l < c->n_layer; l++) {
+        int idx[MK_P_PER_LAYER];
+        for (int k = 0; k < MK_P_PER_LAYER; k++) {
+            int present = rot_layer_names[k] != NULL;
+            if (k == MK_P_QKVB) present = c->attn_bias;
+            if (k == MK_P_QNW || k == MK_P_KNW) present = qk_norm;
+            if (k == MK_P_PROJB) present = c->attn_out_bias;
+            if (k == MK_P_FCB || k == MK_P_FCPB) present = c->mlp_bias;
+            idx[k] = -1;
+            if (present) {
+                char name[sizeof tb->t->name];
+                snprintf(name, sizeof name, "layers.%d.%s", l, rot_layer_names[k]);
+                idx[k] = add_tensor(tb, name, d0[k], d1[k]);
+            }
+            set_l(tb, l, k, idx[k]);
+        }
+        const char *pre = "model.layers";
+        add_hf(tb, idx[MK_P_QKVW], MK_HF_TCOLS, 0, A, C, "%s.%d.self_attn.q_proj.weight", pre, l);
+        if (c->attn_bias)
+            add_hf(tb, idx[MK_P_QKVB], MK_HF_SLICE, 0, A, 0, "%s.%d.self_attn.q_proj.bias", pre, l);
+        add_hf(tb, idx[MK_P_QKVW], MK_HF_TCOLS, A, K, C, "%s.%d.self_attn.k_proj.weight", pre, l);
+        if (c->attn_bias)
+            add_hf(tb, idx[MK_P_QKVB], MK_HF_SLICE, A, K, 0, "%s.%d.self_attn.k_proj.bias", pre, l);
+        add_hf(tb, idx[MK_P_QKVW], MK_HF_TCOLS, A + K, K, C, "%s.%d.self_attn.v_proj.weight", pre,
+               l);
+        if (c->attn_bias)
+            add_hf(tb, idx[MK_P_QKVB], MK_HF_SLICE, A + K, K, 0, "%s.%d.self_attn.v_proj.bias", pre,
+                   l);
+        add_hf(tb, idx[MK_P_PROJW], MK_HF_TCOLS, 0, C, A, "%s.%d.self_attn.o_proj.weight", pre, l);
+        if (c->attn_out_bias)
+            add_hf(tb, idx[MK_P_PROJB], MK_HF_COPY, 0, C, 0, "%s.%d.self_attn.o_proj.bias", pre, l);
+        if (qk_norm) {
+            add_hf(tb, idx[MK_P_QNW], MK_HF_COPY, 0, hd, 0, "%s.%d.self_attn.q_norm.weight", pre,
+                   l);
+            add_hf(tb, idx[MK_P_KNW], MK_HF_COPY, 0, hd, 0, "%s.%d.self_attn.k_norm.weight", pre,
+                   l);
+        }
+        add_hf(tb, idx[MK_P_FCW], MK_HF_TCOLS, 0, I, C, "%s.%d.mlp.gate_proj.weight", pre, l);
+        if (c->mlp_bias)
+            add_hf(tb, idx[MK_P_FCB], MK_HF_SLICE, 0, I, 0, "%s.%d.mlp.gate_proj.bias", pre, l);
+        add_hf(tb, idx[MK_P_FCW], MK_HF_TCOLS, I, I, C, "%s.%d.mlp.up_proj.weight", pre, l);
+        if (c->mlp_bias)
+            add_hf(tb, idx[MK_P_FCB], MK_HF_SLICE, I, I, 0, "%s.%d.mlp.up_proj.bias", pre, l);
+        add_hf(tb, idx[MK_P_FCPW], MK_HF_TCOLS, 0, C, I, "%s.%d.mlp.down_proj.weight", pre, l);
+        if (c->mlp_bias)
+            add_hf(tb, idx[MK_P_FCPB], MK_HF_COPY, 0, C, 0, "%s.%d.mlp.down_proj.bias", pre, l);
+        add_hf(tb, idx[MK_P_LN1W], MK_HF_COPY, 0, C, 0, "%s.%d.input_layernorm.weight", pre, l);
+        add_hf(tb, idx[MK_P_LN2W], MK_HF_COPY, 0, C, 0, "%s.%d.post_attention_layernorm.weight",
+               pre, l);
+    }
+    int nf = add_tensor(tb, "norm.weight", C, 0);
+    set_g(tb, MK_T_LNFW, nf);
+    add_hf(tb, nf, MK_HF_COPY, 0, C, 0, "model.norm.weight");
+    if (c->untied_head) {
+        int h = add_tensor(tb, "lm_head.weight", c->vocab_size, C);
+        set_g(tb, MK_T_HEAD, h);
+        add_hf(tb, h, MK_HF_COPY, 0, c->vocab_size, C, "lm_head.weight");
+    }
+}
+
+/* Fills the tables of tb (pointers may be NULL) for a resolved config. */
+static void build_table(const mk_config *c, table *tb)
+{
+    if (tb->gidx)
+        for (int k = 0; k < MK_T_N; k++) tb->gidx[k] = -1;
+    if (tb->lidx)
+        for (int i = 0; i < c->n_layer * MK_P_PER_LAYER; i++) tb->lidx[i] = -1;
+    if (c->arch == MK_ARCH_GPT2)
+        build_gpt2(c, tb);
+    else
+        build_rotary(c, tb);
 }
 
 size_t mk_config_num_params(const mk_config *cfg)
 {
-    if (mk_config_check(cfg) != MK_OK) return 0;
-    size_t total;
-    build_table(cfg, NULL, &total);
-    return total;
+    mk_config r;
+    if (mk_config_resolve(cfg, &r) != MK_OK) return 0;
+    table tb = {0};
+    build_table(&r, &tb);
+    return tb.off;
+}
+
+/* ---- the checkpoint's view ---------------------------------------------- */
+
+/* name without a "transformer." or "model." prefix */
+static const char *strip_prefix(const char *name)
+{
+    if (!strncmp(name, "transformer.", 12)) return name + 12;
+    if (!strncmp(name, "model.", 6)) return name + 6;
+    return name;
+}
+
+int mk__hf_find(const mk_model *m, const char *name)
+{
+    const char *want = strip_prefix(name);
+    for (int i = 0; i < m->n_hf; i++)
+        if (!strcmp(strip_prefix(m->hf[i].info.name), want)) return i;
+    return -1;
+}
+
+/* Moves checkpoint tensor i between ck (its own layout) and base, its internal tensor's first
+ * element; to_params chooses the direction. */
+static void hf_move(const mk_model *m, int i, float *base, float *ck, int to_params)
+{
+    const mk__hf_map *h = &m->hf[i];
+    const mk_tensor_info *t = &m->tensors[h->tensor];
+    size_t n = h->info.numel;
+    if (h->kind == MK_HF_COPY || h->kind == MK_HF_SLICE) {
+        float *p = base + (h->kind == MK_HF_SLICE ? h->col0 : 0);
+        if (to_params)
+            memcpy(p, ck, n * sizeof(float));
+        else
+            memcpy(ck, p, n * sizeof(float));
+        return;
+    }
+    /* MK_HF_TCOLS: ck [out, in]; internal [in, Wt] columns col0 .. col0 + out */
+    int out = h->info.shape[0], in = h->info.shape[1], Wt = t->shape[1];
+    enum { BLK = 32 };
+    for (int o0 = 0; o0 < out; o0 += BLK)
+        for (int i0 = 0; i0 < in; i0 += BLK) {
+            int o1 = o0 + BLK < out ? o0 + BLK : out, i1 = i0 + BLK < in ? i0 + BLK : in;
+            for (int ii = i0; ii < i1; ii++) {
+                float *row = base + (size_t)ii * Wt + h->col0;
+                for (int oo = o0; oo < o1; oo++) {
+                    float *c = ck + (size_t)oo * in + ii;
+                    if (to_params)
+                        row[oo] = *c;
+                    else
+                        *c = row[oo];
+                }
+            }
+        }
+}
+
+void mk__hf_scatter(const mk_model *m, int i, float *params, const float *src)
+{
+    hf_move(m, i, params + m->tensors[m->hf[i].tensor].offset, (float *)src, 1);
+}
+
+void mk__hf_gather(const mk_model *m, int i, const float *params, float *dst)
+{
+    hf_move(m, i, (float *)params + m->tensors[m->hf[i].tensor].offset, dst, 0);
+}
+
+int mk_model_num_hf_tensors(const mk_model *m)
+{
+    return m ? m->n_hf : 0;
+}
+
+int mk_model_hf_tensor(const mk_model *m, int i, mk_tensor_info *info)
+{
+    if (!m || !info || i < 0 || i >= m->n_hf)
+        return mk__fail(MK_ERR_ARG, "checkpoint tensor index %d out of range", i);
+    *info = m->hf[i].info;
+    return MK_OK;
+}
+
+int mk_model_read_hf(const mk_model *m, const char *name, int grads, float *dst)
+{
+    if (!m || !name || !dst) return mk__fail(MK_ERR_ARG, "NULL argument");
+    int i = mk__hf_find(m, name);
+    if (i < 0)
+        return mk__fail(MK_ERR_MISSING, "the %s model has no tensor %s", mk_arch_name(m->cfg.arch),
+                        name);
+    const mk__hf_map *h = &m->hf[i];
+    const mk_tensor_info *t = &m->tensors[h->tensor];
+    float *tmp = malloc(t->numel * sizeof(float));
+    if (!tmp) return mk__fail(MK_ERR_NOMEM, "cannot allocate %zu floats", t->numel);
+    m->be->download(tmp, (grads ? m->grads : m->params) + t->offset, t->numel * sizeof(float));
+    hf_move(m, i, tmp, dst, 0);
+    free(tmp);
+    return MK_OK;
 }
 
 /* ---- model lifetime ----------------------------------------------------- */
@@ -94,19 +408,23 @@ size_t mk_config_num_params(const mk_config *cfg)
 static void act_sizes(const mk_config *c, int B, int T, size_t *s)
 {
     size_t L = c->n_layer, C = c->n_embd, R = (size_t)B * T, NH = c->n_head;
+    size_t W = mk__qkv_width(c), A = mk__att_width(c), F = mk__mlp_in(c), H = mk__mlp_hidden(c);
+    int rot = mk__rotary(c), qkn = c->arch == MK_ARCH_QWEN3;
     s[MK_ACT_ENC] = R * C;
     s[MK_ACT_LN1] = L * R * C;
     s[MK_ACT_LN1M] = L * R;
     s[MK_ACT_LN1R] = L * R;
-    s[MK_ACT_QKV] = L * R * 3 * C;
-    s[MK_ACT_ATTY] = L * R * C;
+    s[MK_ACT_QKVR] = rot ? L * R * W : 0;
+    s[MK_ACT_QKR] = qkn ? L * R * (NH + c->n_kv_head) : 0;
+    s[MK_ACT_QKV] = L * R * W;
+    s[MK_ACT_ATTY] = L * R * A;
     s[MK_ACT_ATT] = L * B * NH * T * T;
     s[MK_ACT_RES2] = L * R * C;
     s[MK_ACT_LN2] = L * R * C;
     s[MK_ACT_LN2M] = L * R;
     s[MK_ACT_LN2R] = L * R;
-    s[MK_ACT_FCH] = L * R * 4 * C;
-    s[MK_ACT_FCG] = L * R * 4 * C;
+    s[MK_ACT_FCH] = L * R * F;
+    s[MK_ACT_FCG] = L * R * H;
     s[MK_ACT_RES3] = L * R * C;
     s[MK_ACT_LNF] = R * C;
     s[MK_ACT_LNFM] = R;
@@ -118,12 +436,14 @@ static void act_sizes(const mk_config *c, int B, int T, size_t *s)
 static void gact_sizes(const mk_config *c, int B, int T, size_t *s)
 {
     size_t C = c->n_embd, R = (size_t)B * T, NH = c->n_head;
+    size_t W = mk__qkv_width(c), A = mk__att_width(c), F = mk__mlp_in(c), H = mk__mlp_hidden(c);
     s[MK_G_RES] = R * C;
     s[MK_G_LN] = R * C;
-    s[MK_G_QKV] = R * 3 * C;
-    s[MK_G_ATTY] = R * C;
-    s[MK_G_FCH] = R * 4 * C;
-    s[MK_G_FCG] = R * 4 * C;
+    s[MK_G_QKV] = R * W;
+    s[MK_G_QKVR] = mk__rotary(c) ? R * W : 0;
+    s[MK_G_ATTY] = R * A;
+    s[MK_G_FCH] = R * F;
+    s[MK_G_FCG] = R * H;
     s[MK_G_ATT] = B * NH * T * T;
 }
 
@@ -138,13 +458,66 @@ static size_t carve(float *base, const size_t *sizes, float **ptrs, int n)
     return off;
 }
 
-int mk_model_new(mk_model **out, const mk_config *cfg, int max_batch, int max_seq,
+/* transformers' inverse frequencies (float32, as torch computes them), with Llama 3's
+ * scaling when the config asks for it. */
+static void rope_inv_freq(const mk_config *c, float *inv)
+{
+    int half = c->head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        float e = (float)(2 * i) / (float)c->head_dim;
+        inv[i] = (float)(1.0 / pow((double)c->rope_theta, (double)e));
+    }
+    if (c->rope_factor == 0) return;
+    float factor = c->rope_factor, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
+    float old = (float)c->rope_orig_ctx;
+    float lo_wl = old / lo, hi_wl = old / hi;
+    for (int i = 0; i < half; i++) {
+        float wl = 2.0f * (float)M_PI / inv[i];
+        float f = wl > lo_wl ? inv[i] / factor : inv[i];
+        if (!(wl < hi_wl) && !(wl > lo_wl)) {
+            float sm = (old / wl - lo) / (hi - lo);
+            f = (1.0f - sm) * f / factor + sm * f;
+        }
+        inv[i] = f;
+    }
+}
+
+/* The cos and sin tables [block_size, hd/2] of the rotary families, on the back-end. */
+static int rope_tables(mk_model *m)
+{
+    const mk_config *c = &m->cfg;
+    size_t half = (size_t)c->head_dim / 2, n = (size_t)c->block_size * half;
+    float *h = malloc(sizeof(float) * (n * 2 + half));
+    if (!h) return mk__fail(MK_ERR_NOMEM, "cannot allocate rotary tables (%zu floats)", n * 2);
+    float *inv = h + 2 * n;
+    rope_inv_freq(c, inv);
+    for (int p = 0; p < c->block_size; p++)
+        for (size_t i = 0; i < half; i++) {
+            float ang = (float)p * inv[i];
+            h[p * half + i] = (float)cos((double)ang);
+            h[n + p * half + i] = (float)sin((double)ang);
+        }
+    int rc;
+    if ((rc = m->be->alloc((void **)&m->rope_cos, n * sizeof(float))) ||
+        (rc = m->be->alloc((void **)&m->rope_sin, n * sizeof(float)))) {
+        free(h);
+        return rc;
+    }
+    m->be->upload(m->rope_cos, h, n * sizeof(float));
+    m->be->upload(m->rope_sin, h + n, n * sizeof(float));
+    free(h);
+    return MK_OK;
+}
+
+int mk_model_new(mk_model **out, const mk_config *cfg_in, int max_batch, int max_seq,
                  const mk_backend *be)
 {
     if (!out) return mk__fail(MK_ERR_ARG, "out is NULL");
     *out = NULL;
-    int rc = mk_config_check(cfg);
+    mk_config rcfg;
+    int rc = mk_config_resolve(cfg_in, &rcfg);
     if (rc) return rc;
+    const mk_config *cfg = &rcfg;
     if (max_batch < 1 || max_seq < 1 || max_seq > cfg->block_size)
         return mk__fail(MK_ERR_ARG, "max_batch %d, max_seq %d: need >= 1 and max_seq <= %d",
                         max_batch, max_seq, cfg->block_size);
@@ -156,19 +529,25 @@ int mk_model_new(mk_model **out, const mk_config *cfg, int max_batch, int max_se
     m->be = be;
     m->max_B = max_batch;
     m->max_T = max_seq;
-    size_t total;
-    m->n_tensors = build_table(cfg, NULL, &total);
+    table count = {0};
+    build_table(cfg, &count);
+    m->n_tensors = count.n;
+    m->n_hf = count.n_hf;
     m->tensors = calloc((size_t)m->n_tensors, sizeof *m->tensors);
+    m->hf = calloc((size_t)m->n_hf, sizeof *m->hf);
+    m->lidx = calloc((size_t)cfg->n_layer * MK_P_PER_LAYER, sizeof *m->lidx);
     size_t R = (size_t)max_batch * max_seq;
     m->h_rowa = malloc(sizeof(float) * R * 4);
-    if (!m->tensors || !m->h_rowa) {
+    if (!m->tensors || !m->hf || !m->lidx || !m->h_rowa) {
         mk_model_free(m);
         return mk__fail(MK_ERR_NOMEM, "cannot allocate model tables");
     }
     m->h_rowb = m->h_rowa + R;
     m->h_rowc = m->h_rowb + R;
     m->h_rowd = m->h_rowc + R;
-    build_table(cfg, m->tensors, &m->n_params);
+    table tb = {.t = m->tensors, .gidx = m->gidx, .lidx = m->lidx, .hf = m->hf};
+    build_table(cfg, &tb);
+    m->n_params = tb.off;
     act_sizes(cfg, max_batch, max_seq, m->act_size);
     size_t gsz[MK_G_N];
     gact_sizes(cfg, max_batch, max_seq, gsz);
@@ -183,7 +562,8 @@ int mk_model_new(mk_model **out, const mk_config *cfg, int max_batch, int max_se
         (rc = be->alloc((void **)&m->d_targets, R * sizeof(int))) ||
         (rc = be->alloc((void **)&m->d_pos, R * sizeof(int))) ||
         (rc = be->alloc((void **)&m->d_rowa, R * sizeof(float))) ||
-        (rc = be->alloc((void **)&m->d_rowb, R * sizeof(float)))) {
+        (rc = be->alloc((void **)&m->d_rowb, R * sizeof(float))) ||
+        (mk__rotary(cfg) && (rc = rope_tables(m)))) {
         mk_model_free(m);
         return rc;
     }
@@ -196,11 +576,14 @@ int mk_model_new(mk_model **out, const mk_config *cfg, int max_batch, int max_se
 void mk_model_free(mk_model *m)
 {
     if (!m) return;
-    void *dev[] = {m->params,   m->grads,     m->m,     m->v,      m->acts_mem, m->gacts_mem,
-                   m->d_tokens, m->d_targets, m->d_pos, m->d_rowa, m->d_rowb};
+    void *dev[] = {m->params,    m->grads,    m->m,         m->v,     m->acts_mem,
+                   m->gacts_mem, m->d_tokens, m->d_targets, m->d_pos, m->d_rowa,
+                   m->d_rowb,    m->rope_cos, m->rope_sin};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) m->be->release(dev[i]);
     free(m->tensors);
+    free(m->hf);
+    free(m->lidx);
     free(m->h_rowa);
     free(m);
 }
@@ -305,12 +688,13 @@ void mk_model_init(mk_model *m, uint64_t seed)
         const char *nm = t->name;
         size_t len = strlen(nm);
         int is_bias = len > 5 && strcmp(nm + len - 5, ".bias") == 0;
-        int is_ln = strstr(nm, "ln_") != NULL;
+        int is_ln = strstr(nm, "ln_") != NULL || strstr(nm, "norm.") != NULL;
         if (is_bias) {
             memset(p, 0, sizeof(float) * t->numel);
         } else if (is_ln) {
             for (size_t j = 0; j < t->numel; j++) p[j] = 1.0f;
         } else {
+            /* GPT-2 scales its residual projections; transformers' Llama/Qwen use 0.02 */
             float std = strstr(nm, "c_proj.weight") ? proj_std : 0.02f;
             for (size_t j = 0; j < t->numel; j += 2) {
                 /* Box-Muller: two normals from two uniforms in (0, 1] */
@@ -329,6 +713,58 @@ void mk_model_init(mk_model *m, uint64_t seed)
 
 /* ---- forward ------------------------------------------------------------ */
 
+/* A block's pre-norm (LayerNorm with bias for GPT2, RMSNorm otherwise). */
+void mk__norm_fwd(const mk_model *m, float *out, float *mean, float *rstd, const float *inp,
+                  const float *w, const float *b, int R)
+{
+    if (mk__rotary(&m->cfg))
+        m->be->rms_fwd(out, rstd, inp, w, R, m->cfg.n_embd, m->cfg.norm_eps);
+    else
+        m->be->ln_fwd(out, mean, rstd, inp, w, b, R, m->cfg.n_embd, m->cfg.norm_eps);
+}
+
+static void norm_bwd(const mk_model *m, float *dinp, float *dw, float *db, const float *dout,
+                     const float *inp, const float *w, const float *mean, const float *rstd, int R)
+{
+    if (mk__rotary(&m->cfg))
+        m->be->rms_bwd(dinp, dw, dout, inp, w, rstd, R, m->cfg.n_embd);
+    else
+        m->be->ln_bwd(dinp, dw, db, dout, inp, w, mean, rstd, R, m->cfg.n_embd);
+}
+
+/* Where layer l's activations lie for a forward over R = B T rows. */
+typedef struct layer_acts {
+    const float *res; /* the block's input */
+    float *ln1, *ln1m, *ln1r, *qkvr, *qkr, *qkv, *atty, *att, *res2, *ln2, *ln2m, *ln2r, *fch, *fcg,
+        *res3;
+} layer_acts;
+
+static layer_acts acts_of(const mk_model *m, int l, int B, int T)
+{
+    const mk_config *c = &m->cfg;
+    size_t R = (size_t)B * T, C = c->n_embd, W = mk__qkv_width(c), A = mk__att_width(c);
+    size_t F = mk__mlp_in(c), H = mk__mlp_hidden(c), NQK = (size_t)c->n_head + c->n_kv_head;
+    float *const *a = m->act;
+    layer_acts x;
+    x.res = l == 0 ? a[MK_ACT_ENC] : a[MK_ACT_RES3] + (l - 1) * R * C;
+    x.ln1 = a[MK_ACT_LN1] + l * R * C;
+    x.ln1m = a[MK_ACT_LN1M] + l * R;
+    x.ln1r = a[MK_ACT_LN1R] + l * R;
+    x.qkvr = mk__rotary(c) ? a[MK_ACT_QKVR] + l * R * W : NULL;
+    x.qkr = c->arch == MK_ARCH_QWEN3 ? a[MK_ACT_QKR] + l * R * NQK : NULL;
+    x.qkv = a[MK_ACT_QKV] + l * R * W;
+    x.atty = a[MK_ACT_ATTY] + l * R * A;
+    x.att = a[MK_ACT_ATT] + (size_t)l * B * c->n_head * T * T;
+    x.res2 = a[MK_ACT_RES2] + l * R * C;
+    x.ln2 = a[MK_ACT_LN2] + l * R * C;
+    x.ln2m = a[MK_ACT_LN2M] + l * R;
+    x.ln2r = a[MK_ACT_LN2R] + l * R;
+    x.fch = a[MK_ACT_FCH] + l * R * F;
+    x.fcg = a[MK_ACT_FCG] + l * R * H;
+    x.res3 = a[MK_ACT_RES3] + l * R * C;
+    return x;
+}
+
 int mk_forward(mk_model *m, const int *tokens, int B, int T)
 {
     if (!m || !tokens) return mk__fail(MK_ERR_ARG, "NULL argument");
@@ -336,7 +772,10 @@ int mk_forward(mk_model *m, const int *tokens, int B, int T)
         return mk__fail(MK_ERR_ARG, "batch %dx%d outside the model's %dx%d", B, T, m->max_B,
                         m->max_T);
     const mk_backend *be = m->be;
-    int L = m->cfg.n_layer, C = m->cfg.n_embd, NH = m->cfg.n_head, V = m->cfg.vocab_size;
+    const mk_config *c = &m->cfg;
+    int L = c->n_layer, C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head, hd = c->head_dim;
+    int V = c->vocab_size, W = (int)mk__qkv_width(c), A = (int)mk__att_width(c);
+    int F = (int)mk__mlp_in(c), H = (int)mk__mlp_hidden(c), rot = mk__rotary(c);
     size_t R = (size_t)B * T;
     int *pos = (int *)m->h_rowa; /* host scratch reused as ints */
     for (size_t i = 0; i < R; i++) {
@@ -351,31 +790,29 @@ int mk_forward(mk_model *m, const int *tokens, int B, int T)
     m->T = T;
     m->have_dlogits = 0;
     float **a = m->act;
-    be->embed_fwd(a[MK_ACT_ENC], m->d_tokens, m->d_pos, P(0), P(1), (int)R, C);
+    be->embed_fwd(a[MK_ACT_ENC], m->d_tokens, m->d_pos, TP(MK_T_WTE), TP(MK_T_WPE), (int)R, C);
     for (int l = 0; l < L; l++) {
-        const float *res = l == 0 ? a[MK_ACT_ENC] : a[MK_ACT_RES3] + (l - 1) * R * C;
-        float *ln1 = a[MK_ACT_LN1] + l * R * C, *qkv = a[MK_ACT_QKV] + l * R * 3 * C;
-        float *atty = a[MK_ACT_ATTY] + l * R * C, *res2 = a[MK_ACT_RES2] + l * R * C;
-        float *ln2 = a[MK_ACT_LN2] + l * R * C, *res3 = a[MK_ACT_RES3] + l * R * C;
-        float *fch = a[MK_ACT_FCH] + l * R * 4 * C, *fcg = a[MK_ACT_FCG] + l * R * 4 * C;
-        float *att = a[MK_ACT_ATT] + (size_t)l * B * NH * T * T;
-        be->ln_fwd(ln1, a[MK_ACT_LN1M] + l * R, a[MK_ACT_LN1R] + l * R, res, LP(l, MK_P_LN1W),
-                   LP(l, MK_P_LN1B), (int)R, C);
-        be->mm_fwd(qkv, ln1, LP(l, MK_P_QKVW), LP(l, MK_P_QKVB), (int)R, C, 3 * C);
-        be->attn_fwd(atty, att, qkv, B, T, C, NH);
-        be->mm_fwd(res2, atty, LP(l, MK_P_PROJW), LP(l, MK_P_PROJB), (int)R, C, C);
-        be->add(res2, res2, res, R * C);
-        be->ln_fwd(ln2, a[MK_ACT_LN2M] + l * R, a[MK_ACT_LN2R] + l * R, res2, LP(l, MK_P_LN2W),
-                   LP(l, MK_P_LN2B), (int)R, C);
-        be->mm_fwd(fch, ln2, LP(l, MK_P_FCW), LP(l, MK_P_FCB), (int)R, C, 4 * C);
-        be->gelu_fwd(fcg, fch, R * 4 * C);
-        be->mm_fwd(res3, fcg, LP(l, MK_P_FCPW), LP(l, MK_P_FCPB), (int)R, 4 * C, C);
-        be->add(res3, res3, res2, R * C);
+        layer_acts x = acts_of(m, l, B, T);
+        mk__norm_fwd(m, x.ln1, x.ln1m, x.ln1r, x.res, LP(l, MK_P_LN1W), LP(l, MK_P_LN1B), (int)R);
+        be->mm_fwd(rot ? x.qkvr : x.qkv, x.ln1, LP(l, MK_P_QKVW), LP(l, MK_P_QKVB), (int)R, C, W);
+        if (rot)
+            be->qk_fwd(x.qkv, x.qkr, x.qkvr, LP(l, MK_P_QNW), LP(l, MK_P_KNW), m->rope_cos,
+                       m->rope_sin, m->d_pos, (int)R, NH, NKV, hd, c->norm_eps);
+        be->attn_fwd(x.atty, x.att, x.qkv, B, T, NH, NKV, hd);
+        be->mm_fwd(x.res2, x.atty, LP(l, MK_P_PROJW), LP(l, MK_P_PROJB), (int)R, A, C);
+        be->add(x.res2, x.res2, x.res, R * C);
+        mk__norm_fwd(m, x.ln2, x.ln2m, x.ln2r, x.res2, LP(l, MK_P_LN2W), LP(l, MK_P_LN2B), (int)R);
+        be->mm_fwd(x.fch, x.ln2, LP(l, MK_P_FCW), LP(l, MK_P_FCB), (int)R, C, F);
+        if (rot)
+            be->swiglu_fwd(x.fcg, x.fch, (int)R, H);
+        else
+            be->gelu_fwd(x.fcg, x.fch, R * F);
+        be->mm_fwd(x.res3, x.fcg, LP(l, MK_P_FCPW), LP(l, MK_P_FCPB), (int)R, H, C);
+        be->add(x.res3, x.res3, x.res2, R * C);
     }
-    int nt = m->n_tensors;
-    be->ln_fwd(a[MK_ACT_LNF], a[MK_ACT_LNFM], a[MK_ACT_LNFR], a[MK_ACT_RES3] + (L - 1) * R * C,
-               P(nt - 2), P(nt - 1), (int)R, C);
-    be->head_fwd(a[MK_ACT_LOGITS], a[MK_ACT_LNF], P(0), (int)R, C, V);
+    mk__norm_fwd(m, a[MK_ACT_LNF], a[MK_ACT_LNFM], a[MK_ACT_LNFR], a[MK_ACT_RES3] + (L - 1) * R * C,
+                 TP(MK_T_LNFW), TP(MK_T_LNFB), (int)R);
+    be->head_fwd(a[MK_ACT_LOGITS], a[MK_ACT_LNF], P(mk__head_tensor(m)), (int)R, C, V);
     return MK_OK;
 }
 
@@ -547,39 +984,46 @@ int mk_backward(mk_model *m)
     if (!m) return mk__fail(MK_ERR_ARG, "NULL argument");
     if (!m->have_dlogits) return mk__fail(MK_ERR_STATE, "mk_backward before a loss");
     const mk_backend *be = m->be;
-    int B = m->B, T = m->T, L = m->cfg.n_layer, C = m->cfg.n_embd, NH = m->cfg.n_head,
-        V = m->cfg.vocab_size, nt = m->n_tensors;
+    const mk_config *c = &m->cfg;
+    int B = m->B, T = m->T, L = c->n_layer, C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head;
+    int hd = c->head_dim, V = c->vocab_size, W = (int)mk__qkv_width(c);
+    int A = (int)mk__att_width(c), F = (int)mk__mlp_in(c), H = (int)mk__mlp_hidden(c);
+    int rot = mk__rotary(c);
     size_t R = (size_t)B * T;
     float **a = m->act, **g = m->gact;
     be->zero(g[MK_G_RES], R * C * sizeof(float));
-    be->head_bwd(g[MK_G_LN], G(0), a[MK_ACT_DLOGITS], a[MK_ACT_LNF], P(0), (int)R, C, V);
-    be->ln_bwd(g[MK_G_RES], G(nt - 2), G(nt - 1), g[MK_G_LN], a[MK_ACT_RES3] + (L - 1) * R * C,
-               P(nt - 2), a[MK_ACT_LNFM], a[MK_ACT_LNFR], (int)R, C);
+    int ht = mk__head_tensor(m);
+    be->head_bwd(g[MK_G_LN], G(ht), a[MK_ACT_DLOGITS], a[MK_ACT_LNF], P(ht), (int)R, C, V);
+    norm_bwd(m, g[MK_G_RES], TG(MK_T_LNFW), TG(MK_T_LNFB), g[MK_G_LN],
+             a[MK_ACT_RES3] + (L - 1) * R * C, TP(MK_T_LNFW), a[MK_ACT_LNFM], a[MK_ACT_LNFR],
+             (int)R);
     for (int l = L - 1; l >= 0; l--) {
-        const float *res = l == 0 ? a[MK_ACT_ENC] : a[MK_ACT_RES3] + (l - 1) * R * C;
-        float *ln1 = a[MK_ACT_LN1] + l * R * C, *qkv = a[MK_ACT_QKV] + l * R * 3 * C;
-        float *atty = a[MK_ACT_ATTY] + l * R * C, *res2 = a[MK_ACT_RES2] + l * R * C;
-        float *ln2 = a[MK_ACT_LN2] + l * R * C;
-        float *fch = a[MK_ACT_FCH] + l * R * 4 * C, *fcg = a[MK_ACT_FCG] + l * R * 4 * C;
-        float *att = a[MK_ACT_ATT] + (size_t)l * B * NH * T * T;
-        /* MLP branch: res3 = res2 + proj(gelu(fc(ln2(res2)))) */
-        be->mm_bwd(g[MK_G_FCG], LG(l, MK_P_FCPW), LG(l, MK_P_FCPB), g[MK_G_RES], fcg,
-                   LP(l, MK_P_FCPW), (int)R, 4 * C, C);
-        be->gelu_bwd(g[MK_G_FCH], fch, g[MK_G_FCG], R * 4 * C);
-        be->mm_bwd(g[MK_G_LN], LG(l, MK_P_FCW), LG(l, MK_P_FCB), g[MK_G_FCH], ln2, LP(l, MK_P_FCW),
-                   (int)R, C, 4 * C);
-        be->ln_bwd(g[MK_G_RES], LG(l, MK_P_LN2W), LG(l, MK_P_LN2B), g[MK_G_LN], res2,
-                   LP(l, MK_P_LN2W), a[MK_ACT_LN2M] + l * R, a[MK_ACT_LN2R] + l * R, (int)R, C);
-        /* attention branch: res2 = res + proj(attn(qkv(ln1(res)))) */
-        be->mm_bwd(g[MK_G_ATTY], LG(l, MK_P_PROJW), LG(l, MK_P_PROJB), g[MK_G_RES], atty,
-                   LP(l, MK_P_PROJW), (int)R, C, C);
-        be->attn_bwd(g[MK_G_QKV], g[MK_G_ATT], g[MK_G_ATTY], qkv, att, B, T, C, NH);
-        be->mm_bwd(g[MK_G_LN], LG(l, MK_P_QKVW), LG(l, MK_P_QKVB), g[MK_G_QKV], ln1,
-                   LP(l, MK_P_QKVW), (int)R, C, 3 * C);
-        be->ln_bwd(g[MK_G_RES], LG(l, MK_P_LN1W), LG(l, MK_P_LN1B), g[MK_G_LN], res,
-                   LP(l, MK_P_LN1W), a[MK_ACT_LN1M] + l * R, a[MK_ACT_LN1R] + l * R, (int)R, C);
+        layer_acts x = acts_of(m, l, B, T);
+        /* MLP branch: res3 = res2 + down(act(fc(norm2(res2)))) */
+        be->mm_bwd(g[MK_G_FCG], LG(l, MK_P_FCPW), LG(l, MK_P_FCPB), g[MK_G_RES], x.fcg,
+                   LP(l, MK_P_FCPW), (int)R, H, C);
+        if (rot)
+            be->swiglu_bwd(g[MK_G_FCH], x.fch, g[MK_G_FCG], (int)R, H);
+        else
+            be->gelu_bwd(g[MK_G_FCH], x.fch, g[MK_G_FCG], R * F);
+        be->mm_bwd(g[MK_G_LN], LG(l, MK_P_FCW), LG(l, MK_P_FCB), g[MK_G_FCH], x.ln2,
+                   LP(l, MK_P_FCW), (int)R, C, F);
+        norm_bwd(m, g[MK_G_RES], LG(l, MK_P_LN2W), LG(l, MK_P_LN2B), g[MK_G_LN], x.res2,
+                 LP(l, MK_P_LN2W), x.ln2m, x.ln2r, (int)R);
+        /* attention branch: res2 = res + o(attn(qk(qkv(norm1(res))))) */
+        be->mm_bwd(g[MK_G_ATTY], LG(l, MK_P_PROJW), LG(l, MK_P_PROJB), g[MK_G_RES], x.atty,
+                   LP(l, MK_P_PROJW), (int)R, A, C);
+        be->attn_bwd(g[MK_G_QKV], g[MK_G_ATT], g[MK_G_ATTY], x.qkv, x.att, B, T, NH, NKV, hd);
+        if (rot)
+            be->qk_bwd(g[MK_G_QKVR], LG(l, MK_P_QNW), LG(l, MK_P_KNW), g[MK_G_QKV], x.qkvr,
+                       LP(l, MK_P_QNW), LP(l, MK_P_KNW), x.qkr, m->rope_cos, m->rope_sin, m->d_pos,
+                       (int)R, NH, NKV, hd);
+        be->mm_bwd(g[MK_G_LN], LG(l, MK_P_QKVW), LG(l, MK_P_QKVB), rot ? g[MK_G_QKVR] : g[MK_G_QKV],
+                   x.ln1, LP(l, MK_P_QKVW), (int)R, C, W);
+        norm_bwd(m, g[MK_G_RES], LG(l, MK_P_LN1W), LG(l, MK_P_LN1B), g[MK_G_LN], x.res,
+                 LP(l, MK_P_LN1W), x.ln1m, x.ln1r, (int)R);
     }
-    be->embed_bwd(G(0), G(1), g[MK_G_RES], m->d_tokens, m->d_pos, (int)R, C);
+    be->embed_bwd(TG(MK_T_WTE), TG(MK_T_WPE), g[MK_G_RES], m->d_tokens, m->d_pos, (int)R, C);
     return MK_OK;
 }
 

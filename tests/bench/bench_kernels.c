@@ -9,6 +9,17 @@
  *                       global-norm clipping + AdamW, batch 8 x 128
  *   decode_<size>_b<B>  tokens/s of batched sampling steps with the KV cache,
  *                       B = 1 and 64 sequences, 16-token prompts, temperature 1
+ * and for a ~0.5B-parameter Llama-family model (Qwen2.5-0.5B's shape: 24
+ * layers, hidden 896, 14 query and 2 key/value heads of 64, SwiGLU 4864,
+ * vocabulary 151936, tied head; random weights written as a BF16 Hugging
+ * Face folder first):
+ *   load_llama0.5B          seconds of mk_load_dir (BF16 -> float) against
+ *                           from_pretrained(dtype=float32); ratio = speed-up
+ *   decode_llama0.5B_b<B>   tokens/s, B = 1 and 16, 16-token prompts
+ *   train_llama0.5B         tokens/s of one step on 4 x 256 tokens
+ *   mem_llama0.5B           peak resident MB of the whole run (load, decode,
+ *                           train) on each side; ratio = baseline / value
+ * (--no-llama skips these: they need ~12 GB and minutes on 2 cores.)
  * The baseline is transformers' GPT2LMHeadModel (eager PyTorch, the same
  * sizes, the same thread count), measured by bench_kernels_torch.py, which
  * this program runs as a subprocess right after measuring each of its own
@@ -22,6 +33,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -37,7 +50,21 @@ static const bsize sizes[] = {
     {"10M", {.n_layer = 6, .n_head = 6, .n_embd = 384, .block_size = 256, .vocab_size = 260}},
 };
 
-static int threads = 2, quick = 0, reps = 3, torch_missing = 0;
+static int threads = 2, quick = 0, reps = 3, torch_missing = 0, llama = 1;
+static const char *llama_dir = "/tmp/manta_bench_llama0.5B";
+
+/* The Llama-family configuration (Qwen2.5-0.5B's sizes, no biases). */
+static const mk_config llama_cfg = {.n_layer = 24,
+                                    .n_head = 14,
+                                    .n_embd = 896,
+                                    .block_size = 4096,
+                                    .vocab_size = 151936,
+                                    .arch = MK_ARCH_LLAMA,
+                                    .n_kv_head = 2,
+                                    .head_dim = 64,
+                                    .n_inner = 4864,
+                                    .norm_eps = 1e-6f,
+                                    .rope_theta = 1000000.0f};
 
 static double now(void)
 {
@@ -110,13 +137,15 @@ static double bench_decode(const mk_config *cfg, int S, int prompt, int gen)
     return tps;
 }
 
-/* Runs the PyTorch script for one figure; NAN when torch is unavailable. */
-static double torch_baseline(const char *name)
+/* Runs a PyTorch script for one figure; NAN when torch is unavailable.  The interpreter is
+ * $MANTA_PYTHON, else python3. */
+static double torch_run(const char *script, const char *name, const char *extra)
 {
     if (torch_missing || getenv("BENCH_NO_TORCH")) return NAN;
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "python3 %s --threads %d --reps %d --only %s%s 2>/dev/null",
-             BENCH_TORCH_SCRIPT, threads, reps, name, quick ? " --quick" : "");
+    const char *py = getenv("MANTA_PYTHON") ? getenv("MANTA_PYTHON") : "python3";
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s --threads %d --reps %d --only %s%s %s 2>/dev/null", py, script,
+             threads, reps, name, quick ? " --quick" : "", extra);
     FILE *f = popen(cmd, "r");
     if (!f) return NAN;
     char line[512];
@@ -131,6 +160,107 @@ static double torch_baseline(const char *name)
         fprintf(stderr, "bench_kernels: torch or transformers not installed; baseline null\n");
     }
     return v;
+}
+
+static double torch_baseline(const char *name)
+{
+    return torch_run(BENCH_TORCH_SCRIPT, name, "");
+}
+
+static void report_unit(const char *name, double value, const char *unit, double base, double ratio)
+{
+    if (isnan(base))
+        printf("{\"name\":\"%s\",\"value\":%.3f,\"unit\":\"%s\",\"baseline\":null,"
+               "\"ratio\":null}\n",
+               name, value, unit);
+    else
+        printf("{\"name\":\"%s\",\"value\":%.3f,\"unit\":\"%s\",\"baseline\":%.3f,"
+               "\"ratio\":%.3f}\n",
+               name, value, unit, base, ratio);
+    fflush(stdout);
+}
+
+/* Writes the random-weight BF16 folder once (kept across runs: it is the same every time). */
+static void llama_folder(void)
+{
+    char cfgp[512];
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", llama_dir);
+    struct stat st;
+    if (stat(cfgp, &st) == 0) return;
+    mkdir(llama_dir, 0755);
+    mk_model *m;
+    CHECK(mk_model_new(&m, &llama_cfg, 1, 1, NULL));
+    mk_model_init(m, 7);
+    CHECK(mk_save_dir(m, llama_dir, MK_BF16, 0));
+    mk_model_free(m);
+}
+
+static void bench_llama(void)
+{
+    int B = 4, T = 256, S = 16, prompt = 16, gen = quick ? 4 : 16;
+    char extra[600];
+    snprintf(extra, sizeof extra, "--dir %s", llama_dir);
+    llama_folder();
+    double t0 = now();
+    mk_model *m;
+    CHECK(mk_load_dir(&m, llama_dir, B, T, NULL));
+    double load = now() - t0;
+    double tb = torch_run(BENCH_LLAMA_SCRIPT, "load_llama0.5B", extra);
+    report_unit("load_llama0.5B", load, "s", tb, tb / load);
+    fprintf(stderr, "bench_kernels: llama0.5B has %zu parameters\n", mk_model_num_params(m));
+    const int batches[2] = {1, S};
+    for (int k = 0; k < 2; k++) {
+        int n = batches[k];
+        mk_decoder *d;
+        CHECK(mk_decoder_new_ctx(&d, m, n, 256));
+        int slots[16], tok[16], pr[16];
+        float temp[16], topp[16], lps[16], lpp[16];
+        for (int s = 0; s < n; s++) {
+            slots[s] = s, temp[s] = 1.0f, topp[s] = 1.0f;
+            for (int i = 0; i < prompt; i++) pr[i] = (s * 7919 + i * 104729) % llama_cfg.vocab_size;
+            CHECK(mk_decoder_reset(d, s, (uint64_t)s));
+            CHECK(mk_decoder_append(d, s, pr, prompt));
+        }
+        CHECK(mk_decoder_step(d, slots, n, temp, topp, tok, lps, lpp));
+        double t1 = now();
+        for (int g = 0; g < gen; g++)
+            CHECK(mk_decoder_step(d, slots, n, temp, topp, tok, lps, lpp));
+        double tps = (double)n * gen / (now() - t1);
+        mk_decoder_free(d);
+        char name[64];
+        snprintf(name, sizeof name, "decode_llama0.5B_b%d", n);
+        double base = torch_run(BENCH_LLAMA_SCRIPT, name, extra);
+        report_unit(name, tps, "tokens/s", base, tps / base);
+    }
+    int *x = malloc(sizeof(int) * B * T), *y = malloc(sizeof(int) * B * T);
+    mk_rng r;
+    mk_rng_seed(&r, 2);
+    for (int i = 0; i < B * T; i++) {
+        x[i] = (int)(mk_rng_next(&r) % llama_cfg.vocab_size);
+        y[i] = (int)(mk_rng_next(&r) % llama_cfg.vocab_size);
+    }
+    mk_adamw_params p = {1e-5f, 0.9f, 0.999f, 1e-8f, 0.1f, 1.0f};
+    double best = 0;
+    for (int s = 0; s < (quick ? 2 : 3); s++) {
+        double t1 = now();
+        float loss;
+        CHECK(mk_forward(m, x, B, T));
+        CHECK(mk_loss_ce(m, y, NULL, &loss));
+        mk_zero_grad(m);
+        CHECK(mk_backward(m));
+        CHECK(mk_model_step(m, &p, s + 1, NULL));
+        double tps = (double)B * T / (now() - t1);
+        if (s > 0 && tps > best) best = tps; /* the first step is the warm-up */
+    }
+    double base = torch_run(BENCH_LLAMA_SCRIPT, "train_llama0.5B", extra);
+    report_unit("train_llama0.5B", best, "tokens/s", base, best / base);
+    free(x), free(y);
+    mk_model_free(m);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double mb = ru.ru_maxrss / 1024.0;
+    double bm = torch_run(BENCH_LLAMA_SCRIPT, "mem_llama0.5B", extra);
+    report_unit("mem_llama0.5B", mb, "MB", bm, bm / mb);
 }
 
 static void report(const char *name, double value, double base)
@@ -153,10 +283,12 @@ int main(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--no-llama"))
+            llama = 0;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--reps N] [--quick]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--threads N] [--reps N] [--quick] [--no-llama]\n", argv[0]);
             return 2;
         }
     }
@@ -182,5 +314,6 @@ int main(int argc, char **argv)
             report(name, v, torch_baseline(name));
         }
     }
+    if (llama) bench_llama();
     return 0;
 }

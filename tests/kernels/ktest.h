@@ -93,7 +93,8 @@ static inline int ref_load(ref_fixture *r, const char *path)
         fclose(f);
         return -1;
     }
-    r->cfg = (mk_config){h[2], h[3], h[4], h[5], h[6]};
+    r->cfg = (mk_config){
+        .n_layer = h[2], .n_head = h[3], .n_embd = h[4], .block_size = h[5], .vocab_size = h[6]};
     r->B = h[7];
     r->T = h[8];
     r->n_params = (size_t)h[9];

@@ -1,20 +1,36 @@
 /*
- * test_cuda.c - the CUDA back-end against the CPU reference, op by op and for
- * the whole model (forward, both losses, backward, AdamW, decoding), at the
- * per-operation tolerances below.  Without a usable CUDA device every test
- * calls cmocka's skip() and says why.
+ * test_cuda.c - the CUDA back-end against the CPU reference (mk_backend_cpu),
+ * op by op and for whole models of every family (forward, losses, backward,
+ * AdamW, decoding), at the per-operation tolerances below.  Without a usable
+ * CUDA device every test calls cmocka's skip() and says why (ctest reads
+ * "every test will be skipped" as a skip).
+ *
+ * The attention-shaped ops run on grouped-query shapes (NH query heads, NKV
+ * key/value heads of hd floats): NH=4 NKV=2 hd=8, NH=8 NKV=2 hd=64,
+ * NH=4 NKV=4 hd=128 and NH=8 NKV=1 hd=128, with T above the warp width so
+ * that every lane loop wraps.  Outputs that an op overwrites start from
+ * random values on both sides, and gradients that it adds into start from
+ * the same random values, so an op that accumulates where it should
+ * overwrite (or the reverse) fails.
  *
  * Tolerances (|gpu - cpu| <= atol + rtol |cpu|), float32 on both sides:
- *   elementwise (GELU, add, embeddings, AdamW, kv_store)   1e-6 + 1e-5
- *   LayerNorm forward / backward                           1e-5 + 1e-4
+ *   elementwise (GELU, SwiGLU, add, embeddings, AdamW)     1e-6 + 1e-5
+ *   kv_store (copies)                                      exact
+ *   LayerNorm, RMSNorm forward / backward                  1e-5 + 1e-4
+ *   q/k norm + rotation forward / backward                 1e-5 + 1e-4
+ *     its weight gradients dwq, dwk                        1e-4 + 1e-4
+ *     (each a sum over every row and head of the kind, with cancellation: float rounding in
+ *     the CPU's order and the GPU's atomic order differ by ~1e-5 there)
  *   matmul, head (cuBLAS FP32, no TF32) fwd / bwd          1e-5 + 1e-4
  *   attention fwd / bwd, decode attention                  1e-5 + 1e-4
  *   softmax rows: log-prob, entropy, their gradient        1e-5 + 1e-4
  *     (the CPU sums in double, the GPU in float)
  *   sum of squares                                         1e-9 relative
- *   model: logits 1e-4 + 1e-4; loss 1e-5; gradients 1e-5 + 1e-3;
- *          ten AdamW losses 2e-4; greedy decoding: identical tokens,
- *          step logits 1e-4 + 1e-4.
+ *   GPT-2 fixture model: logits 1e-4 + 1e-4; loss 1e-5; gradients
+ *          1e-5 + 1e-3; ten AdamW losses 2e-4; greedy decoding: identical
+ *          tokens, step logits 1e-4 + 1e-4.
+ *   Llama/Qwen2/Qwen3 models: logits 1e-4 + 1e-4; loss 1e-5; gradients
+ *          1e-5 + 1e-3; greedy decoding as above.
  * Atomic additions on the GPU make some gradients vary in the last bits
  * between runs; the tolerances cover that.
  */
@@ -22,7 +38,7 @@
 
 #include "mk_internal.h"
 
-static const mk_backend *gpu, *cpu = &mk__cpu_backend;
+static const mk_backend *gpu, *cpu;
 
 #define NEED_GPU()                                                                                 \
     do {                                                                                           \
@@ -34,12 +50,14 @@ static const mk_backend *gpu, *cpu = &mk__cpu_backend;
 
 static int setup(void **state)
 {
+    (void)state;
+    cpu = mk_backend_cpu();
     gpu = mk_backend_cuda();
     if (!gpu) fprintf(stderr, "test_cuda: %s; every test will be skipped\n", mk_last_error());
     return 0;
 }
 
-/* device copy of host h (n floats), or zeros when h is NULL */
+/* device copy of host h (bytes), or zeros when h is NULL */
 static void *dev(const void *h, size_t bytes)
 {
     void *d;
@@ -51,6 +69,7 @@ static void *dev(const void *h, size_t bytes)
 static float *host(size_t n, float lo, float hi, mk_rng *r)
 {
     float *x = malloc(n * sizeof(float));
+    assert_non_null(x);
     fill_uniform(x, n, lo, hi, r);
     return x;
 }
@@ -60,6 +79,7 @@ static void cmp_(const float *d, const float *h, size_t n, double atol, double r
                  const char *label, const char *file, int line)
 {
     float *g = malloc(n * sizeof(float));
+    assert_non_null(g);
     gpu->download(g, d, n * sizeof(float));
     check_close_(g, h, n, atol, rtol, label, file, line);
     free(g);
@@ -67,133 +87,291 @@ static void cmp_(const float *d, const float *h, size_t n, double atol, double r
 #define cmp(d, h, n, atol, rtol, label)                                                            \
     cmp_((d), (h), (n), (atol), (rtol), (label), __FILE__, __LINE__)
 
-enum { R = 64, C = 48, NH = 4, B = 4, T = 16, V = 100 };
+/* An array on both sides: the CPU's h and the GPU's d, n floats, equal at the start. */
+typedef struct pair {
+    float *h, *d;
+    size_t n;
+} pair;
 
-static void test_elementwise_and_layernorm(void **state)
+/* uniform in [lo, hi) on both sides */
+static pair rnd(size_t n, float lo, float hi, mk_rng *r)
 {
+    pair p = {host(n, lo, hi, r), NULL, n};
+    p.d = dev(p.h, n * sizeof(float));
+    return p;
+}
+
+static void pair_free(pair *p)
+{
+    free(p->h);
+    gpu->release(p->d);
+    p->h = p->d = NULL;
+}
+
+#define CMP(p, atol, rtol, label) cmp((p).d, (p).h, (p).n, (atol), (rtol), (label))
+
+enum { R = 64, C = 48, B = 4, T = 16, V = 100 };
+
+static void test_elementwise_and_norms(void **state)
+{
+    (void)state;
     NEED_GPU();
     mk_rng r;
     mk_rng_seed(&r, 1);
     size_t n = (size_t)R * C;
-    float *x = host(n, -3, 3, &r), *y = host(n, -1, 1, &r), *w = host(C, 0.5, 1.5, &r),
-          *b = host(C, -1, 1, &r), *out = calloc(n, 4), *mean = calloc(R, 4), *rstd = calloc(R, 4);
-    float *dx = host(n, -1, 1, &r), *dw = host(C, -1, 1, &r), *db = host(C, -1, 1, &r);
-    float *gx = dev(x, n * 4), *gy = dev(y, n * 4), *gw = dev(w, C * 4), *gb = dev(b, C * 4),
-          *gout = dev(NULL, n * 4), *gmean = dev(NULL, R * 4), *grstd = dev(NULL, R * 4),
-          *gdx = dev(dx, n * 4), *gdw = dev(dw, C * 4), *gdb = dev(db, C * 4);
-    cpu->gelu_fwd(out, x, n), gpu->gelu_fwd(gout, gx, n);
-    cmp(gout, out, n, 1e-6, 1e-5, "gelu_fwd");
-    cpu->gelu_bwd(out, x, y, n), gpu->gelu_bwd(gout, gx, gy, n);
-    cmp(gout, out, n, 1e-6, 1e-5, "gelu_bwd");
-    cpu->add(out, x, y, n), gpu->add(gout, gx, gy, n);
-    cmp(gout, out, n, 1e-6, 1e-5, "add");
-    cpu->ln_fwd(out, mean, rstd, x, w, b, R, C), gpu->ln_fwd(gout, gmean, grstd, gx, gw, gb, R, C);
-    cmp(gout, out, n, 1e-5, 1e-4, "ln_fwd out");
-    cmp(grstd, rstd, R, 1e-5, 1e-4, "ln_fwd rstd");
-    cpu->ln_bwd(dx, dw, db, y, x, w, mean, rstd, R, C);
-    gpu->ln_bwd(gdx, gdw, gdb, gy, gx, gw, gmean, grstd, R, C);
-    cmp(gdx, dx, n, 1e-5, 1e-4, "ln_bwd dinp");
-    cmp(gdw, dw, C, 1e-5, 1e-4, "ln_bwd dw");
-    cmp(gdb, db, C, 1e-5, 1e-4, "ln_bwd db");
-    /* embeddings with repeated tokens */
+    pair x = rnd(n, -3, 3, &r), y = rnd(n, -1, 1, &r), w = rnd(C, 0.5f, 1.5f, &r),
+         b = rnd(C, -1, 1, &r), out = rnd(n, -9, 9, &r), mean = rnd(R, -9, 9, &r),
+         rstd = rnd(R, -9, 9, &r), dx = rnd(n, -1, 1, &r), dw = rnd(C, -1, 1, &r),
+         db = rnd(C, -1, 1, &r);
+    cpu->gelu_fwd(out.h, x.h, n), gpu->gelu_fwd(out.d, x.d, n);
+    CMP(out, 1e-6, 1e-5, "gelu_fwd");
+    cpu->gelu_bwd(out.h, x.h, y.h, n), gpu->gelu_bwd(out.d, x.d, y.d, n);
+    CMP(out, 1e-6, 1e-5, "gelu_bwd");
+    cpu->add(out.h, x.h, y.h, n), gpu->add(out.d, x.d, y.d, n);
+    CMP(out, 1e-6, 1e-5, "add");
+
+    /* SwiGLU: x as R rows of [gate | up], I = C/2 */
+    int I = C / 2;
+    pair sw = rnd((size_t)R * I, -9, 9, &r), dsw = rnd((size_t)R * I, -1, 1, &r);
+    cpu->swiglu_fwd(sw.h, x.h, R, I), gpu->swiglu_fwd(sw.d, x.d, R, I);
+    CMP(sw, 1e-6, 1e-5, "swiglu_fwd");
+    cpu->swiglu_bwd(out.h, x.h, dsw.h, R, I), gpu->swiglu_bwd(out.d, x.d, dsw.d, R, I);
+    CMP(out, 1e-6, 1e-5, "swiglu_bwd");
+
+    /* LayerNorm with GPT-2's eps and with another */
+    const float eps[2] = {1e-5f, 1e-3f};
+    for (int e = 0; e < 2; e++) {
+        cpu->ln_fwd(out.h, mean.h, rstd.h, x.h, w.h, b.h, R, C, eps[e]);
+        gpu->ln_fwd(out.d, mean.d, rstd.d, x.d, w.d, b.d, R, C, eps[e]);
+        CMP(out, 1e-5, 1e-4, "ln_fwd out");
+        CMP(mean, 1e-5, 1e-4, "ln_fwd mean");
+        CMP(rstd, 1e-5, 1e-4, "ln_fwd rstd");
+        cpu->ln_bwd(dx.h, dw.h, db.h, y.h, x.h, w.h, mean.h, rstd.h, R, C);
+        gpu->ln_bwd(dx.d, dw.d, db.d, y.d, x.d, w.d, mean.d, rstd.d, R, C);
+        CMP(dx, 1e-5, 1e-4, "ln_bwd dinp");
+        CMP(dw, 1e-5, 1e-4, "ln_bwd dw");
+        CMP(db, 1e-5, 1e-4, "ln_bwd db");
+    }
+    /* RMSNorm (rms_norm_eps 1e-6, and a large eps that matters) */
+    const float reps[2] = {1e-6f, 0.5f};
+    for (int e = 0; e < 2; e++) {
+        cpu->rms_fwd(out.h, rstd.h, x.h, w.h, R, C, reps[e]);
+        gpu->rms_fwd(out.d, rstd.d, x.d, w.d, R, C, reps[e]);
+        CMP(out, 1e-5, 1e-4, "rms_fwd out");
+        CMP(rstd, 1e-5, 1e-4, "rms_fwd rstd");
+        cpu->rms_bwd(dx.h, dw.h, y.h, x.h, w.h, rstd.h, R, C);
+        gpu->rms_bwd(dx.d, dw.d, y.d, x.d, w.d, rstd.d, R, C);
+        CMP(dx, 1e-5, 1e-4, "rms_bwd dinp");
+        CMP(dw, 1e-5, 1e-4, "rms_bwd dw");
+    }
+    /* rstd may be NULL */
+    cpu->rms_fwd(out.h, NULL, y.h, w.h, R, C, 1e-6f),
+        gpu->rms_fwd(out.d, NULL, y.d, w.d, R, C, 1e-6f);
+    CMP(out, 1e-5, 1e-4, "rms_fwd without rstd");
+
+    /* embeddings with repeated tokens, with and without positions */
     int tok[R], pos[R];
     for (int i = 0; i < R; i++) tok[i] = (i * 7) % V, pos[i] = i % T;
-    float *wte = host((size_t)V * C, -1, 1, &r), *wpe = host((size_t)T * C, -1, 1, &r);
-    float *dwte = calloc((size_t)V * C, 4), *dwpe = calloc((size_t)T * C, 4);
     int *gtok = dev(tok, sizeof tok), *gpos = dev(pos, sizeof pos);
-    float *gwte = dev(wte, (size_t)V * C * 4), *gwpe = dev(wpe, (size_t)T * C * 4),
-          *gdwte = dev(NULL, (size_t)V * C * 4), *gdwpe = dev(NULL, (size_t)T * C * 4);
-    cpu->embed_fwd(out, tok, pos, wte, wpe, R, C),
-        gpu->embed_fwd(gout, gtok, gpos, gwte, gwpe, R, C);
-    cmp(gout, out, n, 1e-6, 1e-5, "embed_fwd");
-    cpu->embed_bwd(dwte, dwpe, y, tok, pos, R, C);
-    gpu->embed_bwd(gdwte, gdwpe, gy, gtok, gpos, R, C);
-    cmp(gdwte, dwte, (size_t)V * C, 1e-6, 1e-5, "embed_bwd dwte");
-    cmp(gdwpe, dwpe, (size_t)T * C, 1e-6, 1e-5, "embed_bwd dwpe");
-    void *all[] = {gx,  gy,  gw,   gb,   gout, gmean, grstd, gdx,
-                   gdw, gdb, gtok, gpos, gwte, gwpe,  gdwte, gdwpe};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->release(all[i]);
-    free(x), free(y), free(w), free(b), free(out), free(mean), free(rstd), free(dx), free(dw),
-        free(db), free(wte), free(wpe), free(dwte), free(dwpe);
+    pair wte = rnd((size_t)V * C, -1, 1, &r), wpe = rnd((size_t)T * C, -1, 1, &r),
+         dwte = rnd((size_t)V * C, -1, 1, &r), dwpe = rnd((size_t)T * C, -1, 1, &r);
+    cpu->embed_fwd(out.h, tok, pos, wte.h, wpe.h, R, C);
+    gpu->embed_fwd(out.d, gtok, gpos, wte.d, wpe.d, R, C);
+    CMP(out, 1e-6, 1e-5, "embed_fwd");
+    cpu->embed_bwd(dwte.h, dwpe.h, y.h, tok, pos, R, C);
+    gpu->embed_bwd(dwte.d, dwpe.d, y.d, gtok, gpos, R, C);
+    CMP(dwte, 1e-6, 1e-5, "embed_bwd dwte");
+    CMP(dwpe, 1e-6, 1e-5, "embed_bwd dwpe");
+    cpu->embed_fwd(out.h, tok, pos, wte.h, NULL, R, C);
+    gpu->embed_fwd(out.d, gtok, gpos, wte.d, NULL, R, C);
+    CMP(out, 1e-6, 1e-5, "embed_fwd without wpe");
+    cpu->embed_bwd(dwte.h, NULL, y.h, tok, pos, R, C);
+    gpu->embed_bwd(dwte.d, NULL, y.d, gtok, gpos, R, C);
+    CMP(dwte, 1e-6, 1e-5, "embed_bwd without dwpe");
+
+    pair *all[] = {&x,  &y,  &w,  &b,   &out, &mean, &rstd, &dx,
+                   &dw, &db, &sw, &dsw, &wte, &wpe,  &dwte, &dwpe};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) pair_free(all[i]);
+    gpu->release(gtok), gpu->release(gpos);
 }
 
 static void test_matmul_and_head(void **state)
 {
+    (void)state;
     NEED_GPU();
     mk_rng r;
     mk_rng_seed(&r, 2);
     int IC = C, OC = 3 * C;
-    float *x = host((size_t)R * IC, -1, 1, &r), *w = host((size_t)IC * OC, -1, 1, &r),
-          *bias = host(OC, -1, 1, &r), *dout = host((size_t)R * OC, -1, 1, &r);
-    float *out = calloc((size_t)R * OC, 4), *dx = calloc((size_t)R * IC, 4),
-          *dw = host((size_t)IC * OC, -1, 1, &r), *db = host(OC, -1, 1, &r);
-    float *gx = dev(x, (size_t)R * IC * 4), *gw = dev(w, (size_t)IC * OC * 4),
-          *gbias = dev(bias, OC * 4), *gdout = dev(dout, (size_t)R * OC * 4),
-          *gout = dev(NULL, (size_t)R * OC * 4), *gdx = dev(NULL, (size_t)R * IC * 4),
-          *gdw = dev(dw, (size_t)IC * OC * 4), *gdb = dev(db, OC * 4);
-    cpu->mm_fwd(out, x, w, bias, R, IC, OC), gpu->mm_fwd(gout, gx, gw, gbias, R, IC, OC);
-    cmp(gout, out, (size_t)R * OC, 1e-5, 1e-4, "mm_fwd");
-    cpu->mm_bwd(dx, dw, db, dout, x, w, R, IC, OC);
-    gpu->mm_bwd(gdx, gdw, gdb, gdout, gx, gw, R, IC, OC);
-    cmp(gdx, dx, (size_t)R * IC, 1e-5, 1e-4, "mm_bwd dinp");
-    cmp(gdw, dw, (size_t)IC * OC, 1e-5, 1e-4, "mm_bwd dw");
-    cmp(gdb, db, OC, 1e-5, 1e-4, "mm_bwd dbias");
+    pair x = rnd((size_t)R * IC, -1, 1, &r), w = rnd((size_t)IC * OC, -1, 1, &r),
+         bias = rnd(OC, -1, 1, &r), dout = rnd((size_t)R * OC, -1, 1, &r),
+         out = rnd((size_t)R * OC, -9, 9, &r), dx = rnd((size_t)R * IC, -9, 9, &r),
+         dw = rnd((size_t)IC * OC, -1, 1, &r), db = rnd(OC, -1, 1, &r);
+    cpu->mm_fwd(out.h, x.h, w.h, bias.h, R, IC, OC),
+        gpu->mm_fwd(out.d, x.d, w.d, bias.d, R, IC, OC);
+    CMP(out, 1e-5, 1e-4, "mm_fwd");
+    cpu->mm_fwd(out.h, x.h, w.h, NULL, R, IC, OC), gpu->mm_fwd(out.d, x.d, w.d, NULL, R, IC, OC);
+    CMP(out, 1e-5, 1e-4, "mm_fwd without bias");
+    cpu->mm_bwd(dx.h, dw.h, db.h, dout.h, x.h, w.h, R, IC, OC);
+    gpu->mm_bwd(dx.d, dw.d, db.d, dout.d, x.d, w.d, R, IC, OC);
+    CMP(dx, 1e-5, 1e-4, "mm_bwd dinp");
+    CMP(dw, 1e-5, 1e-4, "mm_bwd dw");
+    CMP(db, 1e-5, 1e-4, "mm_bwd dbias");
     /* head: wte [V, C] */
-    float *wte = host((size_t)V * C, -1, 1, &r), *dl = host((size_t)R * V, -1, 1, &r);
-    float *lg = calloc((size_t)R * V, 4), *dwte = calloc((size_t)V * C, 4);
-    float *gwte = dev(wte, (size_t)V * C * 4), *gdl = dev(dl, (size_t)R * V * 4),
-          *glg = dev(NULL, (size_t)R * V * 4), *gdwte = dev(NULL, (size_t)V * C * 4);
-    cpu->head_fwd(lg, x, wte, R, C, V), gpu->head_fwd(glg, gx, gwte, R, C, V);
-    cmp(glg, lg, (size_t)R * V, 1e-5, 1e-4, "head_fwd");
-    cpu->head_bwd(dx, dwte, dl, x, wte, R, C, V), gpu->head_bwd(gdx, gdwte, gdl, gx, gwte, R, C, V);
-    cmp(gdx, dx, (size_t)R * C, 1e-5, 1e-4, "head_bwd dinp");
-    cmp(gdwte, dwte, (size_t)V * C, 1e-5, 1e-4, "head_bwd dwte");
-    void *all[] = {gx, gw, gbias, gdout, gout, gdx, gdw, gdb, gwte, gdl, glg, gdwte};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->release(all[i]);
-    free(x), free(w), free(bias), free(dout), free(out), free(dx), free(dw), free(db), free(wte),
-        free(dl), free(lg), free(dwte);
+    pair wte = rnd((size_t)V * C, -1, 1, &r), dl = rnd((size_t)R * V, -1, 1, &r),
+         lg = rnd((size_t)R * V, -9, 9, &r), dwte = rnd((size_t)V * C, -1, 1, &r);
+    cpu->head_fwd(lg.h, x.h, wte.h, R, C, V), gpu->head_fwd(lg.d, x.d, wte.d, R, C, V);
+    CMP(lg, 1e-5, 1e-4, "head_fwd");
+    cpu->head_bwd(dx.h, dwte.h, dl.h, x.h, wte.h, R, C, V);
+    gpu->head_bwd(dx.d, dwte.d, dl.d, x.d, wte.d, R, C, V);
+    CMP(dx, 1e-5, 1e-4, "head_bwd dinp");
+    CMP(dwte, 1e-5, 1e-4, "head_bwd dwte");
+    pair *all[] = {&x, &w, &bias, &dout, &out, &dx, &dw, &db, &wte, &dl, &lg, &dwte};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) pair_free(all[i]);
+}
+
+/* Grouped-query shapes the attention-shaped ops run on. */
+typedef struct gqa_shape {
+    int NH, NKV, hd;
+} gqa_shape;
+static const gqa_shape shapes[] = {{4, 2, 8}, {8, 2, 64}, {4, 4, 128}, {8, 1, 128}};
+enum { N_SHAPES = sizeof shapes / sizeof shapes[0] };
+
+/* label "what NH=.. NKV=.. hd=.." in buf */
+static const char *lab(char *buf, size_t n, const char *what, const gqa_shape *s)
+{
+    snprintf(buf, n, "%s NH=%d NKV=%d hd=%d", what, s->NH, s->NKV, s->hd);
+    return buf;
+}
+
+/* transformers' default rotary tables: angle p * theta^(-2i/hd), [Tb, hd/2] */
+static void rope_tables(float *cosb, float *sinb, int Tb, int hd)
+{
+    int half = hd / 2;
+    for (int p = 0; p < Tb; p++)
+        for (int i = 0; i < half; i++) {
+            double a = p * pow(10000.0, -2.0 * i / hd);
+            cosb[(size_t)p * half + i] = (float)cos(a);
+            sinb[(size_t)p * half + i] = (float)sin(a);
+        }
+}
+
+/* qk_fwd / qk_bwd with and without the per-head norms, rows at positions 0..TQ-1 */
+static void check_qk(const gqa_shape *s, mk_rng *r)
+{
+    enum { TQ = 40, RQ = 2 * TQ };
+    int NH = s->NH, NKV = s->NKV, hd = s->hd, NQK = NH + NKV;
+    size_t W = (size_t)(NH + 2 * NKV) * hd, n = RQ * W;
+    int pos[RQ];
+    for (int i = 0; i < RQ; i++) pos[i] = i % TQ;
+    int *gpos = dev(pos, sizeof pos);
+    pair cosb = rnd((size_t)TQ * hd / 2, 0, 1, r), sinb = rnd((size_t)TQ * hd / 2, 0, 1, r);
+    rope_tables(cosb.h, sinb.h, TQ, hd);
+    gpu->upload(cosb.d, cosb.h, cosb.n * sizeof(float));
+    gpu->upload(sinb.d, sinb.h, sinb.n * sizeof(float));
+    pair inp = rnd(n, -2, 2, r), dout = rnd(n, -1, 1, r), out = rnd(n, -9, 9, r),
+         dinp = rnd(n, -9, 9, r), rstd = rnd((size_t)RQ * NQK, -9, 9, r),
+         wq = rnd(hd, 0.5f, 1.5f, r), wk = rnd(hd, 0.5f, 1.5f, r), dwq = rnd(hd, -1, 1, r),
+         dwk = rnd(hd, -1, 1, r);
+    char l[96];
+    /* rotation only (LLAMA, QWEN2) */
+    cpu->qk_fwd(out.h, NULL, inp.h, NULL, NULL, cosb.h, sinb.h, pos, RQ, NH, NKV, hd, 1e-6f);
+    gpu->qk_fwd(out.d, NULL, inp.d, NULL, NULL, cosb.d, sinb.d, gpos, RQ, NH, NKV, hd, 1e-6f);
+    CMP(out, 1e-5, 1e-4, lab(l, sizeof l, "qk_fwd rotation", s));
+    cpu->qk_bwd(dinp.h, NULL, NULL, dout.h, inp.h, NULL, NULL, NULL, cosb.h, sinb.h, pos, RQ, NH,
+                NKV, hd);
+    gpu->qk_bwd(dinp.d, NULL, NULL, dout.d, inp.d, NULL, NULL, NULL, cosb.d, sinb.d, gpos, RQ, NH,
+                NKV, hd);
+    CMP(dinp, 1e-5, 1e-4, lab(l, sizeof l, "qk_bwd rotation dinp", s));
+    /* q/k RMSNorm, then rotation (QWEN3) */
+    cpu->qk_fwd(out.h, rstd.h, inp.h, wq.h, wk.h, cosb.h, sinb.h, pos, RQ, NH, NKV, hd, 1e-6f);
+    gpu->qk_fwd(out.d, rstd.d, inp.d, wq.d, wk.d, cosb.d, sinb.d, gpos, RQ, NH, NKV, hd, 1e-6f);
+    CMP(out, 1e-5, 1e-4, lab(l, sizeof l, "qk_fwd norm+rotation", s));
+    CMP(rstd, 1e-5, 1e-4, lab(l, sizeof l, "qk_fwd rstd", s));
+    cpu->qk_bwd(dinp.h, dwq.h, dwk.h, dout.h, inp.h, wq.h, wk.h, rstd.h, cosb.h, sinb.h, pos, RQ,
+                NH, NKV, hd);
+    gpu->qk_bwd(dinp.d, dwq.d, dwk.d, dout.d, inp.d, wq.d, wk.d, rstd.d, cosb.d, sinb.d, gpos, RQ,
+                NH, NKV, hd);
+    CMP(dinp, 1e-5, 1e-4, lab(l, sizeof l, "qk_bwd norm+rotation dinp", s));
+    CMP(dwq, 1e-4, 1e-4, lab(l, sizeof l, "qk_bwd dwq", s));
+    CMP(dwk, 1e-4, 1e-4, lab(l, sizeof l, "qk_bwd dwk", s));
+    /* the decoder's call: norms without rstd */
+    cpu->qk_fwd(out.h, NULL, dout.h, wq.h, wk.h, cosb.h, sinb.h, pos, RQ, NH, NKV, hd, 1e-6f);
+    gpu->qk_fwd(out.d, NULL, dout.d, wq.d, wk.d, cosb.d, sinb.d, gpos, RQ, NH, NKV, hd, 1e-6f);
+    CMP(out, 1e-5, 1e-4, lab(l, sizeof l, "qk_fwd norm without rstd", s));
+    pair *all[] = {&cosb, &sinb, &inp, &dout, &out, &dinp, &rstd, &wq, &wk, &dwq, &dwk};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) pair_free(all[i]);
+    gpu->release(gpos);
+}
+
+static void test_qk(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    mk_rng r;
+    mk_rng_seed(&r, 5);
+    for (int i = 0; i < N_SHAPES; i++) check_qk(&shapes[i], &r);
+}
+
+/* attn_fwd, attn_bwd, then kv_store and attn_decode over the same rows */
+static void check_attention(const gqa_shape *s, mk_rng *r)
+{
+    enum { AB = 3, AT = 37 };
+    int NH = s->NH, NKV = s->NKV, hd = s->hd;
+    size_t W = (size_t)(NH + 2 * NKV) * hd, A = (size_t)NH * hd;
+    size_t nq = AB * AT * W, ny = AB * AT * A, na = (size_t)AB * NH * AT * AT;
+    pair qkv = rnd(nq, -1.5f, 1.5f, r), dy = rnd(ny, -1, 1, r), y = rnd(ny, -9, 9, r),
+         att = rnd(na, -9, 9, r), datt = rnd(na, -9, 9, r), dqkv = rnd(nq, -9, 9, r);
+    char l[96];
+    cpu->attn_fwd(y.h, att.h, qkv.h, AB, AT, NH, NKV, hd);
+    gpu->attn_fwd(y.d, att.d, qkv.d, AB, AT, NH, NKV, hd);
+    CMP(y, 1e-5, 1e-4, lab(l, sizeof l, "attn_fwd out", s));
+    CMP(att, 1e-5, 1e-4, lab(l, sizeof l, "attn_fwd att", s));
+    cpu->attn_bwd(dqkv.h, datt.h, dy.h, qkv.h, att.h, AB, AT, NH, NKV, hd);
+    gpu->attn_bwd(dqkv.d, datt.d, dy.d, qkv.d, att.d, AB, AT, NH, NKV, hd);
+    CMP(dqkv, 1e-5, 1e-4, lab(l, sizeof l, "attn_bwd dqkv", s));
+
+    /* decoding: every row (b, t) as slot S-1-b at position t; caches of Tmax > AT, and one
+     * slot more than used, so that a slot or stride mix-up lands in the wrong place */
+    int S = AB + 1, Tmax = AT + 5, slot[AB * AT], pos[AB * AT];
+    for (int i = 0; i < AB * AT; i++) slot[i] = S - 1 - i / AT, pos[i] = i % AT;
+    int *gs = dev(slot, sizeof slot), *gp = dev(pos, sizeof pos);
+    size_t nc = (size_t)S * Tmax * NKV * hd;
+    pair kc = rnd(nc, -9, 9, r), vc = rnd(nc, -9, 9, r),
+         sc = rnd((size_t)AB * AT * NH * Tmax, -9, 9, r);
+    cpu->kv_store(kc.h, vc.h, qkv.h, slot, pos, AB * AT, NH, NKV, hd, Tmax);
+    gpu->kv_store(kc.d, vc.d, qkv.d, gs, gp, AB * AT, NH, NKV, hd, Tmax);
+    CMP(kc, 0, 0, lab(l, sizeof l, "kv_store k", s));
+    CMP(vc, 0, 0, lab(l, sizeof l, "kv_store v", s));
+    cpu->attn_decode(y.h, sc.h, qkv.h, kc.h, vc.h, slot, pos, AB * AT, NH, NKV, hd, Tmax);
+    gpu->attn_decode(y.d, sc.d, qkv.d, kc.d, vc.d, gs, gp, AB * AT, NH, NKV, hd, Tmax);
+    CMP(y, 1e-5, 1e-4, lab(l, sizeof l, "attn_decode", s));
+    /* a decoding step: one row per filled slot, at a late position, slots out of order */
+    int slot1[AB], pos1[AB];
+    for (int b = 0; b < AB; b++) slot1[b] = S - 1 - (b + 2) % AB, pos1[b] = AT - 1 - b;
+    int *gs1 = dev(slot1, sizeof slot1), *gp1 = dev(pos1, sizeof pos1);
+    cpu->attn_decode(y.h, sc.h, qkv.h, kc.h, vc.h, slot1, pos1, AB, NH, NKV, hd, Tmax);
+    gpu->attn_decode(y.d, sc.d, qkv.d, kc.d, vc.d, gs1, gp1, AB, NH, NKV, hd, Tmax);
+    cmp(y.d, y.h, (size_t)AB * A, 1e-5, 1e-4, lab(l, sizeof l, "attn_decode step", s));
+    pair *all[] = {&qkv, &dy, &y, &att, &datt, &dqkv, &kc, &vc, &sc};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) pair_free(all[i]);
+    gpu->release(gs), gpu->release(gp), gpu->release(gs1), gpu->release(gp1);
 }
 
 static void test_attention(void **state)
 {
+    (void)state;
     NEED_GPU();
     mk_rng r;
     mk_rng_seed(&r, 3);
-    size_t nq = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, na = (size_t)B * NH * T * T;
-    float *qkv = host(nq, -1.5, 1.5, &r), *dy = host(ny, -1, 1, &r);
-    float *y = calloc(ny, 4), *att = calloc(na, 4), *dqkv = calloc(nq, 4);
-    float *gq = dev(qkv, nq * 4), *gdy = dev(dy, ny * 4), *gy = dev(NULL, ny * 4),
-          *gatt = dev(NULL, na * 4), *gdq = dev(NULL, nq * 4);
-    cpu->attn_fwd(y, att, qkv, B, T, C, NH), gpu->attn_fwd(gy, gatt, gq, B, T, C, NH);
-    cmp(gy, y, ny, 1e-5, 1e-4, "attn_fwd out");
-    cmp(gatt, att, na, 1e-5, 1e-4, "attn_fwd att");
-    float *datt = calloc(na, 4), *gdatt = dev(NULL, na * 4);
-    cpu->attn_bwd(dqkv, datt, dy, qkv, att, B, T, C, NH);
-    gpu->attn_bwd(gdq, gdatt, gdy, gq, gatt, B, T, C, NH);
-    cmp(gdq, dqkv, nq, 1e-5, 1e-4, "attn_bwd dqkv");
-    /* decode attention: rows of B slots at every position, cache of Tmax */
-    int Tmax = T + 4, slot[B * T], pos[B * T];
-    for (int i = 0; i < B * T; i++) slot[i] = i / T, pos[i] = i % T;
-    size_t nc = (size_t)B * Tmax * C;
-    float *kc = calloc(nc, 4), *vc = calloc(nc, 4);
-    float *gkc = dev(NULL, nc * 4), *gvc = dev(NULL, nc * 4);
-    int *gs = dev(slot, sizeof slot), *gp = dev(pos, sizeof pos);
-    cpu->kv_store(kc, vc, qkv, slot, pos, B * T, C, Tmax);
-    gpu->kv_store(gkc, gvc, gq, gs, gp, B * T, C, Tmax);
-    cmp(gkc, kc, nc, 0, 0, "kv_store k");
-    cmp(gvc, vc, nc, 0, 0, "kv_store v");
-    size_t nsc = (size_t)B * T * NH * Tmax;
-    float *sc = calloc(nsc, 4), *gsc = dev(NULL, nsc * 4);
-    cpu->attn_decode(y, sc, qkv, kc, vc, slot, pos, B * T, C, NH, Tmax);
-    gpu->attn_decode(gy, gsc, gq, gkc, gvc, gs, gp, B * T, C, NH, Tmax);
-    cmp(gy, y, ny, 1e-5, 1e-4, "attn_decode");
-    void *all[] = {gq, gdy, gy, gatt, gdq, gkc, gvc, gs, gp, gdatt, gsc};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->release(all[i]);
-    free(qkv), free(dy), free(y), free(att), free(dqkv), free(kc), free(vc), free(datt), free(sc);
+    /* GPT-2's multi-head case first (NKV = NH, hd = C / NH) */
+    gqa_shape mha = {4, 4, C / 4};
+    check_attention(&mha, &r);
+    for (int i = 0; i < N_SHAPES; i++) check_attention(&shapes[i], &r);
 }
 
 static void test_rows_and_optimiser(void **state)
 {
+    (void)state;
     NEED_GPU();
     mk_rng r;
     mk_rng_seed(&r, 4);
@@ -229,9 +407,10 @@ static void test_rows_and_optimiser(void **state)
     free(z), free(ct), free(ch), free(d), free(p), free(g), free(m), free(v);
 }
 
-/* The whole model on both back-ends from the PyTorch fixture's weights. */
-static void test_model(void **state)
+/* The GPT-2 model on both back-ends from the PyTorch fixture's weights. */
+static void test_model_gpt2(void **state)
 {
+    (void)state;
     NEED_GPU();
     ref_fixture ref;
     assert_int_equal(ref_load(&ref, MK_FIXTURES "/ref.bin"), 0);
@@ -305,14 +484,148 @@ static void test_model(void **state)
     free(a), free(b), free(la), free(lb), free(ref.mem);
 }
 
+/* Tiny configurations of the rotary families, each with grouped-query attention:
+ *  - LLAMA with an untied head, biases on every linear layer and Llama 3 rope scaling;
+ *  - QWEN2 (q/k/v biases), tied;
+ *  - QWEN3 (q/k norms) with head_dim 16 != n_embd / n_head, untied. */
+static const mk_config family_cfgs[] = {
+    {.n_layer = 2,
+     .n_head = 4,
+     .n_embd = 32,
+     .block_size = 48,
+     .vocab_size = 64,
+     .arch = MK_ARCH_LLAMA,
+     .n_kv_head = 2,
+     .n_inner = 48,
+     .untied_head = 1,
+     .attn_bias = 1,
+     .attn_out_bias = 1,
+     .mlp_bias = 1,
+     .rope_theta = 500000.0f,
+     .rope_factor = 8.0f,
+     .rope_low_freq_factor = 1.0f,
+     .rope_high_freq_factor = 4.0f,
+     .rope_orig_ctx = 16},
+    {.n_layer = 2,
+     .n_head = 4,
+     .n_embd = 32,
+     .block_size = 48,
+     .vocab_size = 64,
+     .arch = MK_ARCH_QWEN2,
+     .n_kv_head = 2,
+     .n_inner = 40},
+    {.n_layer = 2,
+     .n_head = 4,
+     .n_embd = 32,
+     .block_size = 48,
+     .vocab_size = 64,
+     .arch = MK_ARCH_QWEN3,
+     .n_kv_head = 1,
+     .head_dim = 16,
+     .n_inner = 40,
+     .untied_head = 1},
+};
+
+/* One family's model on both back-ends from the same random weights (HF initialisation, then
+ * every parameter moved by up to 0.05 so that norm weights and biases are not 1 and 0):
+ * forward logits, the CE loss, one backward's gradients, and greedy decoding of three slots
+ * (tokens and step logits). */
+static void check_family(const mk_config *cfg)
+{
+    enum { FB = 2, FT = 40, NS = 3 };
+    const char *name = mk_arch_name(cfg->arch);
+    mk_model *mc, *mg;
+    assert_mk_ok(mk_model_new(&mc, cfg, FB, FT, cpu));
+    assert_mk_ok(mk_model_new(&mg, cfg, FB, FT, gpu));
+    int Vv = cfg->vocab_size;
+    size_t P = mk_model_num_params(mc), NL = (size_t)FB * FT * Vv;
+    assert_int_equal(mk_model_num_params(mg), P);
+    mk_rng r;
+    mk_rng_seed(&r, 11 + cfg->arch);
+    mk_model_init(mc, 7);
+    float *a = malloc(P * 4), *b = malloc(P * 4), *la = malloc(NL * 4), *lb = malloc(NL * 4);
+    assert_non_null(a), assert_non_null(b), assert_non_null(la), assert_non_null(lb);
+    assert_mk_ok(mk_model_read_params(mc, a, 0, P));
+    for (size_t i = 0; i < P; i++) a[i] += 0.1f * (mk_rng_uniform(&r) - 0.5f);
+    assert_mk_ok(mk_model_write_params(mc, a, 0, P));
+    assert_mk_ok(mk_model_write_params(mg, a, 0, P));
+
+    int tokens[FB * FT], targets[FB * FT];
+    for (int i = 0; i < FB * FT; i++) tokens[i] = (int)(mk_rng_next(&r) % (uint64_t)Vv);
+    for (int i = 0; i < FB * FT; i++) targets[i] = i % FT == FT - 1 ? -1 : tokens[i + 1];
+    float wts[FB * FT];
+    for (int i = 0; i < FB * FT; i++) wts[i] = targets[i] < 0 ? 0.0f : 1.0f;
+    for (int i = 0; i < FB * FT; i++) targets[i] = targets[i] < 0 ? 0 : targets[i];
+    char l[96];
+    assert_mk_ok(mk_forward(mc, tokens, FB, FT));
+    assert_mk_ok(mk_forward(mg, tokens, FB, FT));
+    assert_mk_ok(mk_model_read_logits(mc, la));
+    assert_mk_ok(mk_model_read_logits(mg, lb));
+    snprintf(l, sizeof l, "%s logits", name);
+    check_close(lb, la, NL, 1e-4, 1e-4, l);
+    float lc, lg;
+    assert_mk_ok(mk_loss_ce(mc, targets, wts, &lc));
+    assert_mk_ok(mk_loss_ce(mg, targets, wts, &lg));
+    assert_near(lg, lc, 1e-5);
+    mk_zero_grad(mc), mk_zero_grad(mg);
+    assert_mk_ok(mk_backward(mc));
+    assert_mk_ok(mk_backward(mg));
+    assert_mk_ok(mk_model_read_grads(mc, a, 0, P));
+    assert_mk_ok(mk_model_read_grads(mg, b, 0, P));
+    /* tensor by tensor, so that a failure names the tensor */
+    for (int i = 0; i < mk_model_num_tensors(mc); i++) {
+        mk_tensor_info ti;
+        assert_mk_ok(mk_model_tensor(mc, i, &ti));
+        snprintf(l, sizeof l, "%s gradient of %s", name, ti.name);
+        check_close(b + ti.offset, a + ti.offset, ti.numel, 1e-5, 1e-3, l);
+    }
+
+    /* greedy decoding of three slots with prompts of different lengths */
+    mk_decoder *dc, *dg;
+    assert_mk_ok(mk_decoder_new_ctx(&dc, mc, NS, 24));
+    assert_mk_ok(mk_decoder_new_ctx(&dg, mg, NS, 24));
+    int slots[NS] = {2, 0, 1};
+    float temp[NS] = {0, 0, 0}, topp[NS] = {1, 1, 1};
+    for (int s = 0; s < NS; s++) {
+        assert_mk_ok(mk_decoder_reset(dc, s, 9));
+        assert_mk_ok(mk_decoder_reset(dg, s, 9));
+        assert_mk_ok(mk_decoder_append(dc, s, tokens + 3 * s, 3 + 4 * s));
+        assert_mk_ok(mk_decoder_append(dg, s, tokens + 3 * s, 3 + 4 * s));
+    }
+    for (int k = 0; k < 8; k++) {
+        int tc[NS], tg[NS];
+        assert_mk_ok(mk_decoder_step(dc, slots, NS, temp, topp, tc, NULL, NULL));
+        assert_mk_ok(mk_decoder_step(dg, slots, NS, temp, topp, tg, NULL, NULL));
+        assert_memory_equal(tc, tg, sizeof tc);
+        for (int s = 0; s < NS; s++) {
+            snprintf(l, sizeof l, "%s decode step %d slot %d logits", name, k, s);
+            check_close(mk_decoder_last_logits(dg, s), mk_decoder_last_logits(dc, s), (size_t)Vv,
+                        1e-4, 1e-4, l);
+        }
+    }
+    mk_decoder_free(dc), mk_decoder_free(dg);
+    mk_model_free(mc), mk_model_free(mg);
+    free(a), free(b), free(la), free(lb);
+}
+
+static void test_model_families(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    for (size_t i = 0; i < sizeof family_cfgs / sizeof family_cfgs[0]; i++)
+        check_family(&family_cfgs[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_elementwise_and_layernorm),
+        cmocka_unit_test(test_elementwise_and_norms),
         cmocka_unit_test(test_matmul_and_head),
+        cmocka_unit_test(test_qk),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_rows_and_optimiser),
-        cmocka_unit_test(test_model),
+        cmocka_unit_test(test_model_gpt2),
+        cmocka_unit_test(test_model_families),
     };
     mk_set_threads(2);
     return cmocka_run_group_tests(tests, setup, NULL);

@@ -68,7 +68,7 @@ enum { LR = 5, LC = 7 };
 static float *ln_x, *ln_w, *ln_b, *ln_out, ln_mean[LR], ln_rstd[LR];
 static void ln_run(void)
 {
-    be->ln_fwd(ln_out, ln_mean, ln_rstd, ln_x, ln_w, ln_b, LR, LC);
+    be->ln_fwd(ln_out, ln_mean, ln_rstd, ln_x, ln_w, ln_b, LR, LC, 1e-5f);
 }
 
 static void test_layernorm(void **state)
@@ -150,7 +150,7 @@ enum { AB = 2, AT = 5, AC = 8, ANH = 2 };
 static float *at_qkv, *at_out, *at_att;
 static void attn_run(void)
 {
-    be->attn_fwd(at_out, at_att, at_qkv, AB, AT, AC, ANH);
+    be->attn_fwd(at_out, at_att, at_qkv, AB, AT, ANH, ANH, AC / ANH);
 }
 
 static void test_attention(void **state)
@@ -176,7 +176,7 @@ static void test_attention(void **state)
     /* position 0 attends only to itself: output = its value */
     for (int d = 0; d < AC; d++) assert_near(at_out[d], at_qkv[2 * AC + d], 1e-6);
     float *datt = zeros(AB * ANH * AT * AT);
-    be->attn_bwd(dqkv, datt, dout, at_qkv, at_att, AB, AT, AC, ANH);
+    be->attn_bwd(dqkv, datt, dout, at_qkv, at_att, AB, AT, ANH, ANH, AC / ANH);
     fd_ctx c = {attn_run, at_out, dout, AB * AT * AC};
     fd_check(&c, at_qkv, nqkv, dqkv, 1e-3f, "attention dqkv");
 
@@ -187,8 +187,8 @@ static void test_attention(void **state)
     int slot[AB * AT], pos[AB * AT];
     for (int b = 0; b < AB; b++)
         for (int t = 0; t < AT; t++) slot[b * AT + t] = b, pos[b * AT + t] = t;
-    be->kv_store(kc, vc, at_qkv, slot, pos, AB * AT, AC, Tmax);
-    be->attn_decode(y, scores, at_qkv, kc, vc, slot, pos, AB * AT, AC, ANH, Tmax);
+    be->kv_store(kc, vc, at_qkv, slot, pos, AB * AT, ANH, ANH, AC / ANH, Tmax);
+    be->attn_decode(y, scores, at_qkv, kc, vc, slot, pos, AB * AT, ANH, ANH, AC / ANH, Tmax);
     check_close(y, at_out, AB * AT * AC, 1e-6, 1e-5, "attn_decode vs attn_fwd");
     free(kc), free(vc), free(y), free(scores), free(datt);
     free(at_qkv), free(at_out), free(at_att), free(dout), free(dqkv);
