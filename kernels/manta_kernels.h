@@ -151,6 +151,16 @@ typedef struct mk_model mk_model;
  * mk_load.  On success *out owns the model; free it with mk_model_free. */
 int mk_model_new(mk_model **out, const mk_config *cfg, int max_batch, int max_seq,
                  const mk_backend *be);
+/* Flags of mk_model_new_ex and mk_load_dir_ex. */
+enum {
+    /* Parameters only: no gradients, AdamW moments or training activations (a quarter of the
+     * memory of a trainable model, what a rollout needs).  Decoders work; mk_forward,
+     * mk_model_step and reading or writing gradients fail with MK_ERR_STATE; mk_zero_grad does
+     * nothing. */
+    MK_MODEL_INFER = 1u,
+};
+int mk_model_new_ex(mk_model **out, const mk_config *cfg, int max_batch, int max_seq,
+                    const mk_backend *be, unsigned flags);
 void mk_model_free(mk_model *m);
 const mk_config *mk_model_config(const mk_model *m);
 const mk_backend *mk_model_backend(const mk_model *m);
@@ -384,6 +394,9 @@ int mk_read_hf_config(mk_config *out, int *tied, const char *path);
  * Every refusal names the file and tensor or key (codes as mk_load, plus the
  * config's).  On failure *out is NULL. */
 int mk_load_dir(mk_model **out, const char *dir, int max_batch, int max_seq, const mk_backend *be);
+/* mk_load_dir with mk_model_new_ex's flags (MK_MODEL_INFER for a rollout). */
+int mk_load_dir_ex(mk_model **out, const char *dir, int max_batch, int max_seq,
+                   const mk_backend *be, unsigned flags);
 
 /* Writes DIR/config.json (the family's architectures entry -
  * GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM -

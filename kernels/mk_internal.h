@@ -271,6 +271,7 @@ struct mk_model {
     mk_config cfg; /* resolved (mk_config_resolve) */
     const mk_backend *be;
     int max_B, max_T;
+    int infer; /* MK_MODEL_INFER: parameters only */
     int n_tensors;
     mk_tensor_info *tensors; /* size table, n_tensors entries (host) */
     int gidx[MK_T_N];        /* model-level tensor indices, -1 absent */
