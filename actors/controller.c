@@ -26,8 +26,11 @@
  * version V+1 published (the shards' buckets), metrics line. Every
  * `eval_every` versions a held-out evaluation runs alongside; the loop ends at
  * `max_versions`, at `max_time_s`, or when an evaluation reaches `stop_at`.
- * A final evaluation on the held-out set follows; metrics.jsonl and
- * summary.json go into the run folder; the reply is the summary (JSON).
+ * A final evaluation on the held-out set follows; metrics.jsonl,
+ * summary.json and the trained policy (RUN_DIR/model, a Hugging Face folder
+ * saved by learner-0) go into the run folder; the reply is the summary
+ * (JSON). The controller reads section model too (policy.c), so that a bad
+ * model folder fails the job when it starts and the summary names the policy.
  * summary.json carries `status`: "done"; "failed: <why>" when a group the
  * rollouts need has been missing for rl.max_missing_s, when the learner step
  * failed rl.max_step_failures times in a row, or when max_time_s passed with
@@ -55,9 +58,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MAX_LEARNERS 1024 /* learner-0 .. are looked up */
-#define STALE_BINS   10
-#define HEARTBEAT_MS 1000 /* reclaim, time limits: checked at least this often */
+#define MAX_LEARNERS    1024 /* learner-0 .. are looked up */
+#define STALE_BINS      10
+#define HEARTBEAT_MS    1000   /* reclaim, time limits: checked at least this often */
+#define SAVE_TIMEOUT_MS 300000 /* the final checkpoint; a large model writes gigabytes */
 
 enum { EP_INFLIGHT = 0, EP_QUEUED, EP_DONE, EP_TRAINED, EP_STALE, EP_ERROR, EP_EVAL, EP_EVAL_DONE };
 
@@ -116,6 +120,9 @@ typedef struct ctl_state {
     int max_step_failures; /* consecutive learner step failures that fail the run */
     char learner_group[32];
     char train_path[512], heldout_path[512], demos_path[512];
+    rl_model_spec ms;         /* the policy (read here to fail the job early on a bad folder) */
+    char checkpoint[700];     /* the folder the learner saved the final model in, or "" */
+    char checkpoint_err[256]; /* why it did not, or "" */
     /* data */
     problem *train, *heldout;
     int n_train, n_heldout;
@@ -350,6 +357,7 @@ static int read_settings(ctl_state *s, manta_ctx *m, const void *args, size_t le
     rl_arg_str(&a, "task", "train", s->train_path, sizeof s->train_path, "");
     rl_arg_str(&a, "task", "heldout", s->heldout_path, sizeof s->heldout_path, "");
     rl_arg_str(&a, "task", "demos", s->demos_path, sizeof s->demos_path, "");
+    rl_model_read(&a, &s->ms);
     if (!a.rc && s->B < s->G)
         rl_arg_error(&a, "rl", "batch_episodes", "%d is smaller than group_size (%d)", s->B, s->G);
     return rl_args_close(&a, m);
@@ -1287,6 +1295,22 @@ static void schedule(ctl_state *s, int64_t after_ms)
     s->timer_due_ms = due;
 }
 
+/* The policy: family, where it came from, size, and the final checkpoint
+ * (a Hugging Face folder of the same family) once saved. */
+static cJSON *model_json(const ctl_state *s)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "arch", mk_arch_name(s->ms.cfg.arch));
+    cJSON_AddStringToObject(o, "path", s->ms.path);
+    cJSON_AddNumberToObject(o, "params", (double)mk_config_num_params(&s->ms.cfg));
+    cJSON_AddNumberToObject(o, "vocab_size", s->ms.cfg.vocab_size);
+    cJSON_AddNumberToObject(o, "context", s->ms.context);
+    if (s->checkpoint[0]) cJSON_AddStringToObject(o, "checkpoint", s->checkpoint);
+    if (s->checkpoint_err[0]) cJSON_AddStringToObject(o, "checkpoint_error", s->checkpoint_err);
+    cJSON_AddStringToObject(o, "checkpoint_dtype", rl_dtype_name(s->ms.dtype));
+    return o;
+}
+
 static cJSON *summary_json(ctl_state *s)
 {
     double wall = rl_now_s() - s->t_start, t_rl = s->t_rl > 0 ? s->t_rl : 1;
@@ -1304,6 +1328,7 @@ static cJSON *summary_json(ctl_state *s)
     cJSON_AddNumberToObject(j, "warmup_s", s->t_warm);
     cJSON_AddNumberToObject(j, "rl_s", s->t_rl);
     cJSON_AddItemToObject(j, "ledger", ledger_json(s));
+    cJSON_AddItemToObject(j, "model", model_json(s));
     cJSON *r = cJSON_AddObjectToObject(j, "rates");
     cJSON_AddNumberToObject(r, "trained_tokens", (double)s->trained_tokens);
     cJSON_AddNumberToObject(r, "trained_tokens_per_s", s->trained_tokens / t_rl);
@@ -1375,21 +1400,27 @@ static void fail_run(ctl_state *s, const char *fmt, ...)
     s->run_req = NULL;
 }
 
-/* The end: summary.json, the model saved by shard 0, the deferred reply. */
+/* The end: the model saved by shard 0 as a Hugging Face folder RUN_DIR/model
+ * (a large model takes a while: up to SAVE_TIMEOUT_MS), summary.json naming
+ * it, the deferred reply. */
 static void finish_run(ctl_state *s)
 {
     s->stop = 1;
     s->phase = PH_DONE;
-    char *txt = summary_text(s, "done");
-    if (txt) write_summary_text(s, txt);
-    char path[700];
     if (s->metrics) fclose(s->metrics), s->metrics = NULL;
     if (s->traj_dump) fclose(s->traj_dump), s->traj_dump = NULL;
-    snprintf(path, sizeof path, "%s/model.safetensors", s->run_dir);
+    char path[700];
+    snprintf(path, sizeof path, "%s/model", s->run_dir);
     manta_future *sf = manta_call(s->m, s->L[0], "save", path, strlen(path));
-    if (manta_get(sf, 30000, NULL, NULL))
+    if (manta_get(sf, SAVE_TIMEOUT_MS, NULL, NULL)) {
         rl_log(s->m, "controller: save %s: %s", path, manta_future_error(sf));
+        snprintf(s->checkpoint_err, sizeof s->checkpoint_err, "%s", manta_future_error(sf));
+    } else {
+        snprintf(s->checkpoint, sizeof s->checkpoint, "%s", path);
+    }
     manta_future_free(sf);
+    char *txt = summary_text(s, "done");
+    if (txt) write_summary_text(s, txt);
     if (txt)
         manta_reply(s->run_req, txt, strlen(txt));
     else

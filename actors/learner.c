@@ -29,6 +29,11 @@
  * {mode: "ppo"|"sft", version, lr, items: [{tok, logp, mask, adv}]} and
  * {version, buckets: [{id, offset, count, crc}], loss, pg_loss, kl,
  * clip_frac, entropy, ratio, tokens, grad_norm, busy_s}.
+ *
+ * The model is section model's (policy.c): loaded from a Hugging Face folder
+ * or a fresh GPT-2, with activations for model.max_seq tokens a sequence.
+ * "save DIR" writes it as a folder of its family in the source folder's
+ * dtype (F32 for a fresh model).
  */
 #include "manta_actors.h"
 #include "rl_util.h"
@@ -47,7 +52,7 @@
 typedef struct learner_state {
     manta_ctx *m;
     mk_model *model;
-    mk_config cfg;
+    rl_model_spec ms;
     int max_batch, block;
     int rank, world;
     size_t n_params, off, len;
@@ -67,14 +72,14 @@ typedef struct learner_state {
 } learner_state;
 
 /* The settings (README.md "Spec sections read"); 0 or MANTA_EINVAL. */
-static int read_settings(learner_state *s, manta_ctx *m, const void *args, size_t len,
-                         uint64_t *seed, int *threads, double *bucket_mb)
+static int read_settings(learner_state *s, manta_ctx *m, const void *args, size_t len, int *threads,
+                         double *bucket_mb)
 {
     rl_args a;
     rl_args_open(&a, args, len);
     s->rank = (int)rl_arg_int(&a, "", "replica", 0, 0, 1 << 20);
     s->world = (int)rl_arg_int(&a, "", "replicas", 1, 1, 1 << 20);
-    rl_model_config(&a, &s->cfg, seed);
+    rl_model_read(&a, &s->ms);
     int64_t batch = rl_arg_int(&a, "rl", "batch_episodes", 64, 1, 1 << 24);
     int64_t demos = rl_arg_int(&a, "rl", "warmup_batch", 64, 1, 1 << 24);
     if (demos > batch) batch = demos;
@@ -113,20 +118,18 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
 {
     learner_state *s = state;
     s->m = m;
-    uint64_t seed;
     int threads;
     double bucket_mb;
-    int rc = read_settings(s, m, args, len, &seed, &threads, &bucket_mb);
+    int rc = read_settings(s, m, args, len, &threads, &bucket_mb);
     if (rc) return rc;
     mk_set_threads(threads);
     s->bucket_elems = (size_t)(bucket_mb * (1 << 20) / sizeof(float));
     if (s->bucket_elems < 1024) s->bucket_elems = 1024; /* tiny buckets only cost round trips */
-    s->block = s->cfg.block_size;
-    if (mk_model_new(&s->model, &s->cfg, s->max_batch, s->block, NULL)) {
-        rl_log(m, "learner: model: %s", mk_last_error());
-        return MANTA_EINVAL;
+    s->block = s->ms.max_seq;
+    if ((rc = rl_model_open(&s->ms, s->max_batch, s->block, &s->model))) {
+        rl_log(m, "learner: %s", rl_last_error());
+        return rc;
     }
-    mk_model_init(s->model, seed);
     s->n_params = mk_model_num_params(s->model);
     manta_coll_slice(s->n_params, s->world, s->rank, &s->off, &s->len);
     size_t bt = (size_t)s->max_batch * s->block;
@@ -146,8 +149,10 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
     }
     mk_model_read_params(s->model, s->params, 0, s->n_params);
     mark_decay(s);
-    rl_log(m, "learner %d/%d: %zu params, slice [%zu, %zu), batch %d x %d", s->rank, s->world,
-           s->n_params, s->off, s->off + s->len, s->max_batch, s->block);
+    char what[600];
+    rl_log(m, "learner %d/%d: %s, %zu params, slice [%zu, %zu), batch %d x %d, checkpoints %s",
+           s->rank, s->world, rl_model_describe(&s->ms, what, sizeof what), s->n_params, s->off,
+           s->off + s->len, s->max_batch, s->block, rl_dtype_name(s->ms.dtype));
     return 0;
 }
 
@@ -366,24 +371,20 @@ static int learner_publish(manta_req *req, void *state, const void *arg, size_t 
     return reply_step(req, &out, pub);
 }
 
-/* Save the full model as safetensors at the path given (text), and a
- * transformers config.json in the same folder. */
+/* Save the full model as a Hugging Face folder of its family at the path
+ * given (text), in the dtype of the folder it was loaded from (F32 for a
+ * fresh model): config.json and model.safetensors (or shards and their
+ * index), loadable by mk_load_dir and transformers' from_pretrained. */
 static int learner_save(manta_req *req, void *state, const void *arg, size_t len)
 {
     learner_state *s = state;
-    char path[512];
-    if (len == 0 || len >= sizeof path)
+    char dir[512];
+    if (len == 0 || len >= sizeof dir)
         return manta_reply_error(req, MANTA_EINVAL, "save: path of %zu bytes (1 to %zu)", len,
-                                 sizeof path - 1);
-    snprintf(path, sizeof path, "%.*s", (int)len, (const char *)arg);
-    if (mk_save(s->model, path))
-        return manta_reply_error(req, MANTA_ESYS, "save: %s", mk_last_error());
-    /* config.json next to it: the folder loads with GPT2LMHeadModel.from_pretrained */
-    char cfg[600];
-    const char *slash = strrchr(path, '/');
-    snprintf(cfg, sizeof cfg, "%.*sconfig.json", slash ? (int)(slash - path + 1) : 0, path);
-    if (mk_write_hf_config(&s->cfg, cfg))
-        return manta_reply_error(req, MANTA_ESYS, "save: %s", mk_last_error());
+                                 sizeof dir - 1);
+    snprintf(dir, sizeof dir, "%.*s", (int)len, (const char *)arg);
+    int rc = rl_model_save(&s->ms, s->model, dir);
+    if (rc) return manta_reply_error(req, rc, "save: %s", rl_last_error());
     return manta_reply(req, "ok", 2);
 }
 

@@ -293,7 +293,8 @@ void rl_pack_kv_bin(msgpack_packer *pk, const char *k, const void *p, size_t n)
 
 /* The keys of the sections the RL classes own, and of a group's settings.
  * A key not listed is a typo or a setting no class reads: an error. */
-static const char *const model_keys[] = {"n_layer", "n_head", "n_embd", "block_size", "seed", NULL};
+static const char *const model_keys[] = {"path", "n_layer", "n_head",  "n_embd", "block_size",
+                                         "seed", "context", "max_seq", NULL};
 static const char *const rl_keys[] = {"group_size",
                                       "batch_episodes",
                                       "eta",
@@ -596,21 +597,6 @@ const char *rl_arg_str(rl_args *a, const char *section, const char *key, char *o
     memcpy(out, v->via.str.ptr, v->via.str.size);
     out[v->via.str.size] = 0;
     return out;
-}
-
-void rl_model_config(rl_args *a, struct mk_config *cfg, uint64_t *seed)
-{
-    memset(cfg, 0, sizeof *cfg);
-    cfg->n_layer = (int)rl_arg_int(a, "model", "n_layer", 2, 1, 1024);
-    cfg->n_head = (int)rl_arg_int(a, "model", "n_head", 4, 1, 1024);
-    cfg->n_embd = (int)rl_arg_int(a, "model", "n_embd", 64, 1, 1 << 16);
-    cfg->block_size = (int)rl_arg_int(a, "model", "block_size", 64, 4, 1 << 20);
-    cfg->vocab_size = RL_VOCAB;
-    int64_t sd = rl_arg_int(a, "model", "seed", 1, 0, INT64_MAX);
-    if (seed) *seed = (uint64_t)sd;
-    if (!a->rc && cfg->n_embd % cfg->n_head)
-        rl_arg_error(a, "model", "n_embd", "%d is not a multiple of n_head (%d)", cfg->n_embd,
-                     cfg->n_head);
 }
 
 int64_t rl_now_ms(void)

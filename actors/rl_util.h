@@ -1,9 +1,9 @@
 /*
  * rl_util.h - small helpers shared by the RL actors (internal to actors/):
  * the error convention, reading msgpack maps by key, packing key/value
- * pairs, the one reader of init arguments and settings (rl_args), the model
- * configuration, joining the HTTP client to the actor's event loop, and the
- * clock.
+ * pairs, the one reader of init arguments and settings (rl_args), the policy
+ * model a spec names (policy.c), joining the HTTP client to the actor's
+ * event loop, and the clock.
  *
  * Errors: functions that can fail return 0 or a negative MANTA_E* code
  * (manta.h) and leave a message naming the cause in rl_last_error() (one
@@ -14,6 +14,7 @@
 
 #include <manta.h>
 #include <manta_http.h>
+#include <manta_kernels.h>
 #include <msgpack.h>
 
 #include <stddef.h>
@@ -94,10 +95,43 @@ int rl_arg_error(rl_args *a, const char *section, const char *key, const char *f
  * recorded already; returns a->rc. */
 int rl_args_fail(rl_args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* The model: (section "model") n_layer, n_head, n_embd, block_size, seed;
- * the vocabulary is RL_VOCAB. Errors go to a like any setting's. */
-struct mk_config;
-void rl_model_config(rl_args *a, struct mk_config *cfg, uint64_t *seed);
+/* ---- the policy model (policy.c) ------------------------------------------- *
+ * Section "model" names the policy, one of two ways:
+ *   path: DIR            a Hugging Face folder (config.json and model.safetensors
+ *                        or a sharded index), any family mk_load_dir reads;
+ *   n_layer, n_head,     a fresh GPT-2 of that size, initialised from seed
+ *   n_embd, block_size,  (defaults 2, 4, 64, 64, 1), vocabulary RL_VOCAB.
+ *   seed
+ * The two are exclusive. Both take context (KV positions per rollout slot,
+ * default min(block_size, 2048)) and max_seq (the learner's longest
+ * sequence, default context), each at most block_size. */
+typedef struct rl_model_spec {
+    char path[512]; /* the folder, or "" for a fresh GPT-2 */
+    mk_config cfg;  /* the folder's config.json, or the inline size */
+    mk_dtype dtype; /* the checkpoints' dtype: the folder's, F32 for a fresh model */
+    uint64_t seed;  /* fresh model only */
+    int context, max_seq;
+} rl_model_spec;
+
+/* Read section "model" into *ms (errors go to a like any setting's). A path
+ * is checked now: it must be a folder holding a config.json that
+ * mk_read_hf_config accepts, with a vocabulary of at least RL_VOCAB (the
+ * byte-level task's tokens); each refusal names model.path and the file. */
+void rl_model_read(rl_args *a, rl_model_spec *ms);
+/* The model of *ms on the CPU back-end with room for max_batch x max_seq
+ * training tokens: loaded from the folder (mk_load_dir), or created and
+ * initialised from the seed. 0, or MANTA_EINVAL / MANTA_ENOMEM with the
+ * kernels' message in rl_last_error(); *out owns the model on success. */
+int rl_model_open(const rl_model_spec *ms, int max_batch, int max_seq, mk_model **out);
+/* Write m as a Hugging Face folder DIR (created if missing) of its family,
+ * in ms->dtype (mk_save_dir; shards of 5 GB, save_pretrained's old default,
+ * only when the parameters exceed that). 0 or MANTA_ESYS with the reason in
+ * rl_last_error(). */
+int rl_model_save(const rl_model_spec *ms, const mk_model *m, const char *dir);
+/* "f32", "bf16", "f16". */
+const char *rl_dtype_name(mk_dtype dt);
+/* One line for logs and summaries: "qwen3 from DIR" or "gpt2 (fresh, seed 1)". */
+const char *rl_model_describe(const rl_model_spec *ms, char *out, size_t cap);
 
 /* Monotonic milliseconds / seconds. */
 int64_t rl_now_ms(void);

@@ -22,7 +22,10 @@
  * Settings (group settings, else sections.rl): slots, temperature,
  * max_new_tokens, max_turns, controller (actor name, default
  * "controller-0"), env_group ("env"), reward_group ("reward"), threads;
- * sections.model for the model's size.
+ * sections.model for the policy (policy.c: a Hugging Face folder or a fresh
+ * GPT-2) and model.context, the KV positions each slot holds: the longest
+ * episode. A token the model samples outside the task's vocabulary (a
+ * folder's vocabulary may be larger) ends its episode.
  *
  * The admit request and reply are rl_admit_req / rl_admit_reply (msgs.c).
  *
@@ -49,7 +52,7 @@ typedef struct slot {
     int greedy;
     int turns, new_tokens, in_call, call_start;
     int tool_tries;
-    char *call_text; /* block_size + 1 bytes: the call being made */
+    char *call_text; /* context + 1 bytes: the call being made */
     manta_future *fut;
 } slot;
 
@@ -57,7 +60,8 @@ typedef struct rollout_state {
     manta_ctx *m;
     mk_model *model;
     mk_decoder *dec;
-    mk_config cfg;
+    rl_model_spec ms;
+    int ctx; /* KV positions per slot (model.context): the longest episode */
     int n_slots, group_size;
     slot *slots;
     float temperature, top_p;
@@ -81,11 +85,11 @@ typedef struct rollout_state {
     float *wbuf;
     size_t n_params;
     int32_t *stok, *sidx;
-    int32_t *ptok; /* block_size tokens: a prompt being started */
+    int32_t *ptok; /* context tokens: a prompt being started */
     float *stemp, *stopp, *slps, *slpp;
     /* counters */
     uint64_t episodes, tokens, steps, tool_calls, tool_errors, weight_loads, weight_errors,
-        submit_errors, handed_back, admit_calls;
+        submit_errors, handed_back, admit_calls, foreign_tokens;
     double busy_s;
 } rollout_state;
 
@@ -96,8 +100,8 @@ static int read_settings(rollout_state *s, manta_ctx *m, const void *args, size_
 {
     rl_args a;
     rl_args_open(&a, args, len);
-    uint64_t seed;
-    rl_model_config(&a, &s->cfg, &seed);
+    rl_model_read(&a, &s->ms);
+    s->ctx = s->ms.context;
     s->n_slots = (int)rl_arg_int(&a, "rl", "slots", 32, 1, 1 << 16);
     s->group_size = (int)rl_arg_int(&a, "rl", "group_size", 8, 1, 1 << 16);
     s->temperature = (float)rl_arg_num(&a, "rl", "temperature", 1.0, 0, 1e3);
@@ -121,10 +125,16 @@ static int rollout_init(manta_ctx *m, void *state, const void *args, size_t len)
     if (s->n_slots < s->group_size) s->n_slots = s->group_size; /* one group must fit */
 
     mk_set_threads(threads);
-    if (mk_model_new(&s->model, &s->cfg, 1, s->cfg.block_size, NULL) ||
-        mk_decoder_new(&s->dec, s->model, s->n_slots)) {
-        rl_log(m, "rollout: model: %s", mk_last_error());
-        return MANTA_EINVAL;
+    /* the model only decodes here: room for one training token is enough */
+    if ((rc = rl_model_open(&s->ms, 1, 1, &s->model))) {
+        rl_log(m, "rollout: %s", rl_last_error());
+        return rc;
+    }
+    if (mk_decoder_new_ctx(&s->dec, s->model, s->n_slots, s->ctx)) {
+        rl_log(m, "rollout: decoder of %d slots x %d positions: %s", s->n_slots, s->ctx,
+               mk_last_error());
+        return rl_fail(MANTA_EINVAL, "decoder of %d slots x %d positions: %s", s->n_slots, s->ctx,
+                       mk_last_error());
     }
     s->n_params = mk_model_num_params(s->model);
     s->wbuf = calloc(s->n_params, sizeof(float));
@@ -133,7 +143,7 @@ static int rollout_init(manta_ctx *m, void *state, const void *args, size_t len)
     s->stok = calloc(n, sizeof(int32_t)), s->sidx = calloc(n, sizeof(int32_t));
     s->stemp = calloc(n, sizeof(float)), s->stopp = calloc(n, sizeof(float));
     s->slps = calloc(n, sizeof(float)), s->slpp = calloc(n, sizeof(float));
-    s->ptok = calloc((size_t)s->cfg.block_size, sizeof(int32_t));
+    s->ptok = calloc((size_t)s->ctx, sizeof(int32_t));
     if (!s->wbuf || !s->slots || !s->stok || !s->sidx || !s->stemp || !s->stopp || !s->slps ||
         !s->slpp || !s->ptok) {
         rl_log(m, "rollout: out of memory for %d slots", s->n_slots);
@@ -141,12 +151,14 @@ static int rollout_init(manta_ctx *m, void *state, const void *args, size_t len)
     }
     for (int i = 0; i < s->n_slots; i++) {
         rl_traj_init(&s->slots[i].traj);
-        s->slots[i].call_text = calloc((size_t)s->cfg.block_size + 1, 1);
+        s->slots[i].call_text = calloc((size_t)s->ctx + 1, 1);
         if (!s->slots[i].call_text) return MANTA_ENOMEM;
     }
     s->version = -1;
     s->timer = manta_timer_add(m, 1, tick, s);
-    rl_log(m, "rollout: %d slots, %zu params", s->n_slots, s->n_params);
+    char what[600];
+    rl_log(m, "rollout: %s, %zu params, %d slots x %d positions",
+           rl_model_describe(&s->ms, what, sizeof what), s->n_params, s->n_slots, s->ctx);
     return 0;
 }
 
@@ -284,12 +296,11 @@ static int start_episode(rollout_state *s, rl_admit_ep *e)
     sl->tool_tries = 0;
     s->episodes++;
     size_t len = strlen(e->text);
-    int room = s->cfg.block_size - 2; /* the policy needs room to answer */
+    int room = s->ctx - 2; /* the policy needs room to answer */
     if (len + 1 > (size_t)room) {
         sl->traj.status = RL_EP_ERROR;
         snprintf(sl->traj.error, sizeof sl->traj.error,
-                 "prompt of %zu bytes does not fit the context (model.block_size %d)", len,
-                 s->cfg.block_size);
+                 "prompt of %zu bytes does not fit the context (model.context %d)", len, s->ctx);
         sl->state = SLOT_SCORE, sl->fut = NULL; /* submitted as it is by poll_slots */
         return 0;
     }
@@ -362,7 +373,7 @@ static void append_observation(rollout_state *s, int k, const char *text, size_t
     s->tool_calls++;
     sl->traj.tool_calls++;
     if (!ok) s->tool_errors++, sl->traj.tool_errors++;
-    if ((size_t)mk_decoder_len(s->dec, k) + n + 1 >= (size_t)s->cfg.block_size) {
+    if ((size_t)mk_decoder_len(s->dec, k) + n + 1 >= (size_t)s->ctx) {
         sl->traj.truncated = 1;
         finish(s, k);
         return;
@@ -521,7 +532,7 @@ static int decode_step(rollout_state *s)
     if (rc) { /* a slot is full: end every full one, retry next tick */
         for (int i = 0; i < n; i++) {
             int k = s->sidx[i];
-            if (mk_decoder_len(s->dec, k) >= s->cfg.block_size) {
+            if (mk_decoder_len(s->dec, k) >= s->ctx) {
                 s->slots[k].traj.truncated = 1;
                 finish(s, k);
             }
@@ -540,6 +551,17 @@ static int decode_step(rollout_state *s)
          * like. At another temperature it is that of the tempered
          * distribution actually sampled from. */
         float lp = s->temperature == 1.0f ? s->slpp[i] : s->slps[i];
+        if (tok < 0 || tok >= RL_VOCAB) {
+            /* A model whose vocabulary is larger than the task's sampled an
+             * id that the byte-level task gives no meaning (a pretrained
+             * model's own tokenizer is issue 10). The episode ends before
+             * it, truncated; the token is not kept, so the trajectory stays
+             * in the vocabulary the codecs and the learner check. */
+            s->foreign_tokens++;
+            sl->traj.truncated = 1;
+            finish(s, k);
+            continue;
+        }
         rl_traj_push(&sl->traj, tok, lp, (int32_t)s->version, 1, RL_SEG_POLICY);
         sl->new_tokens++;
         s->tokens++;
@@ -553,7 +575,7 @@ static int decode_step(rollout_state *s)
         } else if (tok == RL_TOK_END && sl->in_call) {
             sl->in_call = 0;
             int len = 0;
-            for (int j = sl->call_start; j < sl->traj.n - 1 && len < s->cfg.block_size; j++)
+            for (int j = sl->call_start; j < sl->traj.n - 1 && len < s->ctx; j++)
                 if (sl->traj.tok[j] < 256) sl->call_text[len++] = (char)sl->traj.tok[j];
             sl->call_text[len] = 0;
             sl->turns++;
@@ -567,7 +589,7 @@ static int decode_step(rollout_state *s)
             send_tool(s, k);
             continue;
         }
-        if (sl->new_tokens >= s->max_new_tokens || mk_decoder_len(s->dec, k) >= s->cfg.block_size) {
+        if (sl->new_tokens >= s->max_new_tokens || mk_decoder_len(s->dec, k) >= s->ctx) {
             sl->traj.truncated = 1;
             finish(s, k);
         }
@@ -746,8 +768,9 @@ static int rollout_stats(manta_req *req, void *state, const void *arg, size_t le
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 13);
+    msgpack_pack_map(&pk, 15);
     rl_pack_kv_int(&pk, "version", s->version);
+    rl_pack_kv_int(&pk, "params", (int64_t)s->n_params);
     rl_pack_kv_int(&pk, "discoveries", s->discoveries);
     rl_pack_kv_int(&pk, "episodes", (int64_t)s->episodes);
     rl_pack_kv_int(&pk, "tokens", (int64_t)s->tokens);
@@ -758,6 +781,7 @@ static int rollout_stats(manta_req *req, void *state, const void *arg, size_t le
     rl_pack_kv_int(&pk, "weight_errors", (int64_t)s->weight_errors);
     rl_pack_kv_int(&pk, "submit_errors", (int64_t)s->submit_errors);
     rl_pack_kv_int(&pk, "handed_back", (int64_t)s->handed_back);
+    rl_pack_kv_int(&pk, "foreign_tokens", (int64_t)s->foreign_tokens);
     rl_pack_kv_num(&pk, "busy_s", s->busy_s);
     pack_kv_bool(&pk, "draining", s->draining);
     manta_reply(req, sb.data, sb.size);

@@ -6,7 +6,11 @@
  * reward rules, the codecs of the admit and step messages (round trips,
  * truncated and mistyped input refused with the field named), and the
  * init-argument reader (a setting of the wrong type or an unknown key is an
- * error naming the spec key).
+ * error naming the spec key), and the model section: a Hugging Face folder
+ * (`path`, written here by mk_save_dir) or an inline size, never both; a
+ * missing folder, one without config.json and one whose vocabulary is
+ * smaller than the task's are refused naming model.path; context and
+ * max_seq default from the block size and may not exceed it.
  */
 #include <manta_actors.h>
 #include <manta_kernels.h>
@@ -18,8 +22,11 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -44,7 +51,8 @@ static void test_advantages(void **st)
 /* mk_loss_ppo against the formula worked by hand on known ratios. */
 static void test_ppo_loss(void **st)
 {
-    mk_config cfg = {1, 2, 8, 8, RL_VOCAB};
+    mk_config cfg = {
+        .n_layer = 1, .n_head = 2, .n_embd = 8, .block_size = 8, .vocab_size = RL_VOCAB};
     mk_model *m;
     assert_int_equal(mk_model_new(&m, &cfg, 1, 6, NULL), 0);
     mk_model_init(m, 3);
@@ -481,13 +489,13 @@ static void good_settings(msgpack_packer *pk) /* settings: {n_layer: 4, slots: 8
 
 /* Read the model config of a payload; returns rc, the message in why. */
 static int read_model(const char *group, void (*settings)(msgpack_packer *),
-                      void (*sections)(msgpack_packer *), mk_config *cfg, char *why, size_t wl)
+                      void (*sections)(msgpack_packer *), rl_model_spec *ms, char *why, size_t wl)
 {
     mp m;
     payload(&m, group, settings, sections);
     rl_args a;
     rl_args_open(&a, m.sb.data, m.sb.size);
-    rl_model_config(&a, cfg, NULL);
+    rl_model_read(&a, ms);
     (void)rl_arg_num(&a, "rl", "lr", 1e-3, 0, 10);
     snprintf(why, wl, "%s", a.err);
     int rc = rl_args_close(&a, NULL);
@@ -497,34 +505,146 @@ static int read_model(const char *group, void (*settings)(msgpack_packer *),
 
 static void test_settings_reader(void **st)
 {
-    mk_config cfg;
+    rl_model_spec ms;
+    const mk_config *cfg = &ms.cfg;
     char why[512];
-    assert_int_equal(read_model("learner", nested_two, NULL, &cfg, why, sizeof why), MANTA_EINVAL);
+    assert_int_equal(read_model("learner", nested_two, NULL, &ms, why, sizeof why), MANTA_EINVAL);
     assert_string_equal(why,
                         "groups.learner.settings.model.n_layer: expected an integer, got \"two\"");
     assert_string_equal(rl_last_error(), why);
-    assert_int_equal(read_model("rollout", NULL, section_float, &cfg, why, sizeof why),
+    assert_int_equal(read_model("rollout", NULL, section_float, &ms, why, sizeof why),
                      MANTA_EINVAL);
     assert_string_equal(why, "model.n_head: expected an integer, got 2.5");
-    assert_int_equal(read_model("learner", NULL, section_typo, &cfg, why, sizeof why),
-                     MANTA_EINVAL);
+    assert_int_equal(read_model("learner", NULL, section_typo, &ms, why, sizeof why), MANTA_EINVAL);
     assert_string_equal(why, "rl.gruop_size: unknown key");
-    assert_int_equal(read_model("rollout", settings_typo, NULL, &cfg, why, sizeof why),
+    assert_int_equal(read_model("rollout", settings_typo, NULL, &ms, why, sizeof why),
                      MANTA_EINVAL);
     assert_string_equal(why, "groups.rollout.settings.slot: unknown key");
     /* the group's settings win over the section; defaults fill the rest */
-    assert_int_equal(read_model("rollout", good_settings, good_sections, &cfg, why, sizeof why), 0);
-    assert_int_equal(cfg.n_layer, 4);
-    assert_int_equal(cfg.n_embd, 48);
-    assert_int_equal(cfg.n_head, 4);
-    assert_int_equal(cfg.vocab_size, RL_VOCAB);
-    assert_int_equal(read_model("learner", NULL, good_sections, &cfg, why, sizeof why), 0);
-    assert_int_equal(cfg.n_layer, 3);
+    assert_int_equal(read_model("rollout", good_settings, good_sections, &ms, why, sizeof why), 0);
+    assert_int_equal(cfg->n_layer, 4);
+    assert_int_equal(cfg->n_embd, 48);
+    assert_int_equal(cfg->n_head, 4);
+    assert_int_equal(cfg->vocab_size, RL_VOCAB);
+    assert_int_equal(ms.context, 64); /* min(block_size 64, 2048) */
+    assert_int_equal(ms.max_seq, 64);
+    assert_int_equal(ms.dtype, MK_F32);
+    assert_int_equal(read_model("learner", NULL, good_sections, &ms, why, sizeof why), 0);
+    assert_int_equal(cfg->n_layer, 3);
     /* not a payload at all */
     rl_args a;
     assert_int_equal(rl_args_open(&a, "\x93\x01", 2), MANTA_EINVAL);
     assert_non_null(strstr(a.err, "init argument"));
     assert_int_equal(rl_args_close(&a, NULL), MANTA_EINVAL);
+}
+
+/* ---- the model section ---- */
+
+static char g_path[256];    /* model.path of the next payload */
+static const char *g_extra; /* a second model key: "n_layer", "context", "max_seq" or NULL */
+static int g_extra_val;
+
+static void model_path(msgpack_packer *pk) /* model: {path: g_path[, g_extra: g_extra_val]} */
+{
+    msgpack_pack_map(pk, 1), key(pk, "model"), msgpack_pack_map(pk, g_extra ? 2 : 1);
+    key(pk, "path"), key(pk, g_path);
+    if (g_extra) key(pk, g_extra), msgpack_pack_int(pk, g_extra_val);
+}
+
+/* A GPT-2 folder of vocabulary V and block size 48 in dtype dt. */
+static void make_folder(const char *dir, int V, mk_dtype dt)
+{
+    mk_config c = {.n_layer = 1, .n_head = 2, .n_embd = 8, .block_size = 48, .vocab_size = V};
+    mk_model *m;
+    assert_int_equal(mk_model_new(&m, &c, 1, 4, NULL), 0);
+    mk_model_init(m, 5);
+    mkdir(dir, 0755);
+    if (mk_save_dir(m, dir, dt, 0)) fail_msg("mk_save_dir %s: %s", dir, mk_last_error());
+    mk_model_free(m);
+}
+
+static int read_path(const char *path, const char *extra, int val, rl_model_spec *ms, char *why,
+                     size_t wl)
+{
+    snprintf(g_path, sizeof g_path, "%s", path);
+    g_extra = extra, g_extra_val = val;
+    return read_model("rollout", NULL, model_path, ms, why, wl);
+}
+
+static void rm_folder(const char *dir)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/config.json", dir), unlink(p);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir), unlink(p);
+    rmdir(dir);
+}
+
+static void test_model_section(void **st)
+{
+    (void)st;
+    char good[128], small[128], empty[128], want[512], why[512];
+    snprintf(good, sizeof good, "/tmp/manta-rl-unit-%d-good", (int)getpid());
+    snprintf(small, sizeof small, "/tmp/manta-rl-unit-%d-small", (int)getpid());
+    snprintf(empty, sizeof empty, "/tmp/manta-rl-unit-%d-empty", (int)getpid());
+    make_folder(good, RL_VOCAB + 7, MK_BF16);
+    make_folder(small, 200, MK_F32);
+    mkdir(empty, 0755);
+    rl_model_spec ms;
+
+    /* a good folder: its config sizes the model, its dtype the checkpoints */
+    assert_int_equal(read_path(good, NULL, 0, &ms, why, sizeof why), 0);
+    assert_string_equal(ms.path, good);
+    assert_int_equal(ms.cfg.arch, MK_ARCH_GPT2);
+    assert_int_equal(ms.cfg.n_layer, 1);
+    assert_int_equal(ms.cfg.n_embd, 8);
+    assert_int_equal(ms.cfg.vocab_size, RL_VOCAB + 7);
+    assert_int_equal(ms.context, 48);
+    assert_int_equal(ms.max_seq, 48);
+    assert_int_equal(ms.dtype, MK_BF16);
+    mk_model *m;
+    assert_int_equal(rl_model_open(&ms, 2, ms.max_seq, &m), 0);
+    assert_int_equal(mk_model_config(m)->vocab_size, RL_VOCAB + 7);
+    mk_model_free(m);
+    assert_int_equal(read_path(good, "context", 16, &ms, why, sizeof why), 0);
+    assert_int_equal(ms.context, 16);
+    assert_int_equal(ms.max_seq, 16); /* follows the context */
+    assert_int_equal(read_path(good, "max_seq", 32, &ms, why, sizeof why), 0);
+    assert_int_equal(ms.context, 48);
+    assert_int_equal(ms.max_seq, 32);
+
+    /* refusals name model.path and the cause */
+    assert_int_equal(read_path(good, "n_layer", 2, &ms, why, sizeof why), MANTA_EINVAL);
+    assert_string_equal(why, "model.n_layer: cannot be given with model.path (the folder's "
+                             "config.json sizes the model)");
+    assert_int_equal(read_path(good, "context", 49, &ms, why, sizeof why), MANTA_EINVAL);
+    assert_string_equal(why, "model.context: 49 is more than the model's block_size (48)");
+    assert_int_equal(read_path("/nonexistent/manta-model", NULL, 0, &ms, why, sizeof why),
+                     MANTA_EINVAL);
+    assert_string_equal(why, "model.path: /nonexistent/manta-model: No such file or directory");
+    assert_int_equal(read_path(empty, NULL, 0, &ms, why, sizeof why), MANTA_EINVAL);
+    snprintf(want, sizeof want,
+             "model.path: %s/config.json: No such file or directory (not a Hugging Face model "
+             "folder)",
+             empty);
+    assert_string_equal(why, want);
+    assert_int_equal(read_path(small, NULL, 0, &ms, why, sizeof why), MANTA_EINVAL);
+    snprintf(want, sizeof want,
+             "model.path: %s/config.json: vocab_size 200 is smaller than the task's vocabulary "
+             "(260: 256 bytes and 4 special tokens)",
+             small);
+    assert_string_equal(why, want);
+    assert_int_equal(read_path("", NULL, 0, &ms, why, sizeof why), MANTA_EINVAL);
+    assert_string_equal(why, "model.path: empty (a Hugging Face model folder)");
+
+    /* a fresh model: F32 checkpoints, the seed's initialisation */
+    g_extra = NULL;
+    assert_int_equal(read_model("learner", NULL, good_sections, &ms, why, sizeof why), 0);
+    assert_int_equal(ms.path[0], 0);
+    assert_int_equal(ms.dtype, MK_F32);
+    assert_int_equal(rl_model_open(&ms, 1, 8, &m), 0);
+    assert_int_equal(mk_model_config(m)->n_layer, 3);
+    mk_model_free(m);
+    rm_folder(good), rm_folder(small), rmdir(empty);
 }
 
 /* Floats that do not fit an int64 give the default (the cast would be
@@ -553,7 +673,7 @@ int main(void)
         cmocka_unit_test(test_traj_masks_and_codec), cmocka_unit_test(test_traj_decode_fuzz),
         cmocka_unit_test(test_reward_rules),         cmocka_unit_test(test_admit_codec),
         cmocka_unit_test(test_step_codec),           cmocka_unit_test(test_settings_reader),
-        cmocka_unit_test(test_mp_int_floats),
+        cmocka_unit_test(test_mp_int_floats),        cmocka_unit_test(test_model_section),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,194 @@
+/*
+ * policy.c - the policy model a spec names, for the rollouts and learners.
+ *
+ * Section "model" either points at a Hugging Face folder (`path: DIR`, any
+ * family the kernels read: gpt2, llama, qwen2, qwen3) or gives the size of a
+ * fresh GPT-2 (n_layer, n_head, n_embd, block_size, seed); never both. The
+ * folder is checked when the spec is read, in every actor's init, so a bad
+ * path fails the job at its start with a message naming model.path and the
+ * file, not at the first weight load: it must be a folder, its config.json
+ * must be one mk_read_hf_config accepts, and its vocabulary must hold the
+ * task's tokens (RL_VOCAB, the byte-level vocabulary of manta_actors.h).
+ *
+ * Lengths. A pretrained model's block_size is its max_position_embeddings
+ * (often 32768 or more); a rollout keeps model.context positions of KV cache
+ * per slot (default min(block_size, 2048)) and a learner's activations are
+ * sized for model.max_seq tokens per sequence (default context: a rollout
+ * never makes a longer one).
+ *
+ * Checkpoints are folders of the same family, written by mk_save_dir in the
+ * folder's dtype (config.json "dtype", or "torch_dtype" as transformers 4
+ * writes it; F32 when absent or for a fresh model), so a model trained here
+ * loads back with mk_load_dir or transformers' from_pretrained.
+ */
+#include "manta_actors.h"
+#include "rl_util.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DEFAULT_CONTEXT 2048          /* KV positions per rollout slot unless model.context says */
+#define SHARD_BYTES     5000000000ull /* save_pretrained's former max_shard_size, "5GB" */
+
+/* The keys of a fresh model's size: none may come with model.path. */
+static const char *const inline_keys[] = {"n_layer",    "n_head", "n_embd",
+                                          "block_size", "seed",   NULL};
+
+const char *rl_dtype_name(mk_dtype dt)
+{
+    return dt == MK_BF16 ? "bf16" : dt == MK_F16 ? "f16" : "f32";
+}
+
+/* The dtype a folder's config.json names ("dtype", else "torch_dtype");
+ * F32 when it names none or one the writer does not have. The config was
+ * accepted by mk_read_hf_config already, so it is readable JSON. */
+static mk_dtype folder_dtype(const char *config)
+{
+    FILE *f = fopen(config, "rb");
+    if (!f) return MK_F32;
+    char *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0)
+        buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) n = 0;
+    fclose(f);
+    if (!buf) return MK_F32;
+    buf[n] = 0;
+    cJSON *j = cJSON_Parse(buf);
+    free(buf);
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "dtype");
+    if (!cJSON_IsString(d)) d = cJSON_GetObjectItemCaseSensitive(j, "torch_dtype");
+    mk_dtype dt = MK_F32;
+    if (cJSON_IsString(d) && !strcmp(d->valuestring, "bfloat16")) dt = MK_BF16;
+    if (cJSON_IsString(d) && !strcmp(d->valuestring, "float16")) dt = MK_F16;
+    cJSON_Delete(j);
+    return dt;
+}
+
+/* model.path: a folder with an acceptable config.json whose vocabulary
+ * holds the task's tokens. */
+static void read_folder(rl_args *a, rl_model_spec *ms)
+{
+    for (int i = 0; inline_keys[i]; i++)
+        if (rl_arg_get(a, "model", inline_keys[i])) {
+            rl_arg_error(a, "model", inline_keys[i],
+                         "cannot be given with model.path (the folder's config.json sizes the "
+                         "model)");
+            return;
+        }
+    struct stat st;
+    if (stat(ms->path, &st) != 0) {
+        rl_arg_error(a, "model", "path", "%s: %s", ms->path, strerror(errno));
+        return;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        rl_arg_error(a, "model", "path",
+                     "%s: not a folder (a Hugging Face model folder holds config.json and "
+                     "model.safetensors)",
+                     ms->path);
+        return;
+    }
+    char config[600];
+    snprintf(config, sizeof config, "%s/config.json", ms->path);
+    if (access(config, R_OK) != 0) {
+        rl_arg_error(a, "model", "path", "%s: %s (not a Hugging Face model folder)", config,
+                     strerror(errno));
+        return;
+    }
+    int tied = 1;
+    if (mk_read_hf_config(&ms->cfg, &tied, config) != MK_OK) {
+        rl_arg_error(a, "model", "path", "%s", mk_last_error());
+        return;
+    }
+    if (ms->cfg.vocab_size < RL_VOCAB) {
+        rl_arg_error(a, "model", "path",
+                     "%s: vocab_size %d is smaller than the task's vocabulary (%d: 256 bytes "
+                     "and 4 special tokens)",
+                     config, ms->cfg.vocab_size, RL_VOCAB);
+        return;
+    }
+    ms->dtype = folder_dtype(config);
+}
+
+/* The inline size of a fresh GPT-2 (today's defaults). */
+static void read_inline(rl_args *a, rl_model_spec *ms)
+{
+    ms->cfg.arch = MK_ARCH_GPT2;
+    ms->cfg.n_layer = (int)rl_arg_int(a, "model", "n_layer", 2, 1, 1024);
+    ms->cfg.n_head = (int)rl_arg_int(a, "model", "n_head", 4, 1, 1024);
+    ms->cfg.n_embd = (int)rl_arg_int(a, "model", "n_embd", 64, 1, 1 << 16);
+    ms->cfg.block_size = (int)rl_arg_int(a, "model", "block_size", 64, 4, 1 << 20);
+    ms->cfg.vocab_size = RL_VOCAB;
+    ms->seed = (uint64_t)rl_arg_int(a, "model", "seed", 1, 0, INT64_MAX);
+    ms->dtype = MK_F32;
+    if (!a->rc && ms->cfg.n_embd % ms->cfg.n_head)
+        rl_arg_error(a, "model", "n_embd", "%d is not a multiple of n_head (%d)", ms->cfg.n_embd,
+                     ms->cfg.n_head);
+}
+
+/* A length setting in [lo, block_size]. */
+static int read_length(rl_args *a, const char *key, int def, int lo, int block)
+{
+    int v = (int)rl_arg_int(a, "model", key, def, lo, 1 << 24);
+    if (!a->rc && v > block)
+        rl_arg_error(a, "model", key, "%d is more than the model's block_size (%d)", v, block);
+    return v;
+}
+
+void rl_model_read(rl_args *a, rl_model_spec *ms)
+{
+    memset(ms, 0, sizeof *ms);
+    rl_arg_str(a, "model", "path", ms->path, sizeof ms->path, "");
+    if (rl_arg_get(a, "model", "path") && !ms->path[0] && !a->rc)
+        rl_arg_error(a, "model", "path", "empty (a Hugging Face model folder)");
+    if (ms->path[0])
+        read_folder(a, ms);
+    else
+        read_inline(a, ms);
+    if (a->rc) return;
+    int block = ms->cfg.block_size;
+    ms->context =
+        read_length(a, "context", block < DEFAULT_CONTEXT ? block : DEFAULT_CONTEXT, 4, block);
+    ms->max_seq = read_length(a, "max_seq", ms->context, 2, block);
+}
+
+int rl_model_open(const rl_model_spec *ms, int max_batch, int max_seq, mk_model **out)
+{
+    *out = NULL;
+    int rc;
+    if (ms->path[0]) {
+        rc = mk_load_dir(out, ms->path, max_batch, max_seq, NULL);
+    } else {
+        rc = mk_model_new(out, &ms->cfg, max_batch, max_seq, NULL);
+        if (rc == MK_OK) mk_model_init(*out, ms->seed);
+    }
+    if (rc == MK_OK) return 0;
+    return rl_fail(rc == MK_ERR_NOMEM ? MANTA_ENOMEM : MANTA_EINVAL, "model%s%s: %s",
+                   ms->path[0] ? ".path " : "", ms->path, mk_last_error());
+}
+
+int rl_model_save(const rl_model_spec *ms, const mk_model *m, const char *dir)
+{
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return rl_fail(MANTA_ESYS, "cannot create %s: %s", dir, strerror(errno));
+    size_t width = ms->dtype == MK_F32 ? 4 : 2;
+    size_t bytes = mk_model_num_params(m) * width;
+    if (mk_save_dir(m, dir, ms->dtype, bytes > SHARD_BYTES ? SHARD_BYTES : 0) != MK_OK)
+        return rl_fail(MANTA_ESYS, "%s", mk_last_error());
+    return 0;
+}
+
+const char *rl_model_describe(const rl_model_spec *ms, char *out, size_t cap)
+{
+    if (ms->path[0])
+        snprintf(out, cap, "%s from %s", mk_arch_name(ms->cfg.arch), ms->path);
+    else
+        snprintf(out, cap, "%s (fresh, seed %llu)", mk_arch_name(ms->cfg.arch),
+                 (unsigned long long)ms->seed);
+    return out;
+}
