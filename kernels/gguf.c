@@ -863,6 +863,12 @@ static int fill(const gfile *f, const mk_model *m, const int *idx, const int *ro
 
 int mk_load_gguf(mk_model **out, const char *path, int max_batch, int max_seq, const mk_backend *be)
 {
+    return mk_load_gguf_ex(out, path, max_batch, max_seq, be, 0);
+}
+
+int mk_load_gguf_ex(mk_model **out, const char *path, int max_batch, int max_seq,
+                    const mk_backend *be, unsigned flags)
+{
     if (!out || !path) return mk__fail(MK_ERR_ARG, "mk_load_gguf: NULL argument");
     *out = NULL;
     gfile f;
@@ -872,7 +878,7 @@ int mk_load_gguf(mk_model **out, const char *path, int max_batch, int max_seq, c
     mk_model *m = NULL;
     int *idx = NULL, *rot = NULL;
     if (!(rc = gconfig(&f, &cfg)) && !(rc = check_all_data(&f, &cfg)) &&
-        (rc = mk_model_new(&m, &cfg, max_batch, max_seq, be ? be : mk_backend_cpu())))
+        (rc = mk_model_new_ex(&m, &cfg, max_batch, max_seq, be ? be : mk_backend_cpu(), flags)))
         rc = prefix_error(rc, path);
     if (!rc) {
         idx = malloc(f.n_t * sizeof *idx + 1);

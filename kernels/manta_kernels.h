@@ -443,6 +443,9 @@ uint16_t mk_f32_to_f16(float x);
  * MK_ERR_MISSING.  On failure *out is NULL. */
 int mk_load_gguf(mk_model **out, const char *path, int max_batch, int max_seq,
                  const mk_backend *be);
+/* mk_load_gguf with mk_model_new_ex's flags (MK_MODEL_INFER for a rollout). */
+int mk_load_gguf_ex(mk_model **out, const char *path, int max_batch, int max_seq,
+                    const mk_backend *be, unsigned flags);
 /* The config mk_load_gguf would build (block_size is the file's
  * context_length), without loading tensors.  Errors as mk_load_gguf. */
 int mk_read_gguf_config(mk_config *out, const char *path);

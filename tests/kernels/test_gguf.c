@@ -206,8 +206,22 @@ static void test_logits(void **state)
         assert_non_null(want);
         assert_int_equal(n, sizeof(float) * (size_t)B * T * V);
         check_close(got, want, (size_t)B * T * V, 1e-5, 1e-5, jstr(mo, "file"));
-        free(want);
         mk_model_free(m);
+        /* an inference-only model decodes to the same logits (row 0, its last position) */
+        snprintf(path, sizeof path, FIX "/%s", jstr(mo, "file"));
+        mk_decoder *d;
+        assert_mk_ok(mk_load_gguf_ex(&m, path, 1, T, NULL, MK_MODEL_INFER));
+        assert_mk_ok(mk_decoder_new_ctx(&d, m, 1, T + 1));
+        assert_mk_ok(mk_decoder_reset(d, 0, 1));
+        assert_mk_ok(mk_decoder_append(d, 0, tokens, T));
+        int slot = 0, tok;
+        float temp = 0, top_p = 1, lp;
+        assert_mk_ok(mk_decoder_step(d, &slot, 1, &temp, &top_p, &tok, &lp, NULL));
+        check_close(mk_decoder_last_logits(d, 0), want + (size_t)(T - 1) * V, (size_t)V, 1e-5, 1e-5,
+                    "decoder, MK_MODEL_INFER");
+        mk_decoder_free(d);
+        mk_model_free(m);
+        free(want);
     }
     free(got);
     free(tokens);
