@@ -410,6 +410,22 @@ static void stray_tensor(unsigned char *b, size_t *n)
     memcpy(find_bytes(b, *n, "blk.1.ffn_up.weight"), "blk.1.ffn_xx.weight", 19);
 }
 
+static void version_1(unsigned char *b, size_t *n)
+{
+    (void)n;
+    b[4] = 1;
+}
+static void version_2(unsigned char *b, size_t *n)
+{
+    (void)n;
+    b[4] = 2; /* the same layout as 3 */
+}
+static void big_endian(unsigned char *b, size_t *n)
+{
+    (void)n;
+    b[4] = 0, b[7] = 3;
+}
+
 /* mk_load_gguf refuses path with code, and the message holds each of the words. */
 static void refused(const char *path, int code, const char *w1, const char *w2)
 {
@@ -450,6 +466,8 @@ static void test_refusals(void **state)
     refused(patched(q41, q4_k_tensor, "q4_k.gguf"), MK_ERR_DTYPE, "blk.0.ffn_up.weight", "Q4_K");
     refused(patched(q41, mamba_arch, "mamba.gguf"), MK_ERR_UNSUPPORTED, "general.architecture",
             "mamba");
+    refused(patched(q41, version_1, "v1.gguf"), MK_ERR_UNSUPPORTED, "version 1", NULL);
+    refused(patched(q41, big_endian, "be.gguf"), MK_ERR_UNSUPPORTED, "big-endian", NULL);
     refused(patched(q41, many_layers, "layers.gguf"), MK_ERR_SHAPE, "parameters", "hold");
     refused(patched(q41, long_context, "ctx.gguf"), MK_ERR_UNSUPPORTED, "llama.context_length",
             NULL);
@@ -468,9 +486,15 @@ static void test_refusals(void **state)
     tok_refused(patched(q41, pre_unknown, "tpre.gguf"), MTOK_EUNSUPPORTED, "smolxx");
     tok_refused(patched(q41, model_unknown, "tmodel.gguf"), MTOK_EUNSUPPORTED, "t5xx");
     tok_refused(FIX "/missing.gguf", MTOK_ENOTFOUND, "missing.gguf");
+    tok_refused(patched(q41, version_1, "tv1.gguf"), MTOK_EUNSUPPORTED, "version 1");
+    mtok *t;
+    assert_int_equal(mtok_load_gguf(patched(q41, version_2, "tv2.gguf"), &t), 0);
+    mtok_free(t);
     /* the kernels' loader ignores the tokenizer keys it does not need, but still bounds them */
     mk_model *m;
     assert_mk_ok(mk_load_gguf(&m, patched(q41, pre_unknown, "kpre.gguf"), 1, 4, NULL));
+    mk_model_free(m);
+    assert_mk_ok(mk_load_gguf(&m, patched(q41, version_2, "v2.gguf"), 1, 4, NULL));
     mk_model_free(m);
 }
 
