@@ -202,11 +202,12 @@ static int gmeta_open(gmeta *g, const char *path)
     if (memcmp(b, "GGUF", 4))
         rc = mtok__fail(MTOK_EFORMAT, "%s: not a GGUF file (the first bytes are not \"GGUF\")",
                         path);
+    else if (version == 0x02000000u || version == 0x03000000u)
+        rc = mtok__fail(MTOK_EUNSUPPORTED, "%s: a big-endian GGUF file; only little-endian is read",
+                        path);
     else if (version != 2 && version != 3)
-        rc = mtok__fail(MTOK_EUNSUPPORTED,
-                        "%s: GGUF version %u (byte order %s); versions 2 and 3, "
-                        "little-endian, are read",
-                        path, version, version >> 24 ? "big-endian?" : "little-endian");
+        rc = mtok__fail(MTOK_EUNSUPPORTED, "%s: GGUF version %u; versions 2 and 3 are read", path,
+                        version);
     else if (n_kv > (g->size - 24) / 13) /* a key/value takes at least 13 bytes */
         rc = mtok__fail(MTOK_EFORMAT, "%s: header: kv_count %llu is more than the file can hold",
                         path, (unsigned long long)n_kv);

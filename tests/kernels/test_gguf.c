@@ -487,6 +487,7 @@ static void test_refusals(void **state)
     tok_refused(patched(q41, model_unknown, "tmodel.gguf"), MTOK_EUNSUPPORTED, "t5xx");
     tok_refused(FIX "/missing.gguf", MTOK_ENOTFOUND, "missing.gguf");
     tok_refused(patched(q41, version_1, "tv1.gguf"), MTOK_EUNSUPPORTED, "version 1");
+    tok_refused(patched(q41, big_endian, "tbe.gguf"), MTOK_EUNSUPPORTED, "big-endian");
     mtok *t;
     assert_int_equal(mtok_load_gguf(patched(q41, version_2, "tv2.gguf"), &t), 0);
     mtok_free(t);
