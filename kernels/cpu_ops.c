@@ -122,11 +122,53 @@ int mk_get_threads(void)
  * pages nearly every row is a TLB miss. */
 #define HUGE_MIN ((size_t)2 << 20)
 
+/* Large arrays come straight from mmap: the kernel hands out zero pages on first touch, so
+ * an array that is never written (an inference-only rollout's, or gradients before the
+ * first step) costs nothing, and creating a model does not spend seconds clearing
+ * gigabytes it is about to overwrite.  Each mapping is trimmed to a 2 MiB-aligned range of
+ * exactly the rounded size; the table below remembers the sizes for munmap. */
+enum { MAX_MAPS = 512 };
+static struct {
+    void *p;
+    size_t n;
+} maps[MAX_MAPS];
+static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *map_aligned(size_t rounded)
+{
+    size_t span = rounded + HUGE_MIN;
+    char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    char *p = (char *)(((uintptr_t)raw + HUGE_MIN - 1) / HUGE_MIN * HUGE_MIN);
+    if (p > raw) munmap(raw, (size_t)(p - raw));
+    size_t tail = (size_t)(raw + span - (p + rounded));
+    if (tail) munmap(p + rounded, tail);
+    return p;
+}
+
 static int cpu_alloc(void **p, size_t bytes)
 {
     size_t align = bytes >= HUGE_MIN ? HUGE_MIN : 64;
     size_t rounded = (bytes + align - 1) / align * align;
     if (rounded == 0) rounded = 64;
+    *p = NULL;
+    if (align == HUGE_MIN) {
+        pthread_mutex_lock(&maps_lock);
+        int slot = -1;
+        for (int i = 0; i < MAX_MAPS && slot < 0; i++)
+            if (!maps[i].p) slot = i;
+        if (slot >= 0 && (*p = map_aligned(rounded))) {
+            maps[slot].p = *p;
+            maps[slot].n = rounded;
+        }
+        pthread_mutex_unlock(&maps_lock);
+        if (*p) {
+#ifdef MADV_HUGEPAGE
+            (void)madvise(*p, rounded, MADV_HUGEPAGE);
+#endif
+            return MK_OK;
+        }
+    }
     *p = aligned_alloc(align, rounded);
     if (!*p) return mk__fail(MK_ERR_NOMEM, "cannot allocate %zu bytes", bytes);
 #ifdef MADV_HUGEPAGE
@@ -138,6 +180,16 @@ static int cpu_alloc(void **p, size_t bytes)
 
 static void cpu_release(void *p)
 {
+    if (!p) return;
+    pthread_mutex_lock(&maps_lock);
+    for (int i = 0; i < MAX_MAPS; i++)
+        if (maps[i].p == p) {
+            munmap(p, maps[i].n);
+            maps[i].p = NULL;
+            pthread_mutex_unlock(&maps_lock);
+            return;
+        }
+    pthread_mutex_unlock(&maps_lock);
     free(p);
 }
 
