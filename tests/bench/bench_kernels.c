@@ -19,7 +19,8 @@
  *   train_llama0.5B         tokens/s of one step on 4 x 256 tokens
  *   mem_llama0.5B           peak resident MB of the whole run (load, decode,
  *                           train) on each side; ratio = baseline / value
- * (--no-llama skips these: they need ~12 GB and minutes on 2 cores.)
+ * (--no-llama skips these: they need ~12 GB and minutes on 2 cores;
+ * --only-llama runs only these.)
  * The baseline is transformers' GPT2LMHeadModel (eager PyTorch, the same
  * sizes, the same thread count), measured by bench_kernels_torch.py, which
  * this program runs as a subprocess right after measuring each of its own
@@ -50,7 +51,7 @@ static const bsize sizes[] = {
     {"10M", {.n_layer = 6, .n_head = 6, .n_embd = 384, .block_size = 256, .vocab_size = 260}},
 };
 
-static int threads = 2, quick = 0, reps = 3, torch_missing = 0, llama = 1;
+static int threads = 2, quick = 0, reps = 3, torch_missing = 0, llama = 1, gpt2 = 1;
 static const char *llama_dir = "/tmp/manta_bench_llama0.5B";
 
 /* The Llama-family configuration (Qwen2.5-0.5B's sizes, no biases). */
@@ -291,17 +292,21 @@ int main(int argc, char **argv)
             quick = 1;
         else if (!strcmp(argv[i], "--no-llama"))
             llama = 0;
+        else if (!strcmp(argv[i], "--only-llama"))
+            gpt2 = 0;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--reps N] [--quick] [--no-llama]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--threads N] [--reps N] [--quick] [--no-llama | --only-llama]\n",
+                    argv[0]);
             return 2;
         }
     }
     mk_set_threads(threads);
     fprintf(stderr, "bench_kernels: %d threads\n", threads);
     char name[64];
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    for (size_t i = 0; gpt2 && i < sizeof sizes / sizeof sizes[0]; i++) {
         const bsize *s = &sizes[i];
         int big = s->cfg.n_embd > 100;
         snprintf(name, sizeof name, "train_%s", s->name);
@@ -310,7 +315,7 @@ int main(int argc, char **argv)
             v = fmax(v, bench_train(&s->cfg, 8, 128, quick ? (big ? 1 : 3) : (big ? 3 : 10)));
         report(name, v, torch_baseline(name));
     }
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    for (size_t i = 0; gpt2 && i < sizeof sizes / sizeof sizes[0]; i++) {
         const int batches[2] = {1, 64};
         for (int k = 0; k < 2; k++) {
             snprintf(name, sizeof name, "decode_%s_b%d", sizes[i].name, batches[k]);
