@@ -683,9 +683,40 @@ static void mm_bwd(float *dinp, float *dw, float *dbias, const float *dout, cons
     }
 }
 
+/* Logits of vocabulary rows [v0, v1) for R rows of inp: each embedding row is read once and
+ * dotted with every input row (which stay in cache). */
+MK_CLONES static void head_rows(float *logits, const float *inp, const float *wte, int R, int C,
+                                int V, int v0, int v1)
+{
+    for (int v = v0; v < v1; v++) {
+        const float *w = wte + (size_t)v * C;
+        for (int r = 0; r < R; r++) {
+            const float *x = inp + (size_t)r * C;
+            float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+            for (int i = 0; i < C; i++) s += x[i] * w[i];
+            logits[(size_t)r * V + v] = s;
+        }
+    }
+}
+
+/* A decoding step's few rows against a large vocabulary: BLAS would re-pack all of wte
+ * ([V, C], 0.5 GB for a 150k vocabulary at C = 896) on every call; reading it once, row by
+ * row, is what the step costs at least.  Many rows (training): one sgemm. */
 static void head_fwd(float *logits, const float *inp, const float *wte, int R, int C, int V)
 {
-    gemm(0, 1, R, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);
+    if (R > SKINNY_ROWS) {
+        gemm(0, 1, R, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);
+        return;
+    }
+    enum { VB = 512 };
+    int blocks = (V + VB - 1) / VB;
+#pragma omp parallel for num_threads(n_threads)                                                    \
+    schedule(dynamic, 1) if ((size_t)R * V * C > PAR_MIN)
+    for (int b = 0; b < blocks; b++) {
+        int v0 = b * VB, v1 = v0 + VB < V ? v0 + VB : V;
+        head_rows(logits, inp, wte, R, C, V, v0, v1);
+    }
 }
 
 static void head_bwd(float *dinp, float *dwte, const float *dlogits, const float *inp,
