@@ -207,15 +207,15 @@ static env_tool *text_request(env_state *s, const char *input, cJSON **args)
  * observation for the policy in obs when it is not one, or names no tool. */
 static env_tool *json_request(env_state *s, const char *input, cJSON **args, char *obs, size_t cap)
 {
-    cJSON *j = cJSON_Parse(input);
+    const char *at = NULL; /* where parsing stopped (not cJSON_GetErrorPtr: a global) */
+    cJSON *j = cJSON_ParseWithOpts(input, &at, 0);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "arguments");
     if (!a) a = cJSON_GetObjectItemCaseSensitive(j, "parameters");
     env_tool *et = NULL;
     if (!j) {
-        const char *at = cJSON_GetErrorPtr();
         snprintf(obs, cap, "error: the tool call is not JSON (at byte %d)",
-                 at && at >= input && at <= input + strlen(input) ? (int)(at - input) : 0);
+                 at ? (int)(at - input) : 0);
     } else if (!cJSON_IsObject(j) || !cJSON_IsString(name) || (a && !cJSON_IsObject(a))) {
         snprintf(obs, cap,
                  "error: the tool call must be {\"name\": string, \"arguments\": object}");
