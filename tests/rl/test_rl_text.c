@@ -331,6 +331,72 @@ static void test_turns(void **st)
     rl_text_free(x);
 }
 
+/* Llama 3: the call is the whole turn as JSON, ended by <|eot_id|>; tool
+ * results come back in an ipython turn. */
+static void test_llama3_turns(void **st)
+{
+    (void)st;
+    rl_model_spec ms;
+    char why[512];
+    const char *fix = SOURCE_DIR "/tests/tokenizer/fixtures/llama3.json";
+    assert_int_equal(read_spec(&ms, why, sizeof why, "tokenizer", fix, NULL), 0);
+    assert_int_equal(ms.chat_format, MTOK_CHAT_LLAMA3);
+    rl_text *x;
+    assert_int_equal(rl_text_new(&ms, &x), 0);
+    mtok *t;
+    assert_int_equal(mtok_load(fix, &t), 0);
+    int32_t *ids;
+    size_t n;
+    assert_int_equal(rl_text_prompt(x, "6*7=?", &ids, &n), 0);
+    char *p = decode(t, ids, n);
+    assert_true(!strncmp(p, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>", 59));
+    const char *gen = "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    assert_true(strlen(p) > strlen(gen) && !strcmp(p + strlen(p) - strlen(gen), gen));
+    free(p), free(ids);
+
+    rl_turn turn = {0};
+    int what[256];
+    size_t k = feed(x, t, &turn,
+                    "{\"name\": \"calc\", \"parameters\": {\"expression\": \"6*7\"}}<|eot_id|>",
+                    what, 256);
+    for (size_t i = 0; i + 1 < k; i++) assert_int_equal(what[i], RL_TURN_MORE);
+    assert_int_equal(what[k - 1], RL_TURN_CALL);
+    assert_string_equal(turn.call,
+                        "{\"name\": \"calc\", \"parameters\": {\"expression\": \"6*7\"}}");
+    rl_turn_reset(&turn);
+    k = feed(x, t, &turn, "42<|eot_id|>", what, 256);
+    assert_int_equal(what[k - 1], RL_TURN_END);
+    rl_turn_destroy(&turn);
+
+    assert_int_equal(rl_text_observation(x, "42", 2, &ids, &n), 0);
+    p = decode(t, ids, n);
+    printf("llama3 observation: %s\n", p);
+    assert_true(!strncmp(p, "<|start_header_id|>ipython<|end_header_id|>\n\n", 45));
+    assert_non_null(strstr(p, "42"));
+    assert_true(!strcmp(p + strlen(p) - strlen(gen), gen));
+    free(p), free(ids);
+
+    cJSON *segs = cJSON_Parse("[[\"policy\", \"<call>6*7</call>\"], [\"tool\", \"42\"], "
+                              "[\"policy\", \"42\"]]");
+    uint8_t *mask;
+    assert_int_equal(rl_text_demo(x, "6*7=?", segs, &ids, &mask, &n), 0);
+    p = decode(t, ids, n);
+    mtok_tool_call c1 = {.name = "calc", .arguments = "{\"expression\":\"6*7\"}"};
+    mtok_message m[] = {{.role = "user", .content = "6*7=?"},
+                        {.role = "assistant", .tool_calls = &c1, .n_tool_calls = 1},
+                        {.role = "tool", .content = "42"},
+                        {.role = "assistant", .content = "42"}};
+    mtok_chat_opts o = {.format = MTOK_CHAT_LLAMA3, .tools_json = ms.tools_json};
+    char *full;
+    size_t fl;
+    assert_int_equal(mtok_chat_render(t, m, 4, &o, &full, &fl), 0);
+    assert_string_equal(p, full);
+    free(p), free(full), free(ids), free(mask);
+    cJSON_Delete(segs);
+    mtok_free(t);
+    rl_text_free(x);
+}
+
 /* ---- sampled ids ---- */
 
 typedef struct episode {
@@ -501,6 +567,7 @@ static void test_sampled_ids(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_spec), cmocka_unit_test(test_turns),
+                                       cmocka_unit_test(test_llama3_turns),
                                        cmocka_unit_test(test_sampled_ids)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
