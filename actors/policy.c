@@ -220,7 +220,8 @@ static void read_tools(rl_args *a, rl_model_spec *ms)
     const msgpack_object *tools = a->sections ? rl_mp_get(a->sections, "tools") : NULL;
     if (!tools || tools->type != MSGPACK_OBJECT_ARRAY || !tools->via.array.size) return;
     cJSON *arr = cJSON_CreateArray();
-    for (uint32_t i = 0; arr && i < tools->via.array.size; i++) {
+    int ok = arr != NULL;
+    for (uint32_t i = 0; ok && i < tools->via.array.size; i++) {
         const msgpack_object *t = &tools->via.array.ptr[i];
         char name[32], arg[32];
         rl_mp_str(rl_mp_get(t, "name"), name, sizeof name, "calc");
@@ -229,22 +230,23 @@ static void read_tools(rl_args *a, rl_model_spec *ms)
             snprintf(ms->tool_name, sizeof ms->tool_name, "%s", name);
             snprintf(ms->tool_arg, sizeof ms->tool_arg, "%s", arg);
         }
-        cJSON *fn = cJSON_CreateObject(), *par = cJSON_CreateObject(),
-              *props = cJSON_CreateObject(), *p = cJSON_CreateObject(), *req = cJSON_CreateArray(),
-              *wrap = cJSON_CreateObject();
-        cJSON_AddStringToObject(p, "type", "string");
-        cJSON_AddItemToObject(props, arg, p);
-        cJSON_AddStringToObject(par, "type", "object");
-        cJSON_AddItemToObject(par, "properties", props);
-        cJSON_AddItemToArray(req, cJSON_CreateString(arg));
-        cJSON_AddItemToObject(par, "required", req);
-        cJSON_AddStringToObject(fn, "name", name);
-        cJSON_AddItemToObject(fn, "parameters", par);
-        cJSON_AddStringToObject(wrap, "type", "function");
-        cJSON_AddItemToObject(wrap, "function", fn);
-        cJSON_AddItemToArray(arr, wrap);
+        /* {"type": "function", "function": {"name": N, "parameters": {"type":
+         * "object", "properties": {A: {"type": "string"}}, "required": [A]}}};
+         * each part hangs on arr as it is made (adding an item allocates
+         * nothing), so one cJSON_Delete frees all */
+        cJSON *w = cJSON_CreateObject(), *fn, *par, *props, *prop, *req;
+        ok = w && cJSON_AddItemToArray(arr, w) && cJSON_AddStringToObject(w, "type", "function") &&
+             (fn = cJSON_AddObjectToObject(w, "function")) &&
+             cJSON_AddStringToObject(fn, "name", name) &&
+             (par = cJSON_AddObjectToObject(fn, "parameters")) &&
+             cJSON_AddStringToObject(par, "type", "object") &&
+             (props = cJSON_AddObjectToObject(par, "properties")) &&
+             (prop = cJSON_AddObjectToObject(props, arg)) &&
+             cJSON_AddStringToObject(prop, "type", "string") &&
+             (req = cJSON_AddArrayToObject(par, "required")) &&
+             cJSON_AddItemToArray(req, cJSON_CreateString(arg));
     }
-    char *js = arr ? cJSON_PrintUnformatted(arr) : NULL;
+    char *js = ok ? cJSON_PrintUnformatted(arr) : NULL;
     cJSON_Delete(arr);
     if (!js || strlen(js) >= sizeof ms->tools_json)
         rl_args_fail(a, "tools: %s as chat-template tool definitions",
