@@ -50,7 +50,10 @@ extern const manta_class rl_learner_class;
  * Token ids 0..255 are bytes; four specials follow. A tool call is
  * RL_TOK_CALL <argument bytes> RL_TOK_END in the policy's output; the
  * observation that the env returns is appended as given bytes (loss mask 0)
- * followed by '\n'. An episode ends at RL_TOK_EOS. */
+ * followed by '\n'. An episode ends at RL_TOK_EOS. A policy with its own
+ * tokenizer (spec model.tokenizer; actors/textio.c) uses that tokenizer's
+ * ids and chat format instead: the decoders below then take its size as
+ * the bound (rl_traj_decode_vocab, rl_step_req_decode_vocab). */
 #define RL_TOK_BOS  256
 #define RL_TOK_EOS  257
 #define RL_TOK_CALL 258
