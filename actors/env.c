@@ -2,8 +2,16 @@
  * env.c - the env actor: turns tool calls into MCP tools/call requests to
  * external tool servers, many in flight at once on one event loop.
  *
- * Method "call" takes msgpack {tool: str, input: str} and answers later
- * (tool "" means: the tool the input names as "name:rest", else the first)
+ * Method "call" takes msgpack {tool: str, input: str, format: str} and
+ * answers later. format "text" (the default; the byte-level policy's
+ * <call>input</call>): tool "" means the tool the input names as
+ * "name:rest", else the first, and the tool's `arg` receives the text.
+ * format "json" (a chat format's tool call, <tool_call>{...}</tool_call>):
+ * the input is {"name": str, "arguments": {...}} (or "parameters"), parsed
+ * with cJSON, and the arguments go to the named tool as they are; input that
+ * is not such JSON, or names no tool, is answered at once as an error
+ * observation for the policy ("error: the tool call is not JSON ...").
+ * The answer comes
  * through manta_req_defer with {ok: bool, text: str, kind: str}: the tool's text,
  * or for any failure (timeout, refused connection, non-2xx, JSON-RPC error,
  * invalid JSON, the tool's own error) ok=false, kind the MCP error name and
@@ -178,6 +186,49 @@ static void on_tool(const mcp_result *r, void *arg)
     if (s->in_flight == 0) drain_done(s);
 }
 
+/* The tool a text call names: "name:input" picks tool `name`, anything else
+ * goes to the first tool with the whole input; the tool's `arg` receives it. */
+static env_tool *text_request(env_state *s, const char *input, cJSON **args)
+{
+    env_tool *et = NULL;
+    const char *text = input;
+    for (int i = 0; i < s->n_tools && !et; i++) {
+        size_t nl = strlen(s->tools[i].name);
+        if (!strncmp(input, s->tools[i].name, nl) && input[nl] == ':')
+            et = &s->tools[i], text = input + nl + 1;
+    }
+    if (!et && s->n_tools) et = &s->tools[0];
+    if (et && (*args = cJSON_CreateObject())) cJSON_AddStringToObject(*args, et->arg, text);
+    return et;
+}
+
+/* A JSON call {"name": str, "arguments": {...}} (Llama 3 writes
+ * "parameters"), as a chat format's tool call carries it. NULL with the
+ * observation for the policy in obs when it is not one, or names no tool. */
+static env_tool *json_request(env_state *s, const char *input, cJSON **args, char *obs, size_t cap)
+{
+    const char *at = NULL; /* where parsing stopped (not cJSON_GetErrorPtr: a global) */
+    cJSON *j = cJSON_ParseWithOpts(input, &at, 0);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "arguments");
+    if (!a) a = cJSON_GetObjectItemCaseSensitive(j, "parameters");
+    env_tool *et = NULL;
+    if (!j) {
+        snprintf(obs, cap, "error: the tool call is not JSON (at byte %d)",
+                 at ? (int)(at - input) : 0);
+    } else if (!cJSON_IsObject(j) || !cJSON_IsString(name) || (a && !cJSON_IsObject(a))) {
+        snprintf(obs, cap,
+                 "error: the tool call must be {\"name\": string, \"arguments\": object}");
+    } else {
+        for (int i = 0; i < s->n_tools && !et; i++)
+            if (!strcmp(s->tools[i].name, name->valuestring)) et = &s->tools[i];
+        if (!et) snprintf(obs, cap, "error: unknown tool '%.40s'", name->valuestring);
+        if (et && !(*args = a ? cJSON_Duplicate(a, 1) : cJSON_CreateObject())) et = NULL;
+    }
+    cJSON_Delete(j);
+    return et;
+}
+
 static int env_call(manta_req *req, void *state, const void *arg, size_t len)
 {
     env_state *s = state;
@@ -188,41 +239,44 @@ static int env_call(manta_req *req, void *state, const void *arg, size_t len)
         msgpack_unpacked_destroy(&u);
         return manta_reply_error(req, MANTA_EINVAL, "env call: not msgpack");
     }
-    char tool[32], input[1024];
-    const msgpack_object *to = rl_mp_get(&u.data, "tool"), *in = rl_mp_get(&u.data, "input");
+    char tool[32], input[4096], format[8];
+    const msgpack_object *to = rl_mp_get(&u.data, "tool"), *in = rl_mp_get(&u.data, "input"),
+                         *fo = rl_mp_get(&u.data, "format");
     if (!to || !in || to->type != MSGPACK_OBJECT_STR || in->type != MSGPACK_OBJECT_STR ||
-        to->via.str.size >= sizeof tool || in->via.str.size >= sizeof input) {
+        to->via.str.size >= sizeof tool || in->via.str.size >= sizeof input ||
+        (fo && (fo->type != MSGPACK_OBJECT_STR || fo->via.str.size >= sizeof format))) {
         msgpack_unpacked_destroy(&u);
         return manta_reply_error(req, MANTA_EINVAL,
-                                 "env call: tool (< %zu bytes) and input (< %zu bytes) must be "
-                                 "strings",
+                                 "env call: tool (< %zu bytes), input (< %zu bytes) and format "
+                                 "(\"text\" or \"json\", optional) must be strings",
                                  sizeof tool, sizeof input);
     }
     rl_mp_str(to, tool, sizeof tool, "");
     rl_mp_str(in, input, sizeof input, "");
+    rl_mp_str(fo, format, sizeof format, "text");
     msgpack_unpacked_destroy(&u);
+    if (strcmp(format, "text") && strcmp(format, "json"))
+        return manta_reply_error(
+            req, MANTA_EINVAL, "env call: format \"%s\" is neither \"text\" nor \"json\"", format);
     s->calls++;
     env_tool *et = NULL;
-    const char *text = input;
-    if (!tool[0]) { /* the policy may name the tool: "<call>name:input</call>" */
-        for (int i = 0; i < s->n_tools && !et; i++) {
-            size_t nl = strlen(s->tools[i].name);
-            if (!strncmp(input, s->tools[i].name, nl) && input[nl] == ':')
-                et = &s->tools[i], text = input + nl + 1;
-        }
-        if (!et && s->n_tools) et = &s->tools[0]; /* else the first tool */
+    cJSON *a = NULL;
+    char obs[128] = "error: unknown tool";
+    if (!strcmp(format, "json")) {
+        et = json_request(s, input, &a, obs, sizeof obs);
+    } else if (!tool[0]) { /* the policy may name the tool: "<call>name:input</call>" */
+        et = text_request(s, input, &a);
     } else {
         for (int i = 0; i < s->n_tools && !et; i++)
             if (!strcmp(s->tools[i].name, tool)) et = &s->tools[i];
+        if (et && (a = cJSON_CreateObject())) cJSON_AddStringToObject(a, et->arg, input);
     }
-    if (!et) {
+    if (!et) { /* an observation for the policy, not a failure of the call */
         s->unknown_tool++;
         s->errors++;
-        reply_obs(req, 0, "error: unknown tool", "EUNKNOWN");
+        reply_obs(req, 0, obs, "EUNKNOWN");
         return 0;
     }
-    cJSON *a = cJSON_CreateObject();
-    cJSON_AddStringToObject(a, et->arg, text);
     pending_call *p = calloc(1, sizeof *p);
     if (!p || !a) {
         cJSON_Delete(a), free(p);

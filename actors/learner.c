@@ -329,7 +329,7 @@ static int learner_step(manta_req *req, void *state, const void *arg, size_t len
     learner_state *s = state;
     double t0 = rl_now_s();
     rl_step_req r;
-    int T = 1, rc = rl_step_req_decode(&r, arg, len);
+    int T = 1, rc = rl_step_req_decode_vocab(&r, arg, len, s->ms.vocab);
     if (!rc) rc = load_batch(s, &r, &T);
     int mode = r.mode, B = r.n_items;
     float lr = (float)r.lr;
