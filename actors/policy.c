@@ -285,14 +285,15 @@ void rl_model_read(rl_args *a, rl_model_spec *ms)
     ms->max_seq = read_length(a, "max_seq", ms->context, 2, block);
 }
 
-int rl_model_open(const rl_model_spec *ms, int max_batch, int max_seq, mk_model **out)
+int rl_model_open(const rl_model_spec *ms, int max_batch, int max_seq, unsigned flags,
+                  mk_model **out)
 {
     *out = NULL;
     int rc;
     if (ms->path[0]) {
-        rc = mk_load_dir(out, ms->path, max_batch, max_seq, NULL);
+        rc = mk_load_dir_ex(out, ms->path, max_batch, max_seq, NULL, flags);
     } else {
-        rc = mk_model_new(out, &ms->cfg, max_batch, max_seq, NULL);
+        rc = mk_model_new_ex(out, &ms->cfg, max_batch, max_seq, NULL, flags);
         if (rc == MK_OK) mk_model_init(*out, ms->seed);
     }
     if (rc == MK_OK) return 0;

@@ -134,10 +134,12 @@ typedef struct rl_model_spec {
  * names the key (model.path, model.tokenizer) and the file. */
 void rl_model_read(rl_args *a, rl_model_spec *ms);
 /* The model of *ms on the CPU back-end with room for max_batch x max_seq
- * training tokens: loaded from the folder (mk_load_dir), or created and
+ * training tokens and mk_model_new_ex flags (MK_MODEL_INFER for a rollout,
+ * which only decodes: parameters only): loaded from the folder, or created and
  * initialised from the seed. 0, or MANTA_EINVAL / MANTA_ENOMEM with the
  * kernels' message in rl_last_error(); *out owns the model on success. */
-int rl_model_open(const rl_model_spec *ms, int max_batch, int max_seq, mk_model **out);
+int rl_model_open(const rl_model_spec *ms, int max_batch, int max_seq, unsigned flags,
+                  mk_model **out);
 /* Write m as a Hugging Face folder DIR (created if missing) of its family,
  * in ms->dtype (mk_save_dir; shards of 5 GB, save_pretrained's old default,
  * only when the parameters exceed that). 0 or MANTA_ESYS with the reason in

@@ -470,7 +470,7 @@ static void test_sampled_ids(void **st)
     mtok *t;
     assert_int_equal(mtok_load(FIXTURE, &t), 0);
     mk_model *model;
-    assert_int_equal(rl_model_open(&ms, 1, 512, &model), 0);
+    assert_int_equal(rl_model_open(&ms, 1, 512, 0, &model), 0);
     mk_decoder *d;
     assert_int_equal(mk_decoder_new_ctx(&d, model, 1, 512), 0);
 
@@ -523,7 +523,7 @@ static void test_sampled_ids(void **st)
     /* at the same weights the learner's log-probs of the sampled ids are the
      * behaviour log-probs, token for token */
     mk_model *lm;
-    assert_int_equal(rl_model_open(&ms, 1, 512, &lm), 0);
+    assert_int_equal(rl_model_open(&ms, 1, 512, 0, &lm), 0);
     int n = q2.items[0].n;
     float *lp = malloc((size_t)n * sizeof *lp);
     mk_ppo_stats ps;
