@@ -304,60 +304,101 @@ int mk_model_step(mk_model *m, const mk_adamw_params *p, int t, float *grad_norm
 float *mk_model_adam_m(mk_model *m);
 float *mk_model_adam_v(mk_model *m);
 
-/* ---- checkpoints (safetensors, Hugging Face GPT-2 names) ---------------- */
+/* ---- checkpoints (safetensors, Hugging Face names) ----------------------- */
 
-/* Writes the parameters to path as safetensors, F32, names without prefix
- * ("wte.weight", "h.0.attn.c_attn.weight" [C,3C], ..., "ln_f.bias"), with the
- * metadata {"format":"pt"} that transformers expects.  Written to path.tmp
- * then renamed, so a reader never sees half a file. */
+/* Writes the parameters to path as one safetensors file, F32, the checkpoint
+ * tensors (mk_model_hf_tensor) under their full transformers names and
+ * layout ("transformer.wte.weight", "transformer.h.0.attn.c_attn.weight"
+ * [C,3C], ...; "model.embed_tokens.weight",
+ * "model.layers.0.self_attn.q_proj.weight" [NH hd, C], ..., "lm_head.weight"
+ * when untied), with the metadata {"format":"pt"} that transformers expects:
+ * the model.safetensors of mk_save_dir(m, DIR, MK_F32, 0).  Streamed through
+ * one buffer of the largest tensor, to path.tmp then renamed, so a reader
+ * never sees half a file. */
 int mk_save(const mk_model *m, const char *path);
-/* Reads parameters from a safetensors file written here or by transformers
- * (names with or without a "transformer." or "model." prefix, F32 only: for
- * BF16/F16 and sharded folders see mk_load_dir; lm_head.weight and
- * attention mask buffers are ignored).  Refuses, naming the tensor and file,
- * a missing tensor (MK_ERR_MISSING), wrong shape (MK_ERR_SHAPE), non-F32
- * dtype (MK_ERR_DTYPE), a file shorter than its header says
- * (MK_ERR_TRUNCATED), or a malformed header (MK_ERR_FORMAT).  On failure the
- * model's parameters are unchanged. */
+/* Reads the parameters of m (any family) from a safetensors file written
+ * here or by transformers: every checkpoint tensor of m, by its name with or
+ * without a "transformer." or "model." prefix, F32 only (for BF16/F16 and
+ * sharded folders see mk_load_dir); other tensors (attention mask buffers)
+ * are ignored, except lm_head.weight on a tied model, which must equal the
+ * embedding.  Refuses, naming the tensor and file, a missing tensor
+ * (MK_ERR_MISSING), wrong shape (MK_ERR_SHAPE), non-F32 dtype (MK_ERR_DTYPE),
+ * a file shorter than its header says (MK_ERR_TRUNCATED), a malformed header
+ * (MK_ERR_FORMAT), a head that differs from a tied embedding
+ * (MK_ERR_UNSUPPORTED).  On failure the model's parameters are unchanged. */
 int mk_load(mk_model *m, const char *path);
-/* Writes a transformers config.json for cfg, so that a directory holding it
- * and model.safetensors loads with GPT2LMHeadModel.from_pretrained(dir). */
+/* Writes a transformers config.json for cfg (any family; defaults resolved
+ * as mk_config_resolve does), dtype float32, as mk_save_dir writes it, so
+ * that a directory holding it and mk_save's model.safetensors loads with
+ * AutoModelForCausalLM.from_pretrained(dir).  MK_ERR_ARG for an invalid cfg;
+ * MK_ERR_UNSUPPORTED (nothing written) for a cfg no transformers config
+ * describes (Llama/Qwen3 biases on q/k/v but not o, Qwen2 or Qwen3 with MLP
+ * biases); MK_ERR_IO.  Written via path.tmp and rename. */
 int mk_write_hf_config(const mk_config *cfg, const char *path);
 
 /* ---- Hugging Face folders (config.json + safetensors, F32/BF16/F16) ----- */
 
 typedef enum mk_dtype { MK_F32, MK_BF16, MK_F16 } mk_dtype;
 
-/* Reads a transformers GPT-2 config.json into *out.  Refuses, naming the file
- * and key: a model_type other than "gpt2" and any setting that changes the
- * numerics this library implements (activation_function other than gelu_new /
- * gelu_pytorch_tanh, layer_norm_epsilon other than 1e-5, n_inner other than
- * null or 4 n_embd, scale_attn_weights false, scale_attn_by_inverse_layer_idx
- * true, add_cross_attention true) with MK_ERR_UNSUPPORTED; a missing or
- * non-integer size with MK_ERR_FORMAT.  *tied (may be NULL) receives
- * tie_word_embeddings (default true). */
+/* Reads a transformers config.json of model_type gpt2, llama, qwen2 or qwen3
+ * into *out, resolved (mk_config_resolve).  Keys absent or null take
+ * transformers' defaults for the family: num_key_value_heads the heads
+ * (Qwen2/Qwen3: 32 when absent), head_dim hidden_size / num_attention_heads
+ * (Qwen3: 128), rms_norm_eps 1e-6, rope_theta 10000, tie_word_embeddings
+ * true for gpt2 and false otherwise, attention_bias and mlp_bias false
+ * (Qwen2: biases on q, k, v always).  Rotary settings are read from
+ * transformers 5's "rope_parameters" or 4.x's top-level "rope_theta" and
+ * "rope_scaling" (rope_type/type "default" or "llama3").  Refuses, naming
+ * the file and key, with MK_ERR_UNSUPPORTED: an unknown model_type (naming
+ * it) and any setting that changes numerics this library does not implement
+ * - GPT-2: activation_function other than gelu_new / gelu_pytorch_tanh,
+ * scale_attn_weights false, scale_attn_by_inverse_layer_idx,
+ * reorder_and_upcast_attn or add_cross_attention true; the others:
+ * hidden_act other than silu, other rope types (linear, dynamic, yarn,
+ * longrope, ...), partial_rotary_factor other than 1, per-layer-type rope
+ * settings, sliding-window layers (layer_types other than full_attention,
+ * or Qwen2/Qwen3 use_sliding_window true with max_window_layers below
+ * num_hidden_layers), attention_dropout other than 0; any family:
+ * experts (num_experts, num_local_experts, n_routed_experts,
+ * num_experts_per_tok > 0), quantization_config.  pretraining_tp is ignored
+ * (transformers 5 ignores it; the products are the same).  A size that is
+ * missing, not an integer or beyond an int, and an inconsistent config
+ * (num_key_value_heads not dividing the heads, odd head_dim), give
+ * MK_ERR_FORMAT naming the key.  *tied (may be NULL) receives
+ * tie_word_embeddings. */
 int mk_read_hf_config(mk_config *out, int *tied, const char *path);
 
 /* Creates *out (as mk_model_new with max_batch, max_seq, be; be NULL means
- * CPU) from a transformers GPT-2 folder: DIR/config.json and either
- * DIR/model.safetensors or DIR/model.safetensors.index.json naming its shard
- * files (weight_map).  Shards are memory-mapped and each tensor converted once
- * from F32, BF16 or F16 to float (exactly).  Names may carry a
- * "transformer." or "model." prefix; mask buffers are ignored.  The output
- * head is tied to wte: lm_head.weight must be absent (with
- * tie_word_embeddings true) or equal to wte; an untied head is refused
- * (MK_ERR_UNSUPPORTED).  Every refusal names the file and tensor (codes as
- * mk_load, plus the config's).  On failure *out is NULL. */
+ * CPU) from a transformers folder of any family: DIR/config.json (read by
+ * mk_read_hf_config) and either DIR/model.safetensors or
+ * DIR/model.safetensors.index.json naming its shard files (weight_map).
+ * Shards are memory-mapped and every checkpoint tensor of the model
+ * (mk_model_hf_tensor) is found by name ("transformer."/"model." prefixes
+ * optional), checked for shape and dtype, then converted once from F32,
+ * BF16 or F16 to float (exactly), straight from the mapping into the
+ * parameters or, for tensors fused inside Manta (q/k/v, gate/up), through
+ * one buffer of the largest; other tensors (mask buffers) are ignored.
+ * Untied models need lm_head.weight; on tied ones it must be absent or equal
+ * to the embedding (else MK_ERR_UNSUPPORTED: GPT-2 here is tied-only).  On
+ * CUDA the parameters are assembled in one host buffer, uploaded once.
+ * Every refusal names the file and tensor or key (codes as mk_load, plus the
+ * config's).  On failure *out is NULL. */
 int mk_load_dir(mk_model **out, const char *dir, int max_batch, int max_seq, const mk_backend *be);
 
-/* Writes DIR/config.json (GPT2LMHeadModel, tied, "dtype" and "torch_dtype"
- * naming dt) and the parameters in dtype dt (F32 as is; BF16 and F16 rounded
- * to nearest even) with the "transformer." prefix, as save_pretrained does.
- * max_shard_bytes 0: one DIR/model.safetensors; else shards
- * model-0000i-of-0000n.safetensors of at most that many bytes each (a larger
- * single tensor gets a shard of its own) and model.safetensors.index.json.
- * Every file is written via a temporary and renamed; a stale single file or
- * index of the other layout is removed.  DIR must exist. */
+/* Writes DIR/config.json (the family's architectures entry -
+ * GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM -
+ * model_type, every size, norm epsilon, rope settings in both the
+ * transformers 5 and 4.x layouts, tie_word_embeddings, "dtype" and
+ * "torch_dtype" naming dt) and the checkpoint tensors in dtype dt (F32 as
+ * is; BF16 and F16 rounded to nearest even) under their full names, as
+ * save_pretrained does ("transformer." for GPT-2; "model." and, untied,
+ * "lm_head.weight" for the others).  max_shard_bytes 0: one
+ * DIR/model.safetensors; else shards model-0000i-of-0000n.safetensors of at
+ * most that many bytes each (a larger single tensor gets a shard of its
+ * own) and model.safetensors.index.json.  Every file is streamed through
+ * one buffer of the largest tensor to a temporary and renamed; a stale
+ * single file or index of the other layout is removed.  DIR must exist.
+ * MK_ERR_UNSUPPORTED (nothing written) as mk_write_hf_config. */
 int mk_save_dir(const mk_model *m, const char *dir, mk_dtype dt, size_t max_shard_bytes);
 
 /* Conversions between float and the two 16-bit formats: exact upward

@@ -171,10 +171,13 @@ int mk__st_check(const mk__st_file *f, const mk__st_entry *e, const char *name, 
                  const int *shape, int f32_only);
 /* Converts a checked entry's data to float. */
 void mk__st_read(float *dst, const mk__st_file *f, const mk__st_entry *e);
-/* Writes tensors ts[0..n) (host values at params + offset) named prefix + name in dtype dt,
- * atomically (path.tmp, then rename). */
-int mk__st_write(const char *path, const mk_tensor_info *ts, int n, const float *params,
-                 mk_dtype dt, const char *prefix);
+/* Fills dst (ts[i].numel floats) with the values of tensor i of a file being written. */
+typedef void (*mk__st_source)(const void *ctx, int i, float *dst);
+/* Writes tensors ts[0..n) (full names and shapes; offsets unused), their values given by
+ * get(ctx, i, ...), in dtype dt, atomically (path.tmp, then rename); the data streams through
+ * one buffer of the largest tensor. */
+int mk__st_write(const char *path, const mk_tensor_info *ts, int n, mk__st_source get,
+                 const void *ctx, mk_dtype dt);
 
 /* Activations of the training graph, one allocation carved by a size table.
  * W = (NH + 2 NKV) hd is the width of a qkv row, A = NH hd of an attention

@@ -1,6 +1,8 @@
 /*
- * safetensors.c - checkpoints as safetensors files with Hugging Face GPT-2
- * tensor names, so that they move between Manta and PyTorch unchanged.
+ * safetensors.c - the safetensors file format: reading a file's header and
+ * tensors (F32, BF16, F16, converted to float) and writing one, plus the
+ * conversions between float and the two 16-bit formats.  Which tensors a
+ * model needs, under which names, is hf_dir.c's business.
  *
  * A safetensors file is an 8-byte little-endian header length N, N bytes of
  * JSON mapping each tensor name to {"dtype", "shape", "data_offsets"}, then
@@ -8,8 +10,9 @@
  * here reads exactly that shape of document and nothing more: objects,
  * strings, integer arrays, and skips any other value (the metadata).  Strings
  * are unescaped in place in the header buffer, so names of any length are
- * kept whole.  Loading validates every tensor the model needs before touching
- * the model, so a refused file leaves the parameters as they were.
+ * kept whole.  A file is memory-mapped: tensors are converted from the page
+ * cache, never read into a second buffer.  Writing streams tensor by tensor
+ * through one buffer of the largest, to a temporary that is then renamed.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -444,43 +447,34 @@ uint16_t mk_f32_to_f16(float x)
     return sign | (uint16_t)q;
 }
 
-void mk__st_read(float *dst, const mk__st_file *f, const mk__st_entry *e)
+/* Converts elements [i0, i1) of a tensor's data. */
+static void convert(float *dst, const unsigned char *src, int kind, size_t i0, size_t i1)
 {
-    const unsigned char *src = f->data + e->begin;
-    size_t bytes = (size_t)(e->end - e->begin);
-    if (!strcmp(e->dtype, "F32")) {
-        memcpy(dst, src, bytes); /* little-endian host, like every safetensors writer */
+    if (kind == 0) { /* F32: little-endian host, like every safetensors writer */
+        memcpy(dst + i0, src + 4 * i0, 4 * (i1 - i0));
         return;
     }
-    int bf = !strcmp(e->dtype, "BF16");
-    for (size_t i = 0; i < bytes / 2; i++) {
+    for (size_t i = i0; i < i1; i++) {
         uint16_t h = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
-        dst[i] = bf ? mk_bf16_to_f32(h) : mk_f16_to_f32(h);
+        dst[i] = kind == 1 ? mk_bf16_to_f32(h) : mk_f16_to_f32(h);
     }
 }
 
-/* Reads every tensor into one host buffer, then uploads it: the parameters change only when
- * all of it was read. */
-int mk_load(mk_model *m, const char *path)
+#define READ_CHUNK ((size_t)1 << 18) /* elements per task: 1 MB of F32 */
+
+/* A large tensor is converted in chunks over the OpenMP team, so that the page faults of a
+ * mapped gigabyte and the conversion spread over the cores. */
+void mk__st_read(float *dst, const mk__st_file *f, const mk__st_entry *e)
 {
-    if (!m || !path) return mk__fail(MK_ERR_ARG, "NULL argument");
-    mk__st_file f;
-    int rc = mk__st_open(&f, path);
-    if (rc) return rc;
-    for (int i = 0; i < m->n_tensors && !rc; i++) {
-        const mk_tensor_info *t = &m->tensors[i];
-        rc = mk__st_check(&f, mk__st_find(&f, t->name), t->name, t->ndim, t->shape, 1);
+    const unsigned char *src = f->data + e->begin;
+    int kind = !strcmp(e->dtype, "F32") ? 0 : !strcmp(e->dtype, "BF16") ? 1 : 2;
+    size_t n = (size_t)(e->end - e->begin) / (kind ? 2 : 4);
+    long n_chunks = (long)((n + READ_CHUNK - 1) / READ_CHUNK);
+#pragma omp parallel for schedule(static) if (n_chunks > 1)
+    for (long c = 0; c < n_chunks; c++) {
+        size_t i0 = (size_t)c * READ_CHUNK, i1 = i0 + READ_CHUNK < n ? i0 + READ_CHUNK : n;
+        convert(dst, src, kind, i0, i1);
     }
-    float *buf = rc ? NULL : malloc(sizeof(float) * m->n_params);
-    if (!rc && !buf) rc = mk__fail(MK_ERR_NOMEM, "cannot allocate %zu parameters", m->n_params);
-    if (!rc) {
-        for (int i = 0; i < m->n_tensors; i++)
-            mk__st_read(buf + m->tensors[i].offset, &f, mk__st_find(&f, m->tensors[i].name));
-        m->be->upload(m->params, buf, sizeof(float) * m->n_params);
-    }
-    free(buf);
-    mk__st_close(&f);
-    return rc;
 }
 
 /* Appends to a growing string; returns -1 when out of memory. */
@@ -510,49 +504,71 @@ static int sb_printf(sbuf *b, const char *fmt, ...)
     }
 }
 
-/* Writes path via path.tmp and rename, so a reader never sees half a file. */
-int mk__st_write(const char *path, const mk_tensor_info *ts, int n, const float *params,
-                 mk_dtype dt, const char *prefix)
+/* The header: names and shapes of ts in dtype dt, data packed in order, padded with spaces
+ * so that the data starts 8-byte aligned.  *data_bytes receives the data's size. */
+static int build_header(sbuf *h, const mk_tensor_info *ts, int n, mk_dtype dt, size_t *data_bytes)
 {
     static const char *const names[] = {"F32", "BF16", "F16"};
     size_t es = dt == MK_F32 ? 4 : 2, off = 0;
-    sbuf h = {0};
-    int bad = sb_printf(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
+    int bad = sb_printf(h, "{\"__metadata__\":{\"format\":\"pt\"}");
     for (int i = 0; i < n && !bad; i++) {
         const mk_tensor_info *t = &ts[i];
         size_t e = off + t->numel * es;
         if (t->ndim == 1)
-            bad = sb_printf(
-                &h, ",\"%s%s\":{\"dtype\":\"%s\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}",
-                prefix, t->name, names[dt], t->shape[0], off, e);
+            bad =
+                sb_printf(h, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}",
+                          t->name, names[dt], t->shape[0], off, e);
         else
             bad = sb_printf(
-                &h, ",\"%s%s\":{\"dtype\":\"%s\",\"shape\":[%d,%d],\"data_offsets\":[%zu,%zu]}",
-                prefix, t->name, names[dt], t->shape[0], t->shape[1], off, e);
+                h, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%d,%d],\"data_offsets\":[%zu,%zu]}",
+                t->name, names[dt], t->shape[0], t->shape[1], off, e);
         off = e;
     }
-    if (!bad) bad = sb_printf(&h, "}");
-    while (!bad && h.n % 8) bad = sb_printf(&h, " "); /* data starts 8-byte aligned */
-    unsigned char *buf = bad ? NULL : malloc(off ? off : 1);
-    char *tmp = buf ? malloc(strlen(path) + sizeof ".tmp") : NULL;
-    if (!tmp) {
-        free(buf);
-        free(h.s);
-        return mk__fail(MK_ERR_NOMEM, "%s: cannot build the file in memory", path);
-    }
-    unsigned char *o = buf;
-    for (int i = 0; i < n; i++) {
-        const float *x = params + ts[i].offset;
+    if (!bad) bad = sb_printf(h, "}");
+    while (!bad && h->n % 8) bad = sb_printf(h, " ");
+    *data_bytes = off;
+    return bad;
+}
+
+/* Writes the header, then each tensor's values as get() gives them, converted to dt through
+ * one scratch buffer of the largest tensor: a save never holds a second copy of the model. */
+static int write_body(FILE *f, const sbuf *h, const mk_tensor_info *ts, int n, mk__st_source get,
+                      const void *ctx, mk_dtype dt, float *x, uint16_t *half)
+{
+    unsigned char lenb[8];
+    unsigned long long N = h->n;
+    for (int i = 0; i < 8; i++) lenb[i] = (unsigned char)(N >> (8 * i));
+    int ok = fwrite(lenb, 1, 8, f) == 8 && fwrite(h->s, 1, h->n, f) == h->n;
+    for (int i = 0; i < n && ok; i++) {
+        size_t k = ts[i].numel;
+        get(ctx, i, x);
         if (dt == MK_F32) {
-            memcpy(o, x, ts[i].numel * 4);
-            o += ts[i].numel * 4;
+            ok = fwrite(x, 4, k, f) == k; /* little-endian host, like every safetensors writer */
             continue;
         }
-        for (size_t j = 0; j < ts[i].numel; j++) {
-            uint16_t v = dt == MK_BF16 ? mk_f32_to_bf16(x[j]) : mk_f32_to_f16(x[j]);
-            *o++ = (unsigned char)v;
-            *o++ = (unsigned char)(v >> 8);
-        }
+        for (size_t j = 0; j < k; j++)
+            half[j] = dt == MK_BF16 ? mk_f32_to_bf16(x[j]) : mk_f32_to_f16(x[j]);
+        ok = fwrite(half, 2, k, f) == k;
+    }
+    return ok;
+}
+
+int mk__st_write(const char *path, const mk_tensor_info *ts, int n, mk__st_source get,
+                 const void *ctx, mk_dtype dt)
+{
+    sbuf h = {0};
+    size_t data_bytes, most = 1;
+    for (int i = 0; i < n; i++)
+        if (ts[i].numel > most) most = ts[i].numel;
+    int bad = build_header(&h, ts, n, dt, &data_bytes);
+    float *x = bad ? NULL : malloc(sizeof(float) * most);
+    uint16_t *half = x && dt != MK_F32 ? malloc(sizeof(uint16_t) * most) : NULL;
+    char *tmp = x && (dt == MK_F32 || half) ? malloc(strlen(path) + sizeof ".tmp") : NULL;
+    if (!tmp) {
+        free(x);
+        free(half);
+        free(h.s);
+        return mk__fail(MK_ERR_NOMEM, "%s: cannot allocate the header and a tensor's buffer", path);
     }
     sprintf(tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
@@ -560,50 +576,17 @@ int mk__st_write(const char *path, const mk_tensor_info *ts, int n, const float 
     if (!f) {
         rc = mk__fail(MK_ERR_IO, "%s: %s", tmp, strerror(errno));
     } else {
-        unsigned char lenb[8];
-        unsigned long long N = h.n;
-        for (int i = 0; i < 8; i++) lenb[i] = (unsigned char)(N >> (8 * i));
-        int ok = fwrite(lenb, 1, 8, f) == 8 && fwrite(h.s, 1, h.n, f) == h.n &&
-                 fwrite(buf, 1, off, f) == off;
-        ok = (fclose(f) == 0) && ok;
-        if (!ok || rename(tmp, path)) {
-            rc = mk__fail(MK_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+        int ok = write_body(f, &h, ts, n, get, ctx, dt, x, half), e = ok ? 0 : errno;
+        if (fclose(f) && ok) ok = 0, e = errno;
+        if (ok && rename(tmp, path)) ok = 0, e = errno;
+        if (!ok) {
+            rc = mk__fail(MK_ERR_IO, "%s: cannot write: %s", path, strerror(e));
             remove(tmp);
         }
     }
     free(tmp);
-    free(buf);
+    free(x);
+    free(half);
     free(h.s);
     return rc;
-}
-
-int mk_save(const mk_model *m, const char *path)
-{
-    if (!m || !path) return mk__fail(MK_ERR_ARG, "NULL argument");
-    float *buf = malloc(sizeof(float) * m->n_params);
-    if (!buf)
-        return mk__fail(MK_ERR_NOMEM, "%s: cannot allocate %zu parameters", path, m->n_params);
-    m->be->download(buf, m->params, sizeof(float) * m->n_params);
-    int rc = mk__st_write(path, m->tensors, m->n_tensors, buf, MK_F32, "");
-    free(buf);
-    return rc;
-}
-
-int mk_write_hf_config(const mk_config *c, const char *path)
-{
-    int rc = mk_config_check(c);
-    if (rc) return rc;
-    FILE *f = fopen(path, "w");
-    if (!f) return mk__fail(MK_ERR_IO, "%s: %s", path, strerror(errno));
-    fprintf(f,
-            "{\n  \"model_type\": \"gpt2\",\n  \"architectures\": [\"GPT2LMHeadModel\"],\n"
-            "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_embd\": %d,\n  \"n_positions\": %d,\n"
-            "  \"n_ctx\": %d,\n  \"vocab_size\": %d,\n  \"n_inner\": null,\n"
-            "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
-            "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
-            "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": true,\n"
-            "  \"torch_dtype\": \"float32\"\n}\n",
-            c->n_layer, c->n_head, c->n_embd, c->block_size, c->block_size, c->vocab_size);
-    if (fclose(f)) return mk__fail(MK_ERR_IO, "%s: %s", path, strerror(errno));
-    return MK_OK;
 }

@@ -148,7 +148,7 @@ static void test_ppo_arguments(void **state)
     assert_mk_ok(mk_loss_ppo(m, masked_bad, behav, adv, mask, &ok, &s));
     mk_model_free(m);
     mk_model *fresh;
-    mk_config cfg = {1, 1, 4, 8, V};
+    mk_config cfg = {.n_layer = 1, .n_head = 1, .n_embd = 4, .block_size = 8, .vocab_size = V};
     assert_mk_ok(mk_model_new(&fresh, &cfg, 1, 4, NULL));
     assert_int_equal(mk_backward(fresh), MK_ERR_STATE);
     assert_int_equal(mk_loss_ce(fresh, targets, NULL, NULL), MK_ERR_STATE);

@@ -2,9 +2,12 @@
  * test_safetensors.c - checkpoints: a save/load round trip, the Hugging Face
  * names and layout in the written header, and every refusal (missing tensor,
  * wrong shape, wrong dtype, truncated data, truncated or garbage header, no
- * file), each naming the tensor and the file and leaving the model as it was.
+ * file), each naming the tensor and the file and leaving the model as it was;
+ * for the rotary families, transformers' names and layout, the config read
+ * back, and mk_load's refusals of 16-bit files and of a head that does not fit.
  * Broken files are written by a small writer here, independent of mk_save.
  */
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ktest.h"
@@ -105,7 +108,7 @@ static void test_round_trip(void **state)
     size_t P = mk_model_num_params(a);
     assert_int_equal(P, mk_config_num_params(&cfg));
     assert_memory_equal(mk_model_params(a), mk_model_params(b), P * 4);
-    /* the header uses GPT-2's names and Conv1D layout, 8-byte aligned data */
+    /* the header uses GPT2LMHeadModel's names and Conv1D layout, 8-byte aligned data */
     FILE *f = fopen(path, "rb");
     uint64_t n;
     assert_int_equal(fread(&n, 8, 1, f), 1);
@@ -114,26 +117,28 @@ static void test_round_trip(void **state)
     assert_int_equal(fread(hdr, 1, n, f), n);
     fclose(f);
     assert_non_null(strstr(hdr, "\"format\":\"pt\""));
-    assert_non_null(strstr(hdr, "\"h.1.attn.c_attn.weight\":{\"dtype\":\"F32\",\"shape\":[8,24]"));
-    assert_non_null(strstr(hdr, "\"h.0.mlp.c_proj.weight\":{\"dtype\":\"F32\",\"shape\":[32,8]"));
-    assert_non_null(strstr(hdr, "\"wte.weight\":{\"dtype\":\"F32\",\"shape\":[13,8]"));
-    assert_non_null(strstr(hdr, "\"ln_f.bias\""));
+    assert_non_null(
+        strstr(hdr, "\"transformer.h.1.attn.c_attn.weight\":{\"dtype\":\"F32\",\"shape\":[8,24]"));
+    assert_non_null(
+        strstr(hdr, "\"transformer.h.0.mlp.c_proj.weight\":{\"dtype\":\"F32\",\"shape\":[32,8]"));
+    assert_non_null(strstr(hdr, "\"transformer.wte.weight\":{\"dtype\":\"F32\",\"shape\":[13,8]"));
+    assert_non_null(strstr(hdr, "\"transformer.ln_f.bias\""));
     free(hdr);
-    /* the prefixed names transformers writes load too */
+    /* a file from another writer, with the names GPT2LMHeadModel saves, loads too */
     path_of(path, sizeof path, "prefixed.safetensors");
     write_variant(a, path, NULL, NULL, NULL, 0);
     mk_model_init(b, 1);
     assert_mk_ok(mk_load(b, path));
     assert_memory_equal(mk_model_params(a), mk_model_params(b), P * 4);
-    /* a config.json for transformers */
+    /* a config.json for transformers, read back as the same config */
     path_of(path, sizeof path, "config.json");
     assert_mk_ok(mk_write_hf_config(&cfg, path));
-    f = fopen(path, "r");
-    char txt[2048] = {0};
-    assert_true(fread(txt, 1, sizeof txt - 1, f) > 0);
-    fclose(f);
-    assert_non_null(strstr(txt, "\"n_embd\": 8"));
-    assert_non_null(strstr(txt, "\"vocab_size\": 13"));
+    mk_config back, want;
+    int tied;
+    assert_mk_ok(mk_read_hf_config(&back, &tied, path));
+    assert_mk_ok(mk_config_resolve(&cfg, &want));
+    assert_memory_equal(&back, &want, sizeof want);
+    assert_int_equal(tied, 1);
     mk_model_free(a);
     mk_model_free(b);
 }
@@ -147,7 +152,7 @@ static void test_refusals(void **state)
 
     path_of(path, sizeof path, "missing.safetensors");
     write_variant(m, path, "h.1.ln_2.bias", NULL, NULL, 0);
-    expect_refusal(m, path, MK_ERR_MISSING, "'h.1.ln_2.bias'");
+    expect_refusal(m, path, MK_ERR_MISSING, "'transformer.h.1.ln_2.bias' is missing");
 
     path_of(path, sizeof path, "shape.safetensors");
     write_variant(m, path, NULL, "h.0.attn.c_attn.weight", NULL, 0);
@@ -219,9 +224,90 @@ static void test_refusals(void **state)
     assert_mk_ok(mk_model_new(&o, &other, 1, 8, NULL));
     path_of(path, sizeof path, "other.safetensors");
     assert_mk_ok(mk_save(o, path));
-    expect_refusal(m, path, MK_ERR_SHAPE, "'wte.weight' has shape [14,8], need [13,8]");
+    expect_refusal(m, path, MK_ERR_SHAPE, "'transformer.wte.weight' has shape [14,8], need [13,8]");
     mk_model_free(o);
     mk_model_free(m);
+}
+
+/* The other families: transformers' names and nn.Linear layout in the file, a config that
+ * reads back as the same config, and mk_load refusing 16-bit files and a missing lm_head. */
+static void test_families(void **state)
+{
+    mk_config c = {.n_layer = 2,
+                   .n_head = 4,
+                   .n_embd = 8,
+                   .block_size = 8,
+                   .vocab_size = 13,
+                   .arch = MK_ARCH_QWEN3,
+                   .n_kv_head = 2,
+                   .head_dim = 6,
+                   .n_inner = 12,
+                   .rope_theta = 1e6f,
+                   .untied_head = 1};
+    mk_model *a, *b;
+    assert_mk_ok(mk_model_new(&a, &c, 1, 8, NULL));
+    assert_mk_ok(mk_model_new(&b, &c, 1, 8, NULL));
+    mk_model_init(a, 42);
+    char path[128];
+    path_of(path, sizeof path, "qwen3.safetensors");
+    assert_mk_ok(mk_save(a, path));
+    assert_mk_ok(mk_load(b, path));
+    size_t P = mk_model_num_params(a);
+    assert_memory_equal(mk_model_params(a), mk_model_params(b), P * 4);
+    FILE *f = fopen(path, "rb");
+    uint64_t n;
+    assert_int_equal(fread(&n, 8, 1, f), 1);
+    char *hdr = calloc(1, n + 1);
+    assert_int_equal(fread(hdr, 1, n, f), n);
+    fclose(f);
+    /* q_proj [NH hd, C], k_proj [NKV hd, C], gate_proj [I, C], down_proj [C, I] */
+    assert_non_null(
+        strstr(hdr, "\"model.embed_tokens.weight\":{\"dtype\":\"F32\",\"shape\":[13,8]"));
+    assert_non_null(strstr(
+        hdr, "\"model.layers.1.self_attn.q_proj.weight\":{\"dtype\":\"F32\",\"shape\":[24,8]"));
+    assert_non_null(strstr(
+        hdr, "\"model.layers.0.self_attn.k_proj.weight\":{\"dtype\":\"F32\",\"shape\":[12,8]"));
+    assert_non_null(
+        strstr(hdr, "\"model.layers.0.self_attn.q_norm.weight\":{\"dtype\":\"F32\",\"shape\":[6]"));
+    assert_non_null(
+        strstr(hdr, "\"model.layers.1.mlp.gate_proj.weight\":{\"dtype\":\"F32\",\"shape\":[12,8]"));
+    assert_non_null(
+        strstr(hdr, "\"model.layers.1.mlp.down_proj.weight\":{\"dtype\":\"F32\",\"shape\":[8,12]"));
+    assert_non_null(strstr(hdr, "\"model.norm.weight\""));
+    assert_non_null(strstr(hdr, "\"lm_head.weight\":{\"dtype\":\"F32\",\"shape\":[13,8]"));
+    assert_null(strstr(hdr, "layers.0.attn.qkv")); /* no internal name leaks out */
+    free(hdr);
+
+    path_of(path, sizeof path, "config.json");
+    assert_mk_ok(mk_write_hf_config(&c, path));
+    mk_config back, want;
+    int tied;
+    assert_mk_ok(mk_read_hf_config(&back, &tied, path));
+    assert_mk_ok(mk_config_resolve(&c, &want));
+    assert_memory_equal(&back, &want, sizeof want);
+    assert_int_equal(tied, 0);
+
+    /* mk_load reads F32 only; a 16-bit folder's file is refused by tensor */
+    char d[128];
+    path_of(d, sizeof d, "bf16");
+    mkdir(d, 0755);
+    assert_mk_ok(mk_save_dir(a, d, MK_BF16, 0));
+    path_of(path, sizeof path, "bf16/model.safetensors");
+    expect_refusal(b, path, MK_ERR_DTYPE, "'model.embed_tokens.weight' has dtype BF16, need F32");
+    /* a tied model of the same size reads the file (its head is not in the tied map, so
+     * lm_head.weight must equal the embedding): refused, naming the head */
+    c.untied_head = 0;
+    mk_model *t;
+    assert_mk_ok(mk_model_new(&t, &c, 1, 8, NULL));
+    path_of(path, sizeof path, "qwen3.safetensors");
+    expect_refusal(t, path, MK_ERR_UNSUPPORTED, "'lm_head.weight' differs");
+    /* and the untied model refuses the tied model's file, which has no lm_head */
+    path_of(path, sizeof path, "tied.safetensors");
+    assert_mk_ok(mk_save(t, path));
+    expect_refusal(b, path, MK_ERR_MISSING, "'lm_head.weight' is missing");
+    mk_model_free(t);
+    mk_model_free(a);
+    mk_model_free(b);
 }
 
 int main(void)
@@ -229,6 +315,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_families),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

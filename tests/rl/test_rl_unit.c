@@ -44,7 +44,8 @@ static void test_advantages(void **st)
 /* mk_loss_ppo against the formula worked by hand on known ratios. */
 static void test_ppo_loss(void **st)
 {
-    mk_config cfg = {1, 2, 8, 8, RL_VOCAB};
+    mk_config cfg = {
+        .n_layer = 1, .n_head = 2, .n_embd = 8, .block_size = 8, .vocab_size = RL_VOCAB};
     mk_model *m;
     assert_int_equal(mk_model_new(&m, &cfg, 1, 6, NULL), 0);
     mk_model_init(m, 3);
