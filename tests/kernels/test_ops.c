@@ -2,7 +2,9 @@
  * test_ops.c - every op of the CPU back-end against finite differences, the
  * decode attention against the training attention, the optimiser helpers
  * against hand-computed values, and the whole model's gradient (both losses)
- * against finite differences of the loss.
+ * against finite differences of the loss, for GPT-2, Llama and Qwen3 shapes.
+ * (The ops of the Llama/Qwen families are checked one by one in
+ * test_ops_family.c.)
  *
  * Each op check uses the scalar objective J = sum(dout * out) with a random
  * dout, so that the backward op's output is dJ/dinput; central differences
