@@ -830,14 +830,18 @@ MK_CLONES static void softmax_bwd_rows(float *dp, const float *p, int T, float s
  * dY V^T, dS from the softmax (datt [B,NH,T,T] holds dP, then dS), dQ = dS K.
  * Per (b, kv head g): dK = sum of dS^T Q and dV = sum of P^T dY over the
  * query heads of g's group, the first product overwriting and the others
- * adding, so that no two threads write one kv head. */
+ * adding, so that no two threads write one kv head.  When (b, g) pairs are
+ * too few for the team (a few sequences of a model with few kv heads), each
+ * is split further into blocks of key positions: the rows a..b of dK and dV
+ * come from the columns a..b of dS and P, which are zero above the diagonal,
+ * so a block's products start at query position a. */
 static void attn_bwd(float *dqkv, float *datt, const float *dout, const float *qkv,
                      const float *att, int B, int T, int NH, int NKV, int hd)
 {
     float scale = 1.0f / sqrtf((float)hd);
     int G = NH / NKV, W = (NH + 2 * NKV) * hd, A = NH * hd;
-#pragma omp parallel for num_threads(n_threads) collapse(2)                                        \
-    schedule(dynamic, 1) if ((size_t)B * T * T * A > PAR_MIN)
+    int par = (size_t)B * T * T * A > PAR_MIN;
+#pragma omp parallel for num_threads(n_threads) collapse(2) schedule(dynamic, 1) if (par)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             size_t o = (size_t)b * T * W;
@@ -851,24 +855,33 @@ static void attn_bwd(float *dqkv, float *datt, const float *dout, const float *q
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, dp, T, k, W,
                         0.0f, dqkv + o + h * hd, W);
         }
-#pragma omp parallel for num_threads(n_threads) collapse(2)                                        \
-    schedule(dynamic, 1) if ((size_t)B * T * T * A > PAR_MIN)
-    for (int b = 0; b < B; b++)
-        for (int g = 0; g < NKV; g++) {
-            size_t o = (size_t)b * T * W;
-            float *dk = dqkv + o + (NH + g) * hd, *dv = dqkv + o + (NH + NKV + g) * hd;
-            for (int j = 0; j < G; j++) {
-                int h = g * G + j;
-                const float *q = qkv + o + h * hd, *dy = dout + (size_t)b * T * A + h * hd;
-                const float *p = att + ((size_t)b * NH + h) * T * T;
-                const float *ds = datt + ((size_t)b * NH + h) * T * T;
-                float beta = j ? 1.0f : 0.0f;
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, ds, T, q, W,
-                            beta, dk, W);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, p, T, dy, A,
-                            beta, dv, W);
-            }
+    /* blocks of key positions per (b, g): enough items for two per thread, blocks of at least
+     * 16 positions */
+    int pairs = B * NKV, nblk = par ? (2 * n_threads + pairs - 1) / pairs : 1;
+    if (nblk > T / 16) nblk = T / 16;
+    if (nblk < 1) nblk = 1;
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1) if (par)
+    for (int it = 0; it < pairs * nblk; it++) {
+        int b = it / (NKV * nblk), g = it / nblk % NKV, blk = it % nblk;
+        /* blocks of equal work: block i ends where (T - a)^2 has shrunk by i / nblk */
+        int a0 = blk ? T - (int)(T * sqrt(1.0 - (double)blk / nblk)) : 0;
+        int a1 = blk + 1 < nblk ? T - (int)(T * sqrt(1.0 - (double)(blk + 1) / nblk)) : T;
+        if (a1 <= a0) continue;
+        size_t o = (size_t)b * T * W + (size_t)a0 * W;
+        float *dk = dqkv + o + (NH + g) * hd, *dv = dqkv + o + (NH + NKV + g) * hd;
+        for (int j = 0; j < G; j++) {
+            int h = g * G + j;
+            const float *q = qkv + o + h * hd;
+            const float *dy = dout + ((size_t)b * T + a0) * A + h * hd;
+            const float *p = att + ((size_t)b * NH + h) * T * T + (size_t)a0 * T + a0;
+            const float *ds = datt + ((size_t)b * NH + h) * T * T + (size_t)a0 * T + a0;
+            float beta = j ? 1.0f : 0.0f;
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a1 - a0, hd, T - a0, 1.0f, ds, T,
+                        q, W, beta, dk, W);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a1 - a0, hd, T - a0, 1.0f, p, T,
+                        dy, A, beta, dv, W);
         }
+    }
 }
 
 static void kv_store(float *kc, float *vc, const float *qkv, const int *slot, const int *pos, int R,
