@@ -59,6 +59,7 @@ typedef struct mcp_req {
     int redirects;        /* redirects followed */
     int pages;
     cJSON *acc; /* tools/list: tools gathered so far */
+    char *text; /* mcp_call_tool_text without arg: the text, until the arg is known */
     /* An SSE answer watched while it streams: the response, once seen. */
     size_t sse_scanned; /* body bytes already parsed (whole events) */
     cJSON *early;
@@ -87,9 +88,11 @@ struct mcp_client {
     cJSON *tools;
     int64_t next_id;
     mcp_req *queued, *inflight;
-    mcp_req *backlog; /* ready to post, waiting for a free connection */
-    int on_wire;      /* POSTs with the HTTP client now */
-    int n_user;       /* requests with a callback still to fire */
+    mcp_req *backlog;    /* ready to post, waiting for a free connection */
+    mcp_req *need_tools; /* text calls waiting for tools/list to find their argument */
+    bool listing;        /* the tools/list for need_tools is in flight */
+    int on_wire;         /* POSTs with the HTTP client now */
+    int n_user;          /* requests with a callback still to fire */
     mcp_stats stats;
     int depth;
     bool dying;
@@ -196,6 +199,7 @@ static void req_free(mcp_req *r)
     cJSON_Delete(r->params);
     cJSON_Delete(r->acc);
     cJSON_Delete(r->early);
+    free(r->text);
     free(r);
 }
 
@@ -1229,6 +1233,11 @@ void mcp_free(mcp_client *m)
     m->depth++; /* callbacks below may call mcp_free again: a no-op now */
     fail_queue(m, MANTA_ECLOSED, "the MCP client was closed");
     fail_backlog(m, MANTA_ECLOSED, "the MCP client was closed");
+    while (m->need_tools) {
+        mcp_req *r = m->need_tools;
+        req_unlink(&m->need_tools, r);
+        req_fail(m, r, MANTA_ECLOSED, 0, "the MCP client was closed");
+    }
     while (m->inflight) {
         mcp_req *r = m->inflight;
         req_unlink(&m->inflight, r);
@@ -1419,6 +1428,91 @@ int mcp_call_tool(mcp_client *m, const char *name, const cJSON *arguments, mcp_d
     }
     leave(m);
     return err;
+}
+
+/* Adds {arg: r->text} to r's params; false when out of memory. */
+static bool set_text_arg(mcp_req *r, const char *arg)
+{
+    cJSON *a = cJSON_CreateObject();
+    if (!a || !cJSON_AddStringToObject(a, arg, r->text) ||
+        !cJSON_AddItemToObject(r->params, "arguments", a)) {
+        cJSON_Delete(a);
+        return false;
+    }
+    return true;
+}
+
+/* The tools/list made for text calls is in: each finds its argument and
+ * goes, or fails with why it could not. */
+static void on_tools_for_text(const mcp_result *res, void *arg)
+{
+    mcp_client *m = arg;
+    m->listing = false;
+    while (m->need_tools) {
+        mcp_req *r = m->need_tools;
+        req_unlink(&m->need_tools, r);
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(r->params, "name");
+        char a[128], why[512], msg[768];
+        if (res->err != MANTA_OK) {
+            snprintf(msg, sizeof msg, "tool %s: cannot list the tools to find its argument: %s",
+                     name->valuestring, res->message);
+            req_fail(m, r, res->err, res->http_status, msg);
+        } else if (mcp_tool_text_arg(m->tools, name->valuestring, a, sizeof a, why, sizeof why)) {
+            req_fail(m, r, MANTA_EINVAL, 0, why);
+        } else if (!set_text_arg(r, a)) {
+            req_fail(m, r, MANTA_ENOMEM, 0, "tools/call: out of memory");
+        } else {
+            int err = req_dispatch(m, r);
+            if (err != MANTA_OK) req_fail(m, r, err, 0, "could not send the request");
+        }
+    }
+}
+
+int mcp_call_tool_text(mcp_client *m, const char *name, const char *arg, const char *text,
+                       size_t len, mcp_done_fn cb, void *cb_arg)
+{
+    if (!m || !name || (!text && len)) return MANTA_EINVAL;
+    if (m->dying) return MANTA_ECLOSED;
+    char a[128], why[512];
+    if (!arg && m->tools && mcp_tool_text_arg(m->tools, name, a, sizeof a, why, sizeof why) == 0)
+        arg = a;
+    if (arg) {
+        char *t = mcp_utf8_fix(text ? text : "", len, NULL);
+        cJSON *args = t ? cJSON_CreateObject() : NULL;
+        int rc = args && cJSON_AddStringToObject(args, arg, t)
+                     ? mcp_call_tool(m, name, args, cb, cb_arg)
+                     : MANTA_ENOMEM;
+        cJSON_Delete(args);
+        free(t);
+        return rc;
+    }
+    /* The argument comes from the tools' schemas: list them first. */
+    cJSON *p = cJSON_CreateObject();
+    char *fixed = mcp_utf8_fix(name, strlen(name), NULL);
+    if (!p || !fixed || !cJSON_AddStringToObject(p, "name", fixed)) {
+        cJSON_Delete(p);
+        free(fixed);
+        return MANTA_ENOMEM;
+    }
+    free(fixed);
+    mcp_req *r = req_new(m, K_CALL, "tools/call", p, cb, cb_arg);
+    if (!r) return MANTA_ENOMEM;
+    if (!(r->text = mcp_utf8_fix(text ? text : "", len, NULL))) {
+        req_free(r);
+        return MANTA_ENOMEM;
+    }
+    if (!m->listing) {
+        int rc = mcp_list_tools(m, on_tools_for_text, m);
+        if (rc != MANTA_OK) {
+            req_free(r);
+            return rc;
+        }
+        m->listing = true;
+    }
+    m->n_user++;
+    m->stats.calls++;
+    req_append(&m->need_tools, r);
+    return MANTA_OK;
 }
 
 int mcp_call_tool_json(mcp_client *m, const char *name, const char *arguments_json, mcp_done_fn cb,

@@ -172,6 +172,16 @@ int mcp_list_tools(mcp_client *m, mcp_done_fn cb, void *arg);
 int mcp_call_tool(mcp_client *m, const char *name, const cJSON *arguments, mcp_done_fn cb,
                   void *arg);
 
+/* tools/call of a tool that takes one text: arguments {arg: text}, text
+ * being len bytes (made valid UTF-8, see above; a NUL ends it). arg NULL:
+ * the argument is found from the tool's inputSchema (mcp_tool_text_arg),
+ * listing the tools first when the client has no list yet; when it cannot
+ * be found, cb gets MANTA_EINVAL with the reason, a transport-class
+ * outcome (the configuration is at fault, not the text). Returns and fires
+ * as mcp_call_tool. */
+int mcp_call_tool_text(mcp_client *m, const char *name, const char *arg, const char *text,
+                       size_t len, mcp_done_fn cb, void *cb_arg);
+
 /* The same with arguments as JSON text ("{\"expression\":\"1+2\"}"); returns
  * MANTA_EINVAL when it is not a JSON object. */
 int mcp_call_tool_json(mcp_client *m, const char *name, const char *arguments_json, mcp_done_fn cb,
