@@ -41,6 +41,16 @@ def main():
         print(major)
         return
 
+    # Listen and announce the port before the SDK's slow imports: a client
+    # that comes early waits in the listen queue.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", args.port))
+    sock.listen(128)
+    print(f"PORT {sock.getsockname()[1]}", flush=True)
+    # The reader of stdout goes away after the port: nothing more is printed.
+    sys.stdout = open("/dev/null", "w")
+
     if major >= 2:
         from mcp.server.mcpserver import MCPServer
         from mcp.server.mcpserver.exceptions import ToolError
@@ -74,13 +84,6 @@ def main():
     else:
         app = server.streamable_http_app()
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", args.port))
-    sock.listen(128)
-    print(f"PORT {sock.getsockname()[1]}", flush=True)
-    # The reader of stdout goes away after the port: nothing more is printed.
-    sys.stdout = open("/dev/null", "w")
     # The SDK logs every session, and `fail` as an error: quiet.
     logging.disable(logging.ERROR)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
