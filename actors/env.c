@@ -387,3 +387,54 @@ static const manta_method env_methods[] = {
     {"call", env_call}, {"drain", env_drain}, {"stats", env_stats}, {NULL, NULL}};
 
 const manta_class rl_env_class = {"env", sizeof(env_state), env_init, env_fini, env_methods};
+
+/* Adds one env's errors_by_kind (msgpack, as "stats" packs it) into e. */
+static void merge_kinds(mcp_errors *e, const msgpack_object *kinds)
+{
+    if (!kinds || kinds->type != MSGPACK_OBJECT_MAP) return;
+    for (uint32_t i = 0; i < kinds->via.map.size; i++) {
+        const msgpack_object *key = &kinds->via.map.ptr[i].key, *v = &kinds->via.map.ptr[i].val;
+        char kind[16], outcome[16];
+        if (key->type != MSGPACK_OBJECT_STR) continue;
+        rl_mp_str(key, kind, sizeof kind, "?");
+        rl_mp_str(rl_mp_get(v, "outcome"), outcome, sizeof outcome, "transport");
+        mcp_outcome o = !strcmp(outcome, "policy") ? MCP_OUTCOME_POLICY : MCP_OUTCOME_TRANSPORT;
+        int64_t count = rl_mp_int(rl_mp_get(v, "count"), 0);
+        const msgpack_object *first = rl_mp_get(v, "first");
+        uint32_t nf = first && first->type == MSGPACK_OBJECT_ARRAY ? first->via.array.size : 0;
+        /* The samples first (each counts one), then the rest of the count. */
+        for (uint32_t j = 0; j < nf && (int64_t)j < count; j++) {
+            char msg[MCP_ERRORS_TEXT];
+            rl_mp_str(&first->via.array.ptr[j], msg, sizeof msg, "");
+            mcp_errors_add(e, kind, o, msg);
+        }
+        for (int k = 0; k < e->n_kinds; k++)
+            if (!strcmp(e->kinds[k].kind, kind) && count > (int64_t)nf) {
+                e->kinds[k].count += (uint64_t)(count - (int64_t)nf);
+                e->total += (uint64_t)(count - (int64_t)nf);
+            }
+    }
+}
+
+cJSON *rl_env_errors_json(manta_ctx *m, const char *group, int timeout_ms)
+{
+    mcp_errors e;
+    memset(&e, 0, sizeof e);
+    for (int i = 0; i < 1024; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "%s-%d", group, i);
+        manta_actor *a;
+        if (manta_actor_lookup(m, name, &a)) break;
+        manta_future *f = manta_call_timeout(m, a, "stats", "", 0, timeout_ms);
+        const void *d;
+        size_t n;
+        if (f && manta_get(f, timeout_ms, &d, &n) == 0) {
+            msgpack_unpacked u;
+            msgpack_unpacked_init(&u);
+            if (rl_unpack(&u, d, n) == 0) merge_kinds(&e, rl_mp_get(&u.data, "errors_by_kind"));
+            msgpack_unpacked_destroy(&u);
+        }
+        manta_future_free(f);
+    }
+    return mcp_errors_json(&e);
+}
