@@ -12,9 +12,13 @@
  * handshake, and then serves tools/list and tools/call.
  *
  * Asynchronous: any number of calls may be in flight at once, each with its
- * own JSON-RPC id and callback. Calls made before the handshake is done wait
- * for it (the first call starts it). If the server forgets the session (404),
- * the client runs the handshake again and sends the request once more.
+ * own JSON-RPC id and callback; at most max_connections of them are on the
+ * wire (each on a kept-alive connection), the rest wait in order. Calls made
+ * before the handshake is done wait for it (the first call starts it). If
+ * the server forgets the session (404), the client runs the handshake again
+ * and sends the request once more. Transport failures are retried with
+ * back-off (see "Outcomes" below); the session is ended (DELETE) when the
+ * client is freed.
  *
  * Every callback fires exactly once per accepted request, with 0 or a
  * negative MANTA_E* code from the runtime's one table (manta.h) and a
