@@ -59,6 +59,51 @@ extern "C" {
 /* True when the client can speak revision v (see above). */
 bool mcp_protocol_supported(const char *v);
 
+/* Errors: 0 or a MANTA_E* code (manta.h; manta_strerror, manta_errname).
+ * A callback reports one of these:
+ *   MANTA_ETIMEDOUT  no complete answer within timeout_ms (or no connection
+ *                    within connect_timeout_ms)
+ *   MANTA_ECONNECT   refused or unreachable
+ *   MANTA_ERESOLVE   the host name did not resolve
+ *   MANTA_ETLS       TLS handshake or certificate check failed
+ *   MANTA_EHTTP      a status outside 2xx (http_status says which), or a
+ *                    redirect not followed (see mcp_url)
+ *   MANTA_ERPC       a JSON-RPC error object (rpc_code says which)
+ *   MANTA_EJSON      the body, or an SSE event's data, is not JSON
+ *   MANTA_EPROTO     not a valid MCP answer (Content-Type, JSON-RPC version,
+ *                    id, an SSE stream without our response, protocol version)
+ *   MANTA_ETOOL      the tool result has isError: true
+ *   MANTA_EMSGSIZE   the answer is over max_body
+ *   MANTA_ETRANSFER  the connection broke mid-answer (reset, hang-up)
+ *   MANTA_ESESSION   the server forgot the session twice
+ *   MANTA_ECLOSED    the client was freed first
+ *   MANTA_EINVAL     (mcp_call_tool_text) the tool's text argument cannot be
+ *                    found from its inputSchema
+ *   MANTA_ENOMEM
+ *
+ * Outcomes. Each error falls in one of two classes (mcp_classify):
+ *   policy     the caller's request was at fault, and its text says how:
+ *              ETOOL (isError: true, e.g. a validation message), ERPC
+ *              -32602 (invalid params: an unknown tool, bad arguments),
+ *              EMSGSIZE (the input made an answer over max_body);
+ *   transport  the server, the network or the configuration failed, not
+ *              the request: ECONNECT, ERESOLVE, ETIMEDOUT, ETRANSFER, EHTTP,
+ *              EJSON, EPROTO, ESESSION, ETLS, EINVAL, ECLOSED and the other
+ *              ERPC codes (-32603 internal error, ...).
+ * Transport failures are retried with exponential back-off (max_retries,
+ * backoff_ms doubled per retry up to backoff_max_ms, each jittered to
+ * 50-100%) except those a retry cannot mend (EHTTP other than 5xx, ETLS,
+ * EINVAL, ENOMEM, ECLOSED, a refused protocol version); the callback then
+ * sees the last attempt's error, with "(after N attempts)" in its message
+ * and attempts = N. A tools/call may therefore run more than once on the
+ * server when an answer was lost (a timeout, a 5xx, a reset): tools should
+ * be idempotent, as RL tools (pure functions of their input) usually are.
+ *
+ * UTF-8. Requests are always valid UTF-8 JSON: in the arguments (keys and
+ * strings at any depth) and the tool name, every maximal ill-formed byte
+ * subsequence is replaced by U+FFFD (EF BF BD), as WHATWG and Python's
+ * errors="replace" do (mcp_utf8_fix); valid text goes unchanged. */
+
 /* Client settings. Fill with mcp_config_init, then set url and the rest. */
 typedef struct mcp_config {
     const char *url;              /* required: the MCP endpoint */
