@@ -174,6 +174,7 @@ typedef struct ctl_state {
     int n_reasons, cap_reasons;
     int64_t stale_hist[STALE_BINS];
     int64_t tool_calls, tool_errors, gen_tokens, trained_tokens, zero_var_groups, duplicates;
+    cJSON *tool_errors_by_kind; /* from the env actors at the end (rl_env_errors_json) */
     int64_t v_tool_calls, v_tool_errors, v_gen_tokens;
     double t_start, t_rl_start, learner_busy_s, t_last_version;
     FILE *metrics;
@@ -386,6 +387,7 @@ static void ctl_fini(manta_ctx *m, void *state)
     free(s->holders), free(s->reason), free(s->reason_n), free(s->L);
     free(s->g_r), free(s->g_adv), free(s->g_idx);
     rl_buckets_destroy(&s->buckets);
+    cJSON_Delete(s->tool_errors_by_kind);
     if (s->timer) manta_timer_cancel(m, s->timer);
     if (s->metrics) fclose(s->metrics);
     if (s->traj_dump) fclose(s->traj_dump);
@@ -1295,6 +1297,8 @@ static cJSON *summary_json(ctl_state *s)
     cJSON_AddNumberToObject(j, "warmup_s", s->t_warm);
     cJSON_AddNumberToObject(j, "rl_s", s->t_rl);
     cJSON_AddItemToObject(j, "ledger", ledger_json(s));
+    if (s->tool_errors_by_kind)
+        cJSON_AddItemToObject(j, "tool_errors_by_kind", cJSON_Duplicate(s->tool_errors_by_kind, 1));
     cJSON_AddItemToObject(j, "model", model_json(s));
     cJSON *r = cJSON_AddObjectToObject(j, "rates");
     cJSON_AddNumberToObject(r, "trained_tokens", (double)s->trained_tokens);
@@ -1386,6 +1390,7 @@ static void finish_run(ctl_state *s)
         snprintf(s->checkpoint, sizeof s->checkpoint, "%s", path);
     }
     manta_future_free(sf);
+    s->tool_errors_by_kind = rl_env_errors_json(s->m, "env", 2000); /* into summary.json */
     char *txt = summary_text(s, "done");
     if (txt) write_summary_text(s, txt);
     if (txt)

@@ -46,6 +46,14 @@ extern const manta_class rl_env_class;
 extern const manta_class rl_reward_class;
 extern const manta_class rl_learner_class;
 
+/* The tool errors of every live env actor (`group`-0, -1, ...: each asked
+ * for its "stats", waiting up to timeout_ms each), merged by kind:
+ * {KIND: {outcome, count, first: [message...]}} (mcp_errors_json), {} when
+ * none. NULL when out of memory. The caller owns it. For run summaries;
+ * blocks, so call it where the controller may wait (the end of a run). */
+struct cJSON;
+struct cJSON *rl_env_errors_json(manta_ctx *m, const char *group, int timeout_ms);
+
 /* ---- vocabulary ----------------------------------------------------------- *
  * Token ids 0..255 are bytes; four specials follow. A tool call is
  * RL_TOK_CALL <argument bytes> RL_TOK_END in the policy's output; the

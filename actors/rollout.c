@@ -475,9 +475,22 @@ static void poll_tool(rollout_state *s, int k)
     }
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
-    if (rc) {
-        observe_error(s, k, "error: env unavailable");
-    } else if (rl_unpack(&u, d, n) == 0) {
+    const msgpack_object *oc = NULL;
+    if (rc) { /* not the policy's doing: the episode is dropped with the reason */
+        sl->traj.status = RL_EP_ERROR;
+        snprintf(sl->traj.error, sizeof sl->traj.error, "env unavailable: %s", manta_errname(rc));
+        sl->state = SLOT_SCORE;
+    } else if (rl_unpack(&u, d, n) == 0 && (oc = rl_mp_get(&u.data, "outcome")) &&
+               oc->type == MSGPACK_OBJECT_STR && oc->via.str.size == 9 &&
+               !memcmp(oc->via.str.ptr, "transport", 9)) {
+        /* the tool server or the network failed after the MCP client's retries: drop */
+        const msgpack_object *msg = rl_mp_get(&u.data, "message");
+        char why[160];
+        rl_mp_str(msg, why, sizeof why, "?");
+        sl->traj.status = RL_EP_ERROR;
+        snprintf(sl->traj.error, sizeof sl->traj.error, "tool transport: %s", why);
+        sl->state = SLOT_SCORE;
+    } else if (u.data.type == MSGPACK_OBJECT_MAP) {
         const msgpack_object *t = rl_mp_get(&u.data, "text"), *ok = rl_mp_get(&u.data, "ok");
         if (t && t->type == MSGPACK_OBJECT_STR && ok && ok->type == MSGPACK_OBJECT_BOOLEAN)
             append_observation(s, k, t->via.str.ptr, t->via.str.size, ok->via.boolean);
