@@ -364,8 +364,9 @@ static int mp_number(const msgpack_object *o, double *x)
  * log says so). Errors name the key, as rl_arg_* do. */
 static void read_warmup(rl_args *a, rl_warmup *w)
 {
-    *w = (rl_warmup){.until_loss = -1, .until_success = -1};
-    w->fixed = (int)rl_arg_int(a, "rl", "warmup_steps", 0, 0, 1 << 30);
+    *w = (rl_warmup){.fixed = -1, .until_loss = -1, .until_success = -1};
+    if (rl_arg_get(a, "rl", "warmup_steps"))
+        w->fixed = (int)rl_arg_int(a, "rl", "warmup_steps", 0, 0, 1 << 30);
     const msgpack_object *m = rl_arg_get(a, "rl", "warmup");
     if (!m || a->rc) return;
     char d[64];
@@ -472,7 +473,7 @@ static int ctl_init(manta_ctx *m, void *state, const void *args, size_t len)
     s->t_start = rl_now_s();
     rl_log(m, "controller: %d train, %d held-out, %d demos; G=%d B=%d eta=%d", s->n_train,
            s->n_heldout, s->n_demos, s->G, s->B, s->eta);
-    if (s->wu.fixed > 0 && s->wu.max_steps > 0)
+    if (s->wu.fixed >= 0 && s->wu.max_steps > 0)
         rl_log(m,
                "controller: rl.warmup_steps %d given: a warm-up of exactly %d steps "
                "(rl.warmup is not used)",
@@ -1219,7 +1220,7 @@ static int publish_initial(ctl_state *s)
 static void warmup(ctl_state *s)
 {
     const rl_warmup *w = &s->wu;
-    if (w->fixed <= 0 && w->max_steps <= 0) return;
+    if (w->fixed == 0 || (w->fixed < 0 && w->max_steps <= 0)) return;
     if (s->n_demos == 0) {
         warn(s, "a warm-up is set (rl.warmup / rl.warmup_steps) but task.demos names no "
                 "demonstrations: RL starts from the initial policy");
@@ -1229,7 +1230,7 @@ static void warmup(ctl_state *s)
     if (!q) return;
     for (int i = 0; i < s->n_demos; i++)
         q[i] = (rl_step_item){s->demos[i].n, s->demos[i].tok, NULL, s->demos[i].mask, 0};
-    int limit = w->fixed > 0 ? w->fixed : w->max_steps;
+    int limit = w->fixed >= 0 ? w->fixed : w->max_steps;
     rl_step_reply o;
     for (int t = 1; s->wu_outcome == RL_WARMUP_GO; t++) {
         if (learn_step(s, RL_STEP_SFT, s->warmup_lr, q, s->n_demos, -1, &o)) {
@@ -1249,7 +1250,7 @@ static void warmup(ctl_state *s)
              "reproduced: demo loss %.4f (until_loss %g), reproduced %.3f (until_success %g). "
              "Raise max_steps or warmup_lr, or check the demonstrations",
              s->wu_steps, s->wu_loss, w->until_loss, s->wu_reproduced, w->until_success);
-    else if (w->fixed <= 0 && (w->until_loss >= 0 || w->until_success >= 0))
+    else if (w->fixed < 0 && (w->until_loss >= 0 || w->until_success >= 0))
         rl_log(s->m,
                "warm-up: demonstrations reproduced after %d steps (demo loss %.4f, "
                "reproduced %.3f)",
@@ -1523,12 +1524,11 @@ static cJSON *warmup_json(const ctl_state *s)
     static const char *const outcome[] = {"not run", "met", "max_steps"};
     cJSON *o = cJSON_CreateObject();
     const rl_warmup *w = &s->wu;
-    if (w->fixed > 0) cJSON_AddNumberToObject(o, "fixed_steps", w->fixed);
-    if (w->fixed <= 0 && w->until_loss >= 0)
-        cJSON_AddNumberToObject(o, "until_loss", w->until_loss);
-    if (w->fixed <= 0 && w->until_success >= 0)
+    if (w->fixed >= 0) cJSON_AddNumberToObject(o, "fixed_steps", w->fixed);
+    if (w->fixed < 0 && w->until_loss >= 0) cJSON_AddNumberToObject(o, "until_loss", w->until_loss);
+    if (w->fixed < 0 && w->until_success >= 0)
         cJSON_AddNumberToObject(o, "until_success", w->until_success);
-    if (w->fixed <= 0) cJSON_AddNumberToObject(o, "max_steps", w->max_steps);
+    if (w->fixed < 0) cJSON_AddNumberToObject(o, "max_steps", w->max_steps);
     cJSON_AddNumberToObject(o, "steps", s->wu_steps);
     cJSON_AddNumberToObject(o, "demo_loss", s->wu_steps ? s->wu_loss : -1);
     cJSON_AddNumberToObject(o, "demo_reproduced", s->wu_steps ? s->wu_reproduced : -1);

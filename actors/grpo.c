@@ -39,7 +39,7 @@ int rl_group_has_signal(const float *rewards, int n)
 
 int rl_warmup_check(const rl_warmup *w, int steps, double loss, double reproduced)
 {
-    if (w->fixed > 0) return steps >= w->fixed ? RL_WARMUP_MET : RL_WARMUP_GO;
+    if (w->fixed >= 0) return steps >= w->fixed ? RL_WARMUP_MET : RL_WARMUP_GO;
     if (w->until_loss < 0 && w->until_success < 0)
         return steps >= w->max_steps ? RL_WARMUP_MET : RL_WARMUP_GO;
     int met = (w->until_loss < 0 || loss <= w->until_loss) &&

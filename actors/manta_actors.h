@@ -132,10 +132,11 @@ int rl_group_has_signal(const float *rewards, int n);
 /* ---- warm-up ---------------------------------------------------------------------- */
 
 /* When the supervised warm-up on the demonstrations stops. `fixed` steps
- * (rl.warmup_steps, > 0) are run exactly; otherwise steps run until the
- * demonstrations are reproduced: demo loss <= until_loss and/or reproduced
- * fraction >= until_success (each < 0 when not set; both set: both), at
- * most max_steps. No warm-up: fixed 0 and max_steps 0. */
+ * (rl.warmup_steps; -1 when not given) are run exactly; otherwise steps run
+ * until the demonstrations are reproduced: demo loss <= until_loss and/or
+ * reproduced fraction >= until_success (each < 0 when not set; both set:
+ * both), at most max_steps (with no threshold, exactly max_steps). No
+ * warm-up: fixed 0, or fixed -1 and max_steps 0. */
 typedef struct rl_warmup {
     int fixed;
     int max_steps;
