@@ -116,6 +116,7 @@ typedef struct ctl_state {
     rl_warmup wu;   /* when the warm-up stops (rl.warmup, rl.warmup_steps) */
     int warmup_max; /* demonstrations read (rl.warmup_batch) */
     int no_reward_warn_versions;
+    int dynamic_sampling; /* drop groups without signal (rl.dynamic_sampling, default on) */
     int max_versions, eval_every, eval_n;
     double max_time_s, stop_at;
     double max_missing_s;  /* a group gone (episodes dropped for it) this long fails the run */
@@ -178,6 +179,10 @@ typedef struct ctl_state {
     /* dynamic sampling: groups without signal dropped, in all and since the
      * last version; episodes scored in a row with no reward (> 0) */
     int64_t no_signal_groups, v_no_signal_groups, no_reward_run;
+    /* training episodes scored since the last version (all of them, also
+     * those dropped without signal): what the policy earns */
+    int64_t v_scored, v_successes;
+    double v_reward;
     int no_reward_warned;
     /* the warm-up as it ran: steps, the last demo loss and reproduced
      * fraction, rl_warmup_check's verdict */
@@ -356,6 +361,18 @@ static int mp_number(const msgpack_object *o, double *x)
     return isfinite(*x);
 }
 
+/* A boolean setting: true/false, or 1/0. */
+static int read_bool(rl_args *a, const char *section, const char *key, int def)
+{
+    const msgpack_object *v = rl_arg_get(a, section, key);
+    char d[64];
+    if (!v || a->rc) return def;
+    if (v->type == MSGPACK_OBJECT_BOOLEAN) return v->via.boolean;
+    if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 <= 1) return (int)v->via.u64;
+    rl_arg_error(a, section, key, "expected true or false, got %s", rl_mp_describe(v, d, sizeof d));
+    return def;
+}
+
 #define WARMUP_MAX_STEPS 1000 /* rl.warmup.max_steps when an `until` is given alone */
 
 /* rl.warmup: {until_loss: X, until_success: Y, max_steps: N} (a map; at
@@ -419,6 +436,7 @@ static int read_settings(ctl_state *s, manta_ctx *m, const void *args, size_t le
     s->lr = rl_arg_num(&a, "rl", "lr", 1e-3, 0, 1e3);
     s->warmup_lr = rl_arg_num(&a, "rl", "warmup_lr", s->lr, 0, 1e3);
     read_warmup(&a, &s->wu);
+    s->dynamic_sampling = read_bool(&a, "rl", "dynamic_sampling", 1);
     s->no_reward_warn_versions =
         (int)rl_arg_int(&a, "rl", "no_reward_warn_versions", 50, 0, 1 << 30);
     s->warmup_max = (int)rl_arg_int(&a, "rl", "warmup_batch", 64, 1, 1 << 24);
@@ -662,6 +680,7 @@ static int group_rewards(ctl_state *s, const group *g)
  * their place in the batch. Returns the members dropped (0: it has signal). */
 static int drop_no_signal(ctl_state *s, group *g)
 {
+    if (!s->dynamic_sampling) return 0;
     int k = group_rewards(s, g);
     if (k == 0 || rl_group_has_signal(s->g_r, k)) return 0;
     for (int j = 0; j < k; j++) {
@@ -736,6 +755,7 @@ static void note_missing(ctl_state *s, const rl_traj *t)
  * once per such streak, with what to check. */
 static void note_reward(ctl_state *s, const rl_traj *t)
 {
+    s->v_scored++, s->v_reward += t->reward, s->v_successes += t->reward >= 0.5f;
     if (t->reward > 0) {
         if (s->no_reward_warned)
             rl_log(s->m, "controller: a reward again at version %lld, after %lld episodes without",
@@ -751,11 +771,13 @@ static void note_reward(ctl_state *s, const rl_traj *t)
     rl_log(s->m, "controller: the latest episode without reward: %s", txt);
     warn(s,
          "no reward in %lld training episodes in a row (rl.no_reward_warn_versions %d x "
-         "batch_episodes %d) at version %lld: every group's rewards are equal, so nothing is "
-         "trained (dropped as no_signal). Check that the warm-up reproduces the demonstrations "
-         "(summary.json warmup), the tool errors (%lld of %lld calls) and the reward rule "
-         "against the samples in the controller log",
+         "batch_episodes %d) at version %lld: every group's rewards are equal, so %s. Check "
+         "that the warm-up reproduces the demonstrations (summary.json warmup), the tool "
+         "errors (%lld of %lld calls) and the reward rule against the samples in the "
+         "controller log",
          (long long)s->no_reward_run, s->no_reward_warn_versions, s->B, (long long)s->version,
+         s->dynamic_sampling ? "nothing is trained (dropped as no_signal)"
+                             : "every advantage is 0 (rl.dynamic_sampling is off)",
          (long long)s->tool_errors, (long long)s->tool_calls);
 }
 
@@ -1350,12 +1372,13 @@ static int drop_stale(ctl_state *s, group *g)
     return usable;
 }
 
-/* Add the usable members of group g (which has signal) with their GRPO
- * advantages. */
+/* Add the usable members of group g with their GRPO advantages (a group
+ * without signal only comes here when rl.dynamic_sampling is false). */
 static void add_group(ctl_state *s, batch *b, group *g)
 {
     int k = group_rewards(s, g);
-    rl_group_advantages(s->g_r, k, 1e-6f, s->g_adv);
+    if (!rl_group_advantages(s->g_r, k, 1e-6f, s->g_adv)) /* rl.dynamic_sampling false */
+        s->no_signal_groups++, s->v_no_signal_groups++;
     for (int j = 0; j < k; j++) {
         rl_traj *t = &g->trajs[s->g_idx[j]];
         b->q[b->nq++] = (rl_step_item){t->n, t->tok, t->logp, t->mask, s->g_adv[j]};
@@ -1411,6 +1434,12 @@ static void release_groups(ctl_state *s, const batch *b, int trained)
     }
 }
 
+/* The mean reward of the training episodes scored since the last version. */
+static double scored_reward(const ctl_state *s)
+{
+    return s->v_scored ? s->v_reward / s->v_scored : 0;
+}
+
 /* The version registry in Redis (for `manta status` and any other reader)
  * and the metrics line of a new version. */
 static void record_version(ctl_state *s, const batch *b, const rl_step_reply *o, double dt)
@@ -1431,13 +1460,15 @@ static void record_version(ctl_state *s, const batch *b, const rl_step_reply *o,
     if (!s->metrics) return;
     fprintf(s->metrics,
             "{\"version\":%lld,\"time_s\":%.2f,\"episodes\":%d,\"reward\":%.4f,"
-            "\"success\":%.4f,\"trained_tokens\":%.0f,\"trained_tokens_per_s\":%.1f,"
+            "\"success\":%.4f,\"scored\":%lld,\"batch_reward\":%.4f,\"trained_tokens\":%.0f,"
+            "\"trained_tokens_per_s\":%.1f,"
             "\"gen_tokens_per_s\":%.1f,\"loss\":%.5f,\"kl\":%.5f,\"clip_frac\":%.4f,"
             "\"entropy\":%.4f,\"grad_norm\":%.4f,\"learner_busy_s\":%.3f,"
             "\"no_signal_groups\":%lld,\"staleness\":[",
-            (long long)s->version, now - s->t_start, b->nq, b->rsum / b->nq, b->succ / b->nq,
-            o->tokens, o->tokens / rate, s->v_gen_tokens / rate, o->loss, o->kl, o->clip_frac,
-            o->entropy, o->grad_norm, o->busy_s, (long long)s->v_no_signal_groups);
+            (long long)s->version, now - s->t_start, b->nq, scored_reward(s),
+            s->v_scored ? (double)s->v_successes / s->v_scored : 0, (long long)s->v_scored,
+            b->rsum / b->nq, o->tokens, o->tokens / rate, s->v_gen_tokens / rate, o->loss, o->kl,
+            o->clip_frac, o->entropy, o->grad_norm, o->busy_s, (long long)s->v_no_signal_groups);
     for (int i = 0; i <= s->eta + 1 && i < STALE_BINS; i++)
         fprintf(s->metrics, "%s%lld", i ? "," : "", (long long)b->hist[i]);
     fprintf(s->metrics,
@@ -1459,10 +1490,14 @@ static void new_version(ctl_state *s, const batch *b, const rl_step_reply *o)
     double now = rl_now_s(), dt = now - s->t_last_version;
     s->t_last_version = now;
     record_version(s, b, o, dt);
-    s->v_tool_calls = s->v_tool_errors = s->v_gen_tokens = s->v_no_signal_groups = 0;
     if (s->version % 5 == 0)
-        rl_log(s->m, "version %lld: reward %.3f, %d episodes, kl %.4f, %.1f tok/s",
-               (long long)s->version, b->rsum / b->nq, b->nq, o->kl, o->tokens / dt);
+        rl_log(s->m,
+               "version %lld: reward %.3f over %lld episodes, %d trained, %lld groups without "
+               "signal, kl %.4f, %.1f tok/s",
+               (long long)s->version, scored_reward(s), (long long)s->v_scored, b->nq,
+               (long long)s->v_no_signal_groups, o->kl, o->tokens / dt);
+    s->v_tool_calls = s->v_tool_errors = s->v_gen_tokens = s->v_no_signal_groups = 0;
+    s->v_scored = s->v_successes = 0, s->v_reward = 0;
 }
 
 /* One RL step: form a batch, train on it, publish version V+1. */
