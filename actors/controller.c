@@ -114,6 +114,7 @@ typedef struct ctl_state {
     int G, B, eta, S;
     double lr, warmup_lr;
     rl_warmup wu;   /* when the warm-up stops (rl.warmup, rl.warmup_steps) */
+    int wu_given;   /* either was in the spec (else wu is the default) */
     int warmup_max; /* demonstrations read (rl.warmup_batch) */
     int no_reward_warn_versions;
     int dynamic_sampling; /* drop groups without signal (rl.dynamic_sampling, default on) */
@@ -374,17 +375,26 @@ static int read_bool(rl_args *a, const char *section, const char *key, int def)
 }
 
 #define WARMUP_MAX_STEPS 1000 /* rl.warmup.max_steps when an `until` is given alone */
+/* With demonstrations and neither rl.warmup nor rl.warmup_steps: warm up
+ * until one in ten is reproduced, enough for sampled groups to succeed
+ * sometimes (README "Choosing the settings for a new task"). */
+#define WARMUP_DEFAULT_SUCCESS 0.1
 
 /* rl.warmup: {until_loss: X, until_success: Y, max_steps: N} (a map; at
  * least one key) and rl.warmup_steps: N (exactly N steps, as before
  * rl.warmup existed; when both are given the fixed count is used and the
- * log says so). Errors name the key, as rl_arg_* do. */
+ * log says so); neither: until_success WARMUP_DEFAULT_SUCCESS. Errors name
+ * the key, as rl_arg_* do. */
 static void read_warmup(rl_args *a, rl_warmup *w)
 {
     *w = (rl_warmup){.fixed = -1, .until_loss = -1, .until_success = -1};
     if (rl_arg_get(a, "rl", "warmup_steps"))
         w->fixed = (int)rl_arg_int(a, "rl", "warmup_steps", 0, 0, 1 << 30);
     const msgpack_object *m = rl_arg_get(a, "rl", "warmup");
+    if (!m && w->fixed < 0) { /* the default; no warm-up without demonstrations */
+        w->until_success = WARMUP_DEFAULT_SUCCESS, w->max_steps = WARMUP_MAX_STEPS;
+        return;
+    }
     if (!m || a->rc) return;
     char d[64];
     if (m->type != MSGPACK_OBJECT_MAP || m->via.map.size == 0) {
@@ -436,6 +446,7 @@ static int read_settings(ctl_state *s, manta_ctx *m, const void *args, size_t le
     s->lr = rl_arg_num(&a, "rl", "lr", 1e-3, 0, 1e3);
     s->warmup_lr = rl_arg_num(&a, "rl", "warmup_lr", s->lr, 0, 1e3);
     read_warmup(&a, &s->wu);
+    s->wu_given = rl_arg_get(&a, "rl", "warmup") || rl_arg_get(&a, "rl", "warmup_steps");
     s->dynamic_sampling = read_bool(&a, "rl", "dynamic_sampling", 1);
     s->no_reward_warn_versions =
         (int)rl_arg_int(&a, "rl", "no_reward_warn_versions", 50, 0, 1 << 30);
@@ -1244,8 +1255,9 @@ static void warmup(ctl_state *s)
     const rl_warmup *w = &s->wu;
     if (w->fixed == 0 || (w->fixed < 0 && w->max_steps <= 0)) return;
     if (s->n_demos == 0) {
-        warn(s, "a warm-up is set (rl.warmup / rl.warmup_steps) but task.demos names no "
-                "demonstrations: RL starts from the initial policy");
+        if (s->wu_given)
+            warn(s, "a warm-up is set (rl.warmup / rl.warmup_steps) but task.demos names no "
+                    "demonstrations: RL starts from the initial policy");
         return;
     }
     rl_step_item *q = calloc((size_t)s->n_demos, sizeof *q);
