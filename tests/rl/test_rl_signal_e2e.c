@@ -8,8 +8,8 @@
  * full run reaches 0.9 held-out success in about 100 versions, ~65 s, on
  * two cores; README "The warehouse task"). It asserts that it learns at
  * all: the warm-up stopped by its own rule (until_success), held-out
- * success rose by 0.2 or more (0.06 -> 0.73 in 60 versions here), episodes made two tool calls on average
- * (multi-turn), and the ledger balances with groups without signal dropped.
+ * success rose by 0.2 or more (0.06 -> 0.73 in 60 versions here), episodes
+ * made two tool calls on average (multi-turn), and the ledger balances.
  */
 #include <manta_actors.h>
 #include <manta_job.h>
