@@ -20,10 +20,16 @@
  * and "run", called once by the launcher (its reply is deferred: the loop
  * below is driven by submissions and a 1 s timer, not by polling):
  * supervised warm-up on the
- * demonstrations (if any), publication of version 0, a held-out evaluation
- * (the baseline), then the RL loop: wait for B episodes in complete groups,
- * drop stale ones, GRPO advantages, one step on every learner shard at once,
- * version V+1 published (the shards' buckets), metrics line. Every
+ * demonstrations (if any) until they are reproduced (rl.warmup, or a fixed
+ * rl.warmup_steps), publication of version 0, a held-out evaluation (the
+ * baseline), then the RL loop: wait for B episodes in complete groups that
+ * carry a signal (dynamic sampling: a group whose rewards are all equal is
+ * dropped as "no_signal" and its admission given back, so the version waits
+ * for informative groups instead of stepping without a gradient), drop
+ * stale ones, GRPO advantages, one step on every learner shard at once,
+ * version V+1 published (the shards' buckets), metrics line. A run that
+ * sees no reward for rl.no_reward_warn_versions batches' worth of episodes
+ * warns (log, metrics.jsonl, summary.json "warnings"). Every
  * `eval_every` versions a held-out evaluation runs alongside; the loop ends at
  * `max_versions`, at `max_time_s`, or when an evaluation reaches `stop_at`.
  * A final evaluation on the held-out set follows; metrics.jsonl,
@@ -41,7 +47,8 @@
  * The ledger lives here and is written in summary.json (and in every
  * metrics line): admitted = trained + dropped_stale + dropped_error +
  * in_flight, where in_flight counts episodes admitted but neither trained nor
- * dropped when the job stops. Dropped episodes give their admission back, so
+ * dropped when the job stops; dropped_error counts every drop that is not
+ * for staleness, by reason (no_signal among them). Dropped episodes give their admission back, so
  * a batch whose episodes failed is admitted again rather than stalling.
  */
 #include "manta_actors.h"
