@@ -186,7 +186,7 @@ typedef struct ctl_state {
     int64_t tool_calls, tool_errors, gen_tokens, trained_tokens, duplicates;
     /* dynamic sampling: groups without signal dropped, in all and since the
      * last version; episodes scored in a row with no reward (> 0) */
-    int64_t no_signal_groups, v_no_signal_groups, no_reward_run;
+    int64_t no_signal_groups, v_no_signal_groups, no_reward_run, dropped_no_signal;
     /* training episodes scored since the last version (all of them, also
      * those dropped without signal): what the policy earns */
     int64_t v_scored, v_successes;
@@ -705,6 +705,7 @@ static int drop_no_signal(ctl_state *s, group *g)
         int i = s->g_idx[j];
         g->usable[i] = 0;
         drop(s, g->first_ep + i, 0, NO_SIGNAL);
+        s->dropped_no_signal++;
         rl_traj_destroy(&g->trajs[i]);
     }
     s->no_signal_groups++, s->v_no_signal_groups++;
@@ -1491,10 +1492,12 @@ static void record_version(ctl_state *s, const batch *b, const rl_step_reply *o,
     for (int i = 0; i <= s->eta + 1 && i < STALE_BINS; i++)
         fprintf(s->metrics, "%s%lld", i ? "," : "", (long long)b->hist[i]);
     fprintf(s->metrics,
-            "],\"dropped_stale\":%lld,\"dropped_error\":%lld,\"tool_calls\":%lld,"
+            "],\"dropped_stale\":%lld,\"dropped_error\":%lld,\"dropped_no_signal\":%lld,"
+            "\"tool_calls\":%lld,"
             "\"tool_errors\":%lld,\"admitted\":%lld,\"in_flight\":%lld}\n",
-            (long long)l.dropped_stale, (long long)l.dropped_error, (long long)s->v_tool_calls,
-            (long long)s->v_tool_errors, (long long)l.admitted, (long long)l.in_flight);
+            (long long)l.dropped_stale, (long long)l.dropped_error, (long long)s->dropped_no_signal,
+            (long long)s->v_tool_calls, (long long)s->v_tool_errors, (long long)l.admitted,
+            (long long)l.in_flight);
     fflush(s->metrics);
 }
 

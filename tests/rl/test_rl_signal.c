@@ -311,6 +311,7 @@ static void test_no_signal_groups(void **st)
         if (cJSON_GetObjectItemCaseSensitive(x, "episodes")) {
             assert_int_equal((int)num(x, "episodes", NULL), 16);
             assert_int_equal((int)num(x, "no_signal_groups", NULL), 1);
+            assert_int_equal((int)num(x, "dropped_no_signal", NULL), 8);
             seen++;
         }
         cJSON_Delete(x);
