@@ -5,7 +5,7 @@
  * actor graph, the server on a free port.
  *
  * Shortened for CI: at most 60 versions or 200 s instead of stop_at (the
- * full run reaches 0.9 held-out success in about 100 versions, ~65 s, on
+ * full run reaches 0.9 held-out success in about 100 versions, 65-90 s, on
  * two cores; README "The warehouse task"). It asserts that it learns at
  * all: the warm-up stopped by its own rule (until_success), held-out
  * success rose by 0.2 or more (0.06 -> 0.73 in 60 versions here), episodes
