@@ -20,10 +20,16 @@
  * and "run", called once by the launcher (its reply is deferred: the loop
  * below is driven by submissions and a 1 s timer, not by polling):
  * supervised warm-up on the
- * demonstrations (if any), publication of version 0, a held-out evaluation
- * (the baseline), then the RL loop: wait for B episodes in complete groups,
- * drop stale ones, GRPO advantages, one step on every learner shard at once,
- * version V+1 published (the shards' buckets), metrics line. Every
+ * demonstrations (if any) until they are reproduced (rl.warmup, or a fixed
+ * rl.warmup_steps), publication of version 0, a held-out evaluation (the
+ * baseline), then the RL loop: wait for B episodes in complete groups that
+ * carry a signal (dynamic sampling: a group whose rewards are all equal is
+ * dropped as "no_signal" and its admission given back, so the version waits
+ * for informative groups instead of stepping without a gradient), drop
+ * stale ones, GRPO advantages, one step on every learner shard at once,
+ * version V+1 published (the shards' buckets), metrics line. A run that
+ * sees no reward for rl.no_reward_warn_versions batches' worth of episodes
+ * warns (log, metrics.jsonl, summary.json "warnings"). Every
  * `eval_every` versions a held-out evaluation runs alongside; the loop ends at
  * `max_versions`, at `max_time_s`, or when an evaluation reaches `stop_at`.
  * A final evaluation on the held-out set follows; metrics.jsonl,
@@ -41,7 +47,8 @@
  * The ledger lives here and is written in summary.json (and in every
  * metrics line): admitted = trained + dropped_stale + dropped_error +
  * in_flight, where in_flight counts episodes admitted but neither trained nor
- * dropped when the job stops. Dropped episodes give their admission back, so
+ * dropped when the job stops; dropped_error counts every drop that is not
+ * for staleness, by reason (no_signal among them). Dropped episodes give their admission back, so
  * a batch whose episodes failed is admitted again rather than stalling.
  */
 #include "manta_actors.h"
@@ -114,7 +121,11 @@ typedef struct ctl_state {
     /* settings */
     int G, B, eta, S;
     double lr, warmup_lr;
-    int warmup_steps, warmup_max;
+    rl_warmup wu;   /* when the warm-up stops (rl.warmup, rl.warmup_steps) */
+    int wu_given;   /* either was in the spec (else wu is the default) */
+    int warmup_max; /* demonstrations read (rl.warmup_batch) */
+    int no_reward_warn_versions;
+    int dynamic_sampling; /* drop groups without signal (rl.dynamic_sampling, default on) */
     int max_versions, eval_every, eval_n;
     double max_time_s, stop_at;
     double max_missing_s;  /* a group gone (episodes dropped for it) this long fails the run */
@@ -173,8 +184,22 @@ typedef struct ctl_state {
     int64_t *reason_n;
     int n_reasons, cap_reasons;
     int64_t stale_hist[STALE_BINS];
-    int64_t tool_calls, tool_errors, gen_tokens, trained_tokens, zero_var_groups, duplicates;
+    int64_t tool_calls, tool_errors, gen_tokens, trained_tokens, duplicates;
     cJSON *tool_errors_by_kind; /* from the env actors at the end (rl_env_errors_json) */
+    /* dynamic sampling: groups without signal dropped, in all and since the
+     * last version; episodes scored in a row with no reward (> 0) */
+    int64_t no_signal_groups, v_no_signal_groups, no_reward_run, dropped_no_signal;
+    /* training episodes scored since the last version (all of them, also
+     * those dropped without signal): what the policy earns */
+    int64_t v_scored, v_successes;
+    double v_reward;
+    int no_reward_warned;
+    /* the warm-up as it ran: steps, the last demo loss and reproduced
+     * fraction, rl_warmup_check's verdict */
+    int wu_steps, wu_outcome;
+    double wu_loss, wu_reproduced;
+    char (*warnings)[400]; /* for summary.json; the first MAX_WARNINGS */
+    int n_warnings;
     int64_t v_tool_calls, v_tool_errors, v_gen_tokens;
     double t_start, t_rl_start, learner_busy_s, t_last_version;
     FILE *metrics;
@@ -298,6 +323,93 @@ static int load_demos(ctl_state *s, const char *path, int max)
 
 /* ---- init ---- */
 
+/* A number (integer or float) into *x; 0 when o is not one. */
+static int mp_number(const msgpack_object *o, double *x)
+{
+    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+        *x = (double)o->via.u64;
+    else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+        *x = (double)o->via.i64;
+    else if (o->type == MSGPACK_OBJECT_FLOAT32 || o->type == MSGPACK_OBJECT_FLOAT64)
+        *x = o->via.f64;
+    else
+        return 0;
+    return isfinite(*x);
+}
+
+/* A boolean setting: true/false, or 1/0. */
+static int read_bool(rl_args *a, const char *section, const char *key, int def)
+{
+    const msgpack_object *v = rl_arg_get(a, section, key);
+    char d[64];
+    if (!v || a->rc) return def;
+    if (v->type == MSGPACK_OBJECT_BOOLEAN) return v->via.boolean;
+    if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 <= 1) return (int)v->via.u64;
+    rl_arg_error(a, section, key, "expected true or false, got %s", rl_mp_describe(v, d, sizeof d));
+    return def;
+}
+
+#define WARMUP_MAX_STEPS 1000 /* rl.warmup.max_steps when an `until` is given alone */
+/* With demonstrations and neither rl.warmup nor rl.warmup_steps: warm up
+ * until one in ten is reproduced, enough for sampled groups to succeed
+ * sometimes (README "Choosing the settings for a new task"). */
+#define WARMUP_DEFAULT_SUCCESS 0.1
+
+/* rl.warmup: {until_loss: X, until_success: Y, max_steps: N} (a map; at
+ * least one key) and rl.warmup_steps: N (exactly N steps, as before
+ * rl.warmup existed; when both are given the fixed count is used and the
+ * log says so); neither: until_success WARMUP_DEFAULT_SUCCESS. Errors name
+ * the key, as rl_arg_* do. */
+static void read_warmup(rl_args *a, rl_warmup *w)
+{
+    *w = (rl_warmup){.fixed = -1, .until_loss = -1, .until_success = -1};
+    if (rl_arg_get(a, "rl", "warmup_steps"))
+        w->fixed = (int)rl_arg_int(a, "rl", "warmup_steps", 0, 0, 1 << 30);
+    const msgpack_object *m = rl_arg_get(a, "rl", "warmup");
+    if (!m && w->fixed < 0) { /* the default; no warm-up without demonstrations */
+        w->until_success = WARMUP_DEFAULT_SUCCESS, w->max_steps = WARMUP_MAX_STEPS;
+        return;
+    }
+    if (!m || a->rc) return;
+    char d[64];
+    if (m->type != MSGPACK_OBJECT_MAP || m->via.map.size == 0) {
+        rl_arg_error(a, "rl", "warmup",
+                     "expected a map {until_loss: X, until_success: Y, max_steps: N}, got %s",
+                     rl_mp_describe(m, d, sizeof d));
+        return;
+    }
+    int max_steps = -1;
+    for (uint32_t i = 0; i < m->via.map.size && !a->rc; i++) {
+        const msgpack_object *k = &m->via.map.ptr[i].key, *v = &m->via.map.ptr[i].val;
+        char key[32] = "";
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size < sizeof key)
+            memcpy(key, k->via.str.ptr, k->via.str.size);
+        double x = 0;
+        int num = mp_number(v, &x);
+        if (!strcmp(key, "until_loss") && num && x >= 0)
+            w->until_loss = x;
+        else if (!strcmp(key, "until_success") && num && x >= 0 && x <= 1)
+            w->until_success = x;
+        else if (!strcmp(key, "max_steps") && num && x == floor(x) && x >= 1 && x <= (1 << 30))
+            max_steps = (int)x;
+        else if (!strcmp(key, "until_loss") || !strcmp(key, "until_success") ||
+                 !strcmp(key, "max_steps"))
+            rl_arg_error(a, "rl", "warmup", "%s: expected %s, got %s", key,
+                         key[0] == 'm'   ? "an integer >= 1"
+                         : key[6] == 'l' ? "a number >= 0"
+                                         : "a number in [0, 1]",
+                         rl_mp_describe(v, d, sizeof d));
+        else if (k->type == MSGPACK_OBJECT_STR)
+            rl_arg_error(a, "rl", "warmup",
+                         "%.*s: unknown key (until_loss, until_success, max_steps)",
+                         (int)k->via.str.size, k->via.str.ptr);
+        else
+            rl_arg_error(a, "rl", "warmup", "a key that is not a string");
+    }
+    int until = w->until_loss >= 0 || w->until_success >= 0;
+    w->max_steps = max_steps > 0 ? max_steps : until ? WARMUP_MAX_STEPS : 0;
+}
+
 static int read_settings(ctl_state *s, manta_ctx *m, const void *args, size_t len)
 {
     rl_args a;
@@ -308,7 +420,11 @@ static int read_settings(ctl_state *s, manta_ctx *m, const void *args, size_t le
     s->eta = (int)rl_arg_int(&a, "rl", "eta", 2, 0, 1 << 20);
     s->lr = rl_arg_num(&a, "rl", "lr", 1e-3, 0, 1e3);
     s->warmup_lr = rl_arg_num(&a, "rl", "warmup_lr", s->lr, 0, 1e3);
-    s->warmup_steps = (int)rl_arg_int(&a, "rl", "warmup_steps", 0, 0, 1 << 30);
+    read_warmup(&a, &s->wu);
+    s->wu_given = rl_arg_get(&a, "rl", "warmup") || rl_arg_get(&a, "rl", "warmup_steps");
+    s->dynamic_sampling = read_bool(&a, "rl", "dynamic_sampling", 1);
+    s->no_reward_warn_versions =
+        (int)rl_arg_int(&a, "rl", "no_reward_warn_versions", 50, 0, 1 << 30);
     s->warmup_max = (int)rl_arg_int(&a, "rl", "warmup_batch", 64, 1, 1 << 24);
     s->max_versions = (int)rl_arg_int(&a, "rl", "max_versions", 100, 0, 1 << 30);
     s->max_time_s = rl_arg_num(&a, "rl", "max_time_s", 600, 0, 1e9);
@@ -361,6 +477,11 @@ static int ctl_init(manta_ctx *m, void *state, const void *args, size_t len)
     s->t_start = rl_now_s();
     rl_log(m, "controller: %d train, %d held-out, %d demos; G=%d B=%d eta=%d", s->n_train,
            s->n_heldout, s->n_demos, s->G, s->B, s->eta);
+    if (s->wu.fixed >= 0 && s->wu.max_steps > 0)
+        rl_log(m,
+               "controller: rl.warmup_steps %d given: a warm-up of exactly %d steps "
+               "(rl.warmup is not used)",
+               s->wu.fixed, s->wu.fixed);
     return 0;
 }
 
@@ -384,7 +505,7 @@ static void ctl_fini(manta_ctx *m, void *state)
         free(s->groups[g].trajs), free(s->groups[g].usable);
     }
     free(s->groups), free(s->eps), free(s->queue), free(s->ready), free(s->eval_queue);
-    free(s->holders), free(s->reason), free(s->reason_n), free(s->L);
+    free(s->holders), free(s->reason), free(s->reason_n), free(s->L), free(s->warnings);
     free(s->g_r), free(s->g_adv), free(s->g_idx);
     rl_buckets_destroy(&s->buckets);
     cJSON_Delete(s->tool_errors_by_kind);
@@ -487,6 +608,35 @@ static void count_reason(ctl_state *s, const char *why)
     s->reason_n[s->n_reasons++] = 1;
 }
 
+#define MAX_WARNINGS 16 /* kept for summary.json; later ones go to the log only */
+
+/* Something the user must know about a run that goes on: the controller's
+ * log ("WARNING: ..."), a {"warning"} line in metrics.jsonl, and the
+ * `warnings` list of summary.json (which `manta run` prints at the end). */
+static void warn(ctl_state *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn(ctl_state *s, const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    rl_log(s->m, "controller: WARNING: %s", msg);
+    if (s->metrics) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "warning", msg);
+        cJSON_AddNumberToObject(j, "version", (double)s->version);
+        cJSON_AddNumberToObject(j, "time_s", rl_now_s() - s->t_start);
+        char *txt = cJSON_PrintUnformatted(j);
+        if (txt) fprintf(s->metrics, "%s\n", txt), fflush(s->metrics);
+        free(txt);
+        cJSON_Delete(j);
+    }
+    if (!s->warnings) s->warnings = calloc(MAX_WARNINGS, sizeof *s->warnings);
+    if (s->warnings && s->n_warnings < MAX_WARNINGS)
+        snprintf(s->warnings[s->n_warnings++], sizeof s->warnings[0], "%s", msg);
+}
+
 /* A group's trajectories are done with (trained, dropped, or none usable):
  * its storage goes; the record goes with the next compaction. */
 static void group_release(group *g)
@@ -494,6 +644,41 @@ static void group_release(group *g)
     for (int j = 0; g->trajs && j < g->n; j++) rl_traj_destroy(&g->trajs[j]);
     free(g->trajs), free(g->usable);
     g->trajs = NULL, g->usable = NULL;
+}
+
+static void drop(ctl_state *s, int64_t ep, int stale, const char *why);
+
+#define NO_SIGNAL "no_signal" /* the ledger's reason for a group without signal */
+
+/* The rewards of group g's usable members into s->g_r, their indices into
+ * s->g_idx; returns how many. */
+static int group_rewards(ctl_state *s, const group *g)
+{
+    int k = 0;
+    for (int i = 0; i < g->n; i++)
+        if (g->usable[i]) s->g_idx[k] = i, s->g_r[k] = g->trajs[i].reward, k++;
+    return k;
+}
+
+/* Dynamic sampling (DAPO): a group whose usable members' rewards are all
+ * equal (or that has one usable member) has no advantage to learn from, so
+ * it never reaches the learner: its members are dropped with reason
+ * "no_signal", which gives their admission back so that new groups take
+ * their place in the batch. Returns the members dropped (0: it has signal). */
+static int drop_no_signal(ctl_state *s, group *g)
+{
+    if (!s->dynamic_sampling) return 0;
+    int k = group_rewards(s, g);
+    if (k == 0 || rl_group_has_signal(s->g_r, k)) return 0;
+    for (int j = 0; j < k; j++) {
+        int i = s->g_idx[j];
+        g->usable[i] = 0;
+        drop(s, g->first_ep + i, 0, NO_SIGNAL);
+        s->dropped_no_signal++;
+        rl_traj_destroy(&g->trajs[i]);
+    }
+    s->no_signal_groups++, s->v_no_signal_groups++;
+    return k;
 }
 
 static void member_resolved(ctl_state *s, int64_t gid)
@@ -504,6 +689,7 @@ static void member_resolved(ctl_state *s, int64_t gid)
         g->ready = 1;
         int usable = 0;
         for (int i = 0; i < g->n; i++) usable += g->usable[i];
+        usable -= drop_no_signal(s, g);
         if (usable == 0) {
             group_release(g);
             return;
@@ -549,6 +735,38 @@ static void note_missing(ctl_state *s, const rl_traj *t)
     if (t->status != RL_EP_OK) return;
     s->missing_since[0] = 0;
     if (t->tool_calls > t->tool_errors) s->missing_since[1] = 0;
+}
+
+/* A run that sees no reward learns nothing (every group is dropped without
+ * signal, no version is trained): after rl.no_reward_warn_versions batches'
+ * worth of scored training episodes in a row with reward <= 0 it says so,
+ * once per such streak, with what to check. */
+static void note_reward(ctl_state *s, const rl_traj *t)
+{
+    s->v_scored++, s->v_reward += t->reward, s->v_successes += t->reward >= 0.5f;
+    if (t->reward > 0) {
+        if (s->no_reward_warned)
+            rl_log(s->m, "controller: a reward again at version %lld, after %lld episodes without",
+                   (long long)s->version, (long long)s->no_reward_run);
+        s->no_reward_run = 0, s->no_reward_warned = 0;
+        return;
+    }
+    int64_t limit = (int64_t)s->no_reward_warn_versions * s->B;
+    if (++s->no_reward_run < limit || limit == 0 || s->no_reward_warned) return;
+    s->no_reward_warned = 1;
+    char txt[300];
+    rl_traj_render(t, txt, sizeof txt);
+    rl_log(s->m, "controller: the latest episode without reward: %s", txt);
+    warn(s,
+         "no reward in %lld training episodes in a row (rl.no_reward_warn_versions %d x "
+         "batch_episodes %d) at version %lld: every group's rewards are equal, so %s. Check "
+         "that the warm-up reproduces the demonstrations (summary.json warmup), the tool "
+         "errors (%lld of %lld calls) and the reward rule against the samples in the "
+         "controller log",
+         (long long)s->no_reward_run, s->no_reward_warn_versions, s->B, (long long)s->version,
+         s->dynamic_sampling ? "nothing is trained (dropped as no_signal)"
+                             : "every advantage is 0 (rl.dynamic_sampling is off)",
+         (long long)s->tool_errors, (long long)s->tool_calls);
 }
 
 static int ep_final(int state)
@@ -791,6 +1009,7 @@ static int ctl_submit(manta_req *req, void *state, const void *arg, size_t len)
     }
     group *g = &GRP(s, e->group);
     int idx = (int)(id - g->first_ep);
+    if (t.status == RL_EP_OK) note_reward(s, &t);
     if (t.status != RL_EP_OK) {
         drop(s, id, 0, t.error[0] ? t.error : "error");
         rl_traj_destroy(&t);
@@ -1003,24 +1222,50 @@ static int publish_initial(ctl_state *s)
     return rc;
 }
 
-/* The supervised warm-up on the demonstrations (policy tokens only). */
+/* The supervised warm-up on the demonstrations (policy tokens only): a
+ * fixed number of steps (rl.warmup_steps), or until they are reproduced
+ * (rl.warmup: until_loss / until_success, at most max_steps). Every step
+ * reports the demo loss and the fraction reproduced before its update; a
+ * warm-up that hits max_steps first says so (warn). */
 static void warmup(ctl_state *s)
 {
-    if (s->n_demos == 0 || s->warmup_steps <= 0) return;
+    const rl_warmup *w = &s->wu;
+    if (w->fixed == 0 || (w->fixed < 0 && w->max_steps <= 0)) return;
+    if (s->n_demos == 0) {
+        if (s->wu_given)
+            warn(s, "a warm-up is set (rl.warmup / rl.warmup_steps) but task.demos names no "
+                    "demonstrations: RL starts from the initial policy");
+        return;
+    }
     rl_step_item *q = calloc((size_t)s->n_demos, sizeof *q);
     if (!q) return;
     for (int i = 0; i < s->n_demos; i++)
         q[i] = (rl_step_item){s->demos[i].n, s->demos[i].tok, NULL, s->demos[i].mask, 0};
+    int limit = w->fixed >= 0 ? w->fixed : w->max_steps;
     rl_step_reply o;
-    for (int t = 0; t < s->warmup_steps; t++) {
+    for (int t = 1; s->wu_outcome == RL_WARMUP_GO; t++) {
         if (learn_step(s, RL_STEP_SFT, s->warmup_lr, q, s->n_demos, -1, &o)) {
-            rl_log(s->m, "warm-up step %d: %s", t + 1, rl_last_error());
+            rl_log(s->m, "warm-up step %d: %s", t, rl_last_error());
             break;
         }
-        if (t % 10 == 0 || t == s->warmup_steps - 1)
-            rl_log(s->m, "warm-up step %d/%d: loss %.4f", t + 1, s->warmup_steps, o.loss);
+        s->wu_steps = t, s->wu_loss = o.loss, s->wu_reproduced = o.reproduced;
+        s->wu_outcome = rl_warmup_check(w, t, o.loss, o.reproduced);
+        if (t % 10 == 1 || s->wu_outcome != RL_WARMUP_GO)
+            rl_log(s->m, "warm-up step %d/%d: demo loss %.4f, reproduced %.3f", t, limit, o.loss,
+                   o.reproduced);
     }
     free(q);
+    if (s->wu_outcome == RL_WARMUP_LIMIT)
+        warn(s,
+             "the warm-up stopped at rl.warmup.max_steps (%d) before the demonstrations were "
+             "reproduced: demo loss %.4f (until_loss %g), reproduced %.3f (until_success %g). "
+             "Raise max_steps or warmup_lr, or check the demonstrations",
+             s->wu_steps, s->wu_loss, w->until_loss, s->wu_reproduced, w->until_success);
+    else if (w->fixed < 0 && (w->until_loss >= 0 || w->until_success >= 0))
+        rl_log(s->m,
+               "warm-up: demonstrations reproduced after %d steps (demo loss %.4f, "
+               "reproduced %.3f)",
+               s->wu_steps, s->wu_loss, s->wu_reproduced);
 }
 
 /* Queue an evaluation over the first n held-out problems. */
@@ -1094,7 +1339,7 @@ typedef struct batch {
     rl_step_item *q;
     int nq, cap;
     int64_t *taken; /* group ids consumed */
-    int ntaken, zero_var;
+    int ntaken;
     double rsum, succ;
     int64_t hist[STALE_BINS];
 } batch;
@@ -1116,13 +1361,13 @@ static int drop_stale(ctl_state *s, group *g)
     return usable;
 }
 
-/* Add the usable members of group g with their GRPO advantages. */
+/* Add the usable members of group g with their GRPO advantages (a group
+ * without signal only comes here when rl.dynamic_sampling is false). */
 static void add_group(ctl_state *s, batch *b, group *g)
 {
-    int k = 0;
-    for (int i = 0; i < g->n; i++)
-        if (g->usable[i]) s->g_idx[k] = i, s->g_r[k] = g->trajs[i].reward, k++;
-    if (!rl_group_advantages(s->g_r, k, 1e-6f, s->g_adv)) b->zero_var++;
+    int k = group_rewards(s, g);
+    if (!rl_group_advantages(s->g_r, k, 1e-6f, s->g_adv)) /* rl.dynamic_sampling false */
+        s->no_signal_groups++, s->v_no_signal_groups++;
     for (int j = 0; j < k; j++) {
         rl_traj *t = &g->trajs[s->g_idx[j]];
         b->q[b->nq++] = (rl_step_item){t->n, t->tok, t->logp, t->mask, s->g_adv[j]};
@@ -1145,6 +1390,10 @@ static int form_batch(ctl_state *s, batch *b)
     while (s->r_head < s->r_len) {
         group *g = &GRP(s, s->ready[s->r_head]);
         int usable = drop_stale(s, g);
+        if (usable > 0) { /* stale members gone: the rest may have no signal left */
+            int ns = drop_no_signal(s, g);
+            s->ready_eps -= ns, usable -= ns;
+        }
         if (usable > 0 && b->nq + usable > b->cap) break;
         s->r_head++;
         if (usable == 0) {
@@ -1174,6 +1423,12 @@ static void release_groups(ctl_state *s, const batch *b, int trained)
     }
 }
 
+/* The mean reward of the training episodes scored since the last version. */
+static double scored_reward(const ctl_state *s)
+{
+    return s->v_scored ? s->v_reward / s->v_scored : 0;
+}
+
 /* The version registry in Redis (for `manta status` and any other reader)
  * and the metrics line of a new version. */
 static void record_version(ctl_state *s, const batch *b, const rl_step_reply *o, double dt)
@@ -1194,20 +1449,24 @@ static void record_version(ctl_state *s, const batch *b, const rl_step_reply *o,
     if (!s->metrics) return;
     fprintf(s->metrics,
             "{\"version\":%lld,\"time_s\":%.2f,\"episodes\":%d,\"reward\":%.4f,"
-            "\"success\":%.4f,\"trained_tokens\":%.0f,\"trained_tokens_per_s\":%.1f,"
+            "\"success\":%.4f,\"scored\":%lld,\"batch_reward\":%.4f,\"trained_tokens\":%.0f,"
+            "\"trained_tokens_per_s\":%.1f,"
             "\"gen_tokens_per_s\":%.1f,\"loss\":%.5f,\"kl\":%.5f,\"clip_frac\":%.4f,"
             "\"entropy\":%.4f,\"grad_norm\":%.4f,\"learner_busy_s\":%.3f,"
-            "\"zero_var_groups\":%d,\"staleness\":[",
-            (long long)s->version, now - s->t_start, b->nq, b->rsum / b->nq, b->succ / b->nq,
-            o->tokens, o->tokens / rate, s->v_gen_tokens / rate, o->loss, o->kl, o->clip_frac,
-            o->entropy, o->grad_norm, o->busy_s, b->zero_var);
+            "\"no_signal_groups\":%lld,\"staleness\":[",
+            (long long)s->version, now - s->t_start, b->nq, scored_reward(s),
+            s->v_scored ? (double)s->v_successes / s->v_scored : 0, (long long)s->v_scored,
+            b->rsum / b->nq, o->tokens, o->tokens / rate, s->v_gen_tokens / rate, o->loss, o->kl,
+            o->clip_frac, o->entropy, o->grad_norm, o->busy_s, (long long)s->v_no_signal_groups);
     for (int i = 0; i <= s->eta + 1 && i < STALE_BINS; i++)
         fprintf(s->metrics, "%s%lld", i ? "," : "", (long long)b->hist[i]);
     fprintf(s->metrics,
-            "],\"dropped_stale\":%lld,\"dropped_error\":%lld,\"tool_calls\":%lld,"
+            "],\"dropped_stale\":%lld,\"dropped_error\":%lld,\"dropped_no_signal\":%lld,"
+            "\"tool_calls\":%lld,"
             "\"tool_errors\":%lld,\"admitted\":%lld,\"in_flight\":%lld}\n",
-            (long long)l.dropped_stale, (long long)l.dropped_error, (long long)s->v_tool_calls,
-            (long long)s->v_tool_errors, (long long)l.admitted, (long long)l.in_flight);
+            (long long)l.dropped_stale, (long long)l.dropped_error, (long long)s->dropped_no_signal,
+            (long long)s->v_tool_calls, (long long)s->v_tool_errors, (long long)l.admitted,
+            (long long)l.in_flight);
     fflush(s->metrics);
 }
 
@@ -1218,15 +1477,18 @@ static void new_version(ctl_state *s, const batch *b, const rl_step_reply *o)
     s->learner_busy_s += o->busy_s;
     s->led.trained += b->nq;
     s->trained_tokens += (int64_t)o->tokens;
-    s->zero_var_groups += b->zero_var;
     for (int i = 0; i < STALE_BINS; i++) s->stale_hist[i] += b->hist[i];
     double now = rl_now_s(), dt = now - s->t_last_version;
     s->t_last_version = now;
     record_version(s, b, o, dt);
-    s->v_tool_calls = s->v_tool_errors = s->v_gen_tokens = 0;
     if (s->version % 5 == 0)
-        rl_log(s->m, "version %lld: reward %.3f, %d episodes, kl %.4f, %.1f tok/s",
-               (long long)s->version, b->rsum / b->nq, b->nq, o->kl, o->tokens / dt);
+        rl_log(s->m,
+               "version %lld: reward %.3f over %lld episodes, %d trained, %lld groups without "
+               "signal, kl %.4f, %.1f tok/s",
+               (long long)s->version, scored_reward(s), (long long)s->v_scored, b->nq,
+               (long long)s->v_no_signal_groups, o->kl, o->tokens / dt);
+    s->v_tool_calls = s->v_tool_errors = s->v_gen_tokens = s->v_no_signal_groups = 0;
+    s->v_scored = s->v_successes = 0, s->v_reward = 0;
 }
 
 /* One RL step: form a batch, train on it, publish version V+1. */
@@ -1280,6 +1542,26 @@ static cJSON *model_json(const ctl_state *s)
     return o;
 }
 
+/* The warm-up as it ran: its rule, the steps taken, the last demo loss and
+ * reproduced fraction (each measured before its step's update), and
+ * whether it stopped because the rule was met. */
+static cJSON *warmup_json(const ctl_state *s)
+{
+    static const char *const outcome[] = {"not run", "met", "max_steps"};
+    cJSON *o = cJSON_CreateObject();
+    const rl_warmup *w = &s->wu;
+    if (w->fixed >= 0) cJSON_AddNumberToObject(o, "fixed_steps", w->fixed);
+    if (w->fixed < 0 && w->until_loss >= 0) cJSON_AddNumberToObject(o, "until_loss", w->until_loss);
+    if (w->fixed < 0 && w->until_success >= 0)
+        cJSON_AddNumberToObject(o, "until_success", w->until_success);
+    if (w->fixed < 0) cJSON_AddNumberToObject(o, "max_steps", w->max_steps);
+    cJSON_AddNumberToObject(o, "steps", s->wu_steps);
+    cJSON_AddNumberToObject(o, "demo_loss", s->wu_steps ? s->wu_loss : -1);
+    cJSON_AddNumberToObject(o, "demo_reproduced", s->wu_steps ? s->wu_reproduced : -1);
+    cJSON_AddStringToObject(o, "stopped", s->wu_steps ? outcome[s->wu_outcome] : outcome[0]);
+    return o;
+}
+
 static cJSON *summary_json(ctl_state *s)
 {
     double wall = rl_now_s() - s->t_start, t_rl = s->t_rl > 0 ? s->t_rl : 1;
@@ -1308,11 +1590,15 @@ static cJSON *summary_json(ctl_state *s)
     cJSON_AddNumberToObject(r, "learner_busy_fraction", s->learner_busy_s / t_rl);
     cJSON_AddNumberToObject(r, "tool_calls", (double)s->tool_calls);
     cJSON_AddNumberToObject(r, "tool_errors", (double)s->tool_errors);
-    cJSON_AddNumberToObject(r, "zero_variance_groups", (double)s->zero_var_groups);
+    cJSON_AddNumberToObject(r, "no_signal_groups", (double)s->no_signal_groups);
     cJSON_AddNumberToObject(r, "duplicate_submissions", (double)s->duplicates);
     cJSON *h = cJSON_AddArrayToObject(j, "staleness_histogram");
     for (int i = 0; i < STALE_BINS; i++)
         cJSON_AddItemToArray(h, cJSON_CreateNumber((double)s->stale_hist[i]));
+    cJSON_AddItemToObject(j, "warmup", warmup_json(s));
+    cJSON *w = cJSON_AddArrayToObject(j, "warnings");
+    for (int i = 0; i < s->n_warnings; i++)
+        cJSON_AddItemToArray(w, cJSON_CreateString(s->warnings[i]));
     return j;
 }
 
@@ -1440,7 +1726,13 @@ static int periodic_eval_done(ctl_state *s)
 static void train_turn(ctl_state *s)
 {
     if (s->version == 0 && s->max_versions > 0 && rl_now_s() - s->t_start >= s->max_time_s) {
-        fail_run(s, "no policy version trained in rl.max_time_s (%g s)", s->max_time_s);
+        fail_run(s, "no policy version trained in rl.max_time_s (%g s)%s", s->max_time_s,
+                 s->no_signal_groups == 0 ? ""
+                 : s->no_reward_run > 0
+                     ? ": no episode was rewarded, every group was dropped without signal "
+                       "(no_signal)"
+                     : ": the groups' rewards were all equal, every group was dropped without "
+                       "signal (no_signal)");
         return;
     }
     if (s->version >= s->max_versions || rl_now_s() - s->t_start >= s->max_time_s ||

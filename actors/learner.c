@@ -28,7 +28,9 @@
  * The step argument and reply are rl_step_req and rl_step_reply (msgs.c):
  * {mode: "ppo"|"sft", version, lr, items: [{tok, logp, mask, adv}]} and
  * {version, buckets: [{id, offset, count, crc}], loss, pg_loss, kl,
- * clip_frac, entropy, ratio, tokens, grad_norm, busy_s}.
+ * clip_frac, entropy, ratio, tokens, grad_norm, busy_s, reproduced}; a
+ * warm-up step also reports the fraction of its sequences that greedy
+ * decoding reproduces (the warm-up's `until_success`).
  *
  * The model is section model's (policy.c): loaded from a Hugging Face folder
  * or a fresh GPT-2, with activations for model.max_seq tokens a sequence.
@@ -241,12 +243,36 @@ static int load_batch(learner_state *s, const rl_step_req *r, int *T)
     return 0;
 }
 
+#define N_ST 9 /* tokens, loss, pg, kl, clip, entropy, ratio, reproduced, sequences */
+
+/* Warm-up: how many of the B sequences greedy decoding reproduces before
+ * the update (every loss token has probability > 1/2 under teacher forcing,
+ * so it is the argmax), and how many have loss tokens, into st[7], st[8].
+ * The behaviour log-probs are unused in this mode: blp is the scratch. */
+static int count_reproduced(learner_state *s, int B, int T, float st[N_ST])
+{
+    if (mk_logprobs(s->model, s->y, s->blp, NULL)) return -1;
+    for (int b = 0; b < B; b++) {
+        int any = 0, all = 1;
+        for (int t = 0; t < T; t++) {
+            size_t k = (size_t)b * T + t;
+            if (s->mask[k] == 0) continue;
+            any = 1;
+            if (s->blp[k] <= -0.69314718f) all = 0; /* p <= 1/2 */
+        }
+        st[7] += (float)(any && all), st[8] += (float)any;
+    }
+    memset(s->blp, 0, (size_t)B * T * sizeof *s->blp);
+    return 0;
+}
+
 /* Step 1: forward, loss (clipped surrogate, or cross-entropy for the
  * warm-up) and backward over the B local sequences; st gets the token count
- * and the token-weighted statistics (loss, pg, kl, clip, entropy, ratio). */
-static int local_pass(learner_state *s, int mode, int B, int T, float st[7])
+ * and the token-weighted statistics (loss, pg, kl, clip, entropy, ratio),
+ * and for the warm-up the sequences reproduced and counted. */
+static int local_pass(learner_state *s, int mode, int B, int T, float st[N_ST])
 {
-    memset(st, 0, 7 * sizeof *st);
+    memset(st, 0, N_ST * sizeof *st);
     mk_zero_grad(s->model);
     if (B == 0) return 0;
     mk_ppo_stats ps = {0};
@@ -254,7 +280,8 @@ static int local_pass(learner_state *s, int mode, int B, int T, float st[7])
     if (!rc && mode == RL_STEP_SFT) {
         float loss = 0, n = 0;
         for (int i = 0; i < B * T; i++) n += s->mask[i];
-        rc = mk_loss_ce(s->model, s->y, s->mask, &loss);
+        rc = count_reproduced(s, B, T, st);
+        if (!rc) rc = mk_loss_ce(s->model, s->y, s->mask, &loss);
         ps.loss = ps.pg_loss = loss, ps.n_tokens = n;
     } else if (!rc) {
         rc = mk_loss_ppo(s->model, s->y, s->blp, s->adv, s->mask, &s->ppo, &ps);
@@ -270,10 +297,10 @@ static int local_pass(learner_state *s, int mode, int B, int T, float st[7])
 /* Steps 2-4: totals over every shard, this shard's slice of the summed
  * gradient (each shard scaled by its share of the tokens, so the result is
  * the mean over the batch), the global norm and clipping. */
-static int reduce_grads(learner_state *s, float st[7], float *gnorm)
+static int reduce_grads(learner_state *s, float st[N_ST], float *gnorm)
 {
     float local_tokens = st[0];
-    int rc = manta_coll_all_reduce(s->coll, st, 7, COLL_TIMEOUT);
+    int rc = manta_coll_all_reduce(s->coll, st, N_ST, COLL_TIMEOUT);
     if (rc) return rc;
     mk_model_read_grads(s->model, s->grads, 0, s->n_params);
     mk_scale(s->grads, st[0] > 0 ? local_tokens / st[0] : 0, s->n_params);
@@ -338,7 +365,7 @@ static int learner_step(manta_req *req, void *state, const void *arg, size_t len
     if (rc) return manta_reply_error(req, rc, "step: %s", rl_last_error());
     if ((rc = join_group(s)))
         return manta_reply_error(req, rc, "step: collective group: %s", manta_last_error());
-    float st[7], gnorm = 0;
+    float st[N_ST], gnorm = 0;
     if ((rc = local_pass(s, mode, B, T, st)))
         return manta_reply_error(req, rc, "step: %s", rl_last_error());
     if ((rc = reduce_grads(s, st, &gnorm))) goto coll_fail;
@@ -351,6 +378,7 @@ static int learner_step(manta_req *req, void *state, const void *arg, size_t len
     out.loss = st[1] / n, out.pg_loss = st[2] / n, out.kl = st[3] / n;
     out.clip_frac = st[4] / n, out.entropy = st[5] / n, out.ratio = st[6] / n;
     out.tokens = st[0], out.grad_norm = gnorm, out.busy_s = rl_now_s() - t0;
+    out.reproduced = st[8] > 0 ? st[7] / st[8] : 0;
     return reply_step(req, &out, pub);
 coll_fail:
     rl_log(s->m, "learner: collective failed: %s", manta_last_error());

@@ -139,6 +139,33 @@ int rl_tokenize(const char *text, int32_t *out, int cap);
  * 1e-6) has no signal: every A_i = 0 and the function returns 0; otherwise 1. */
 int rl_group_advantages(const float *rewards, int n, float eps, float *adv);
 
+/* Dynamic sampling (DAPO): 1 when a group of n rewards carries a learning
+ * signal (not all equal, n >= 2), 0 when it does not; such a group is
+ * dropped ("no_signal") rather than trained on. */
+int rl_group_has_signal(const float *rewards, int n);
+
+/* ---- warm-up ---------------------------------------------------------------------- */
+
+/* When the supervised warm-up on the demonstrations stops. `fixed` steps
+ * (rl.warmup_steps; -1 when not given) are run exactly; otherwise steps run
+ * until the demonstrations are reproduced: demo loss <= until_loss and/or
+ * reproduced fraction >= until_success (each < 0 when not set; both set:
+ * both), at most max_steps (with no threshold, exactly max_steps). No
+ * warm-up: fixed 0, or fixed -1 and max_steps 0. */
+typedef struct rl_warmup {
+    int fixed;
+    int max_steps;
+    double until_loss, until_success;
+} rl_warmup;
+
+enum { RL_WARMUP_GO = 0, RL_WARMUP_MET, RL_WARMUP_LIMIT };
+
+/* After `steps` steps, the last of which measured `loss` and `reproduced`
+ * on the demonstrations before its update: RL_WARMUP_GO (take another),
+ * RL_WARMUP_MET (the thresholds hold; with no threshold, the fixed count is
+ * done) or RL_WARMUP_LIMIT (max_steps reached with a threshold not met). */
+int rl_warmup_check(const rl_warmup *w, int steps, double loss, double reproduced);
+
 /* ---- bounded staleness ------------------------------------------------------------- */
 
 /* May `n` more episodes be admitted? With `admitted` episodes already
@@ -258,6 +285,10 @@ typedef struct rl_step_reply {
     int64_t version;
     rl_buckets buckets;
     double loss, pg_loss, kl, clip_frac, entropy, ratio, tokens, grad_norm, busy_s;
+    /* warm-up (RL_STEP_SFT) only: the fraction of the batch's sequences that
+     * greedy decoding reproduces, measured before the update (every loss
+     * token has probability > 1/2 under teacher forcing); 0 for RL steps */
+    double reproduced;
 } rl_step_reply;
 int rl_step_reply_encode(const rl_step_reply *r, char **out, size_t *len);
 int rl_step_reply_decode(rl_step_reply *r, const void *buf, size_t len);

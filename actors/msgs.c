@@ -420,6 +420,7 @@ static const struct {
     {"tokens", offsetof(rl_step_reply, tokens)},
     {"grad_norm", offsetof(rl_step_reply, grad_norm)},
     {"busy_s", offsetof(rl_step_reply, busy_s)},
+    {"reproduced", offsetof(rl_step_reply, reproduced)},
 };
 #define N_STATS (sizeof step_stats / sizeof step_stats[0])
 

@@ -302,6 +302,7 @@ static const char *const rl_keys[] = {"group_size",
                                       "lr",
                                       "warmup_lr",
                                       "warmup_steps",
+                                      "warmup",
                                       "warmup_batch",
                                       "beta1",
                                       "beta2",
@@ -325,6 +326,8 @@ static const char *const rl_keys[] = {"group_size",
                                       "run_dir",
                                       "max_missing_s",
                                       "max_step_failures",
+                                      "no_reward_warn_versions",
+                                      "dynamic_sampling",
                                       NULL};
 static const char *const task_keys[] = {"train", "heldout", "demos", NULL};
 static const char *const reward_keys[] = {"rule", "tolerance", "url", NULL};

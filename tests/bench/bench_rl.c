@@ -233,6 +233,10 @@ static int one_rl(manta_ctx *m, int argc, char **argv)
     sets[n++] = dir;
     sets[n++] = "rl.eval_problems=0";
     sets[n++] = "rl.eval_every=0";
+    /* the figures measure the pipeline (generation, staleness, the learner),
+     * not the sampling rule: every group is trained, as when they were first
+     * taken (dynamic sampling would make versions wait for informative groups) */
+    sets[n++] = "rl.dynamic_sampling=false";
     for (int i = 1; i < argc && n < 60; i++) sets[n++] = argv[i];
     /* The job through the job library, the calc server above in place of
      * the spec's service (a free port). */

@@ -57,13 +57,12 @@ static manta_spec *load(const char *run_dir, const char *const *extra, int n_ext
     snprintf(dir, sizeof dir, "rl.run_dir=%s", run_dir);
     const char *sets[32] = {"task.train=" SOURCE_DIR "/examples/calc/train.jsonl",
                             "task.heldout=" SOURCE_DIR "/examples/calc/heldout.jsonl",
-                            "task.demos=" SOURCE_DIR "/examples/calc/demos.jsonl",
-                            url,
-                            dir,
-                            "rl.warmup_steps=0",
-                            "rl.eval_problems=0",
-                            "rl.max_time_s=120"};
-    int n = 8;
+                            "task.demos=" SOURCE_DIR "/examples/calc/demos.jsonl", url, dir,
+                            "rl.warmup_steps=0", "rl.eval_problems=0", "rl.max_time_s=120",
+                            /* no warm-up, so no reward: versions must still
+                             * be trained for the faults to hit them */
+                            "rl.dynamic_sampling=false"};
+    int n = 9;
     for (int i = 0; i < n_extra; i++) sets[n++] = extra[i];
     manta_spec_errors errs;
     manta_spec_errors_init(&errs);

@@ -111,20 +111,14 @@ static manta_spec *load_spec(const char *model_dir, const char *run_dir)
     snprintf(lr, sizeof lr, "rl.lr=%g", RL_LR);
     const char *sets[] = {"task.train=" SOURCE_DIR "/examples/calc/train.jsonl",
                           "task.heldout=" SOURCE_DIR "/examples/calc/heldout.jsonl",
-                          "task.demos=" SOURCE_DIR "/examples/calc/demos.jsonl",
-                          url,
-                          dir,
-                          path,
-                          warm,
-                          wlr,
-                          ver,
-                          lr,
-                          "rl.weight_decay=0",
-                          "rl.batch_episodes=16",
-                          "rl.warmup_batch=16",
-                          "rl.max_time_s=120",
-                          "rl.eval_every=0",
-                          "rl.eval_problems=8"};
+                          "task.demos=" SOURCE_DIR "/examples/calc/demos.jsonl", url, dir, path,
+                          warm, wlr, ver, lr, "rl.weight_decay=0", "rl.batch_episodes=16",
+                          "rl.warmup_batch=16", "rl.max_time_s=120", "rl.eval_every=0",
+                          "rl.eval_problems=8",
+                          /* a policy this new earns no reward: train on its
+                           * groups anyway (advantage 0), so that versions are
+                           * trained and the weights move */
+                          "rl.dynamic_sampling=false"};
     manta_spec_errors errs;
     manta_spec_errors_init(&errs);
     manta_spec_options so = {.sets = sets, .n_sets = sizeof sets / sizeof *sets};

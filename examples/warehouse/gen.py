@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+# python3 examples/warehouse/gen.py [--seed 1] [--out examples/warehouse]
+"""Generate the warehouse task: "where is ab417?", answered with the shelf
+("C4-19") after two tool calls, the item's SKU and then that SKU's shelf.
+Both are keyed hashes (examples/warehouse_server.py, whose functions this
+script imports), so neither can be guessed: the policy has to copy the item
+code into the first call, the first answer into the second call, and the
+second answer out.
+
+Writes, as JSON lines:
+  train.jsonl    {"prompt": "where is ab417?", "answer": "C4-19"}  (2000)
+  heldout.jsonl  the same form, 200 items disjoint from train
+  demos.jsonl    64 demonstrations for the supervised warm-up:
+                 {"prompt", "segments": [["policy", "<call>sku:ab417</call>"],
+                  ["tool", "QX7M"], ["policy", "<call>shelf:QX7M</call>"],
+                  ["tool", "C4-19"], ["policy", "C4-19"]]}
+`sku:` and `shelf:` name the tool (the spec's `tools:` entries); <call> and
+</call> stand for the tool-call tokens.
+"""
+import argparse
+import json
+import os
+import random
+import string
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from warehouse_server import shelf, sku  # noqa: E402  (the ground truth)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
+    ap.add_argument("--train", type=int, default=2000)
+    ap.add_argument("--heldout", type=int, default=200)
+    ap.add_argument("--demos", type=int, default=64)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    seen, rows = set(), []
+    while len(rows) < args.train + args.heldout:
+        item = "".join(rng.choice(string.ascii_lowercase) for _ in range(2))
+        item += "%03d" % rng.randint(0, 999)
+        if item in seen:
+            continue
+        seen.add(item)
+        unit = sku(item)
+        rows.append({"item": item, "sku": unit, "answer": shelf(unit)})
+    train, held = rows[: args.train], rows[args.train :]
+    for name, part in (("train.jsonl", train), ("heldout.jsonl", held)):
+        with open(os.path.join(args.out, name), "w") as f:
+            for r in part:
+                f.write(json.dumps({"prompt": "where is %s?" % r["item"],
+                                    "answer": r["answer"]}) + "\n")
+    with open(os.path.join(args.out, "demos.jsonl"), "w") as f:
+        for r in train[: args.demos]:
+            segs = [["policy", "<call>sku:%s</call>" % r["item"]], ["tool", r["sku"]],
+                    ["policy", "<call>shelf:%s</call>" % r["sku"]], ["tool", r["answer"]],
+                    ["policy", r["answer"]]]
+            f.write(json.dumps({"prompt": "where is %s?" % r["item"], "segments": segs}) + "\n")
+
+
+if __name__ == "__main__":
+    main()
