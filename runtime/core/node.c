@@ -91,6 +91,9 @@ static int start_child(node *nd, child *c)
         {"MANTA_TRANSPORT", m->transport},
         {"MANTA_HOST", m->host},
         {"MANTA_MAX_MESSAGE", maxm},
+        /* the path of the job's key file, never the keys themselves */
+        {"MANTA_CURVE", m->curve ? "on" : "off"},
+        {"MANTA_KEYS", m->keys_path},
     };
     char logf[PATH_MAX] = "";
     if (m->log_dir && *m->log_dir &&

@@ -71,6 +71,7 @@ static int open_sockets(manta_ctx *m, mn_peer *p)
      * drops. Replies are bounded (mn_limit_socket). */
     zmq_setsockopt(p->sock, ZMQ_SNDHWM, &zero, sizeof zero);
     if (mn_limit_socket(p->sock, mn_max_frame(m)) != 0) return -1;
+    if (mn_auth_client(m, p->sock) != 0) return -1;
     zmq_setsockopt(p->sock, ZMQ_LINGER, &zero, sizeof zero);
     /* Reconnect fast: a restarted actor binds the same endpoint again. */
     zmq_setsockopt(p->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
