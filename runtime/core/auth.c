@@ -248,7 +248,15 @@ int mn_auth_setup(manta_ctx *m, const manta_options *opts)
     if (!mode || !*mode) mode = opts->curve && *opts->curve ? opts->curve : "auto";
     if (strcmp(mode, "auto") && strcmp(mode, "on") && strcmp(mode, "off"))
         return mn_fail(MANTA_EINVAL, "security curve '%s': expected auto, on or off", mode);
-    m->curve = !strcmp(mode, "on") || (!strcmp(mode, "auto") && !strcmp(m->transport, "tcp"));
+    /* A process that does not own the job (an attached driver, a node
+     * agent, an actor) follows the owner: the owner's key file in the run
+     * folder says the job uses CURVE, whatever this process's transport. */
+    char own[PATH_MAX];
+    snprintf(own, sizeof own, "%s/%s", m->rundir, KEY_FILE);
+    bool owner = m->role == MN_ROLE_DRIVER && !opts->attach;
+    bool job_keys_here = !owner && access(own, F_OK) == 0;
+    m->curve = !strcmp(mode, "on") ||
+               (!strcmp(mode, "auto") && (!strcmp(m->transport, "tcp") || job_keys_here));
     if (!m->curve) return 0;
     if (!zmq_has("curve"))
         return mn_fail(MANTA_EINVAL,
@@ -260,22 +268,20 @@ int mn_auth_setup(manta_ctx *m, const manta_options *opts)
     int rc;
     if (path && *path) {
         rc = read_job_keys(m, path);
-    } else if (m->role == MN_ROLE_DRIVER && !opts->attach) {
+    } else if (owner) {
         rc = make_job_keys(m);
-    } else if (m->role == MN_ROLE_DRIVER) {
-        char own[PATH_MAX];
-        snprintf(own, sizeof own, "%s/%s", m->rundir, KEY_FILE);
+    } else if (job_keys_here) {
+        /* on the owner's machine: its file, in our private run folder */
         rc = read_job_keys(m, own);
-        if (rc)
-            rc = mn_fail(rc,
-                         "job %s uses CURVE and its keys are not here (%s); give their file "
-                         "in MANTA_KEYS",
-                         m->job, manta_last_error());
     } else {
         rc = mn_fail(MANTA_EINVAL,
-                     "%s %s: CURVE is on (%s transport) but MANTA_KEYS names no key file (make "
-                     "one with `manta keys new FILE` and give it to every machine of the job)",
-                     m->role == MN_ROLE_NODE ? "node" : "actor", m->self, m->transport);
+                     "%s %s of job %s: CURVE is on (%s transport) but no key file was given "
+                     "(MANTA_KEYS) and %s is not here; make one with `manta keys new FILE` and "
+                     "give it to every machine of the job",
+                     m->role == MN_ROLE_NODE    ? "node"
+                     : m->role == MN_ROLE_ACTOR ? "actor"
+                                                : "attached driver",
+                     m->self, m->job, m->transport, own);
     }
     if (rc) return rc;
     m->nallow_bin = 0;

@@ -87,8 +87,10 @@ static int open_sockets(manta_ctx *m, mn_peer *p)
     zmq_setsockopt(p->sock, ZMQ_ROUTING_ID, rid, (size_t)rl);
     char mon[64];
     snprintf(mon, sizeof mon, "inproc://mn-mon-%d", ++m->npeers);
-    int events =
-        getenv("MANTA_DEBUG") ? ZMQ_EVENT_ALL : ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED;
+    int events = getenv("MANTA_DEBUG")
+                     ? ZMQ_EVENT_ALL
+                     : ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED |
+                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
     if (zmq_socket_monitor(p->sock, mon, events) != 0) return -1;
     p->mon = zmq_socket(m->zmq, ZMQ_PAIR);
     if (!p->mon || zmq_connect(p->mon, mon) != 0) return -1;
@@ -163,6 +165,22 @@ static void on_disconnected(manta_ctx *m, mn_peer *p)
     mn_fail_peer_calls(m, p, MANTA_EDIED, why);
 }
 
+/* The peer refused our handshake (it uses CURVE and we do not, or other
+ * keys): ZeroMQ would retry for ever, so the calls waiting fail now, with
+ * the likely cause, instead of at their deadline. */
+static void on_refused(manta_ctx *m, mn_peer *p, bool by_zap)
+{
+    char why[400];
+    snprintf(why, sizeof why,
+             "%s refused the connection: %s (this process has CURVE %s; every member of a job "
+             "needs the same security setting and key file, MANTA_CURVE and MANTA_KEYS)",
+             peer_name(p),
+             by_zap ? "our key is not on its allow-list" : "the CURVE handshake failed",
+             m->curve ? "on" : "off");
+    if (p->pending) mn_log("%s", why);
+    mn_fail_peer_calls(m, p, MANTA_ECONNECT, why);
+}
+
 int mn_peer_recv_monitor(manta_ctx *m, mn_peer *p)
 {
     int n = 0;
@@ -186,6 +204,9 @@ int mn_peer_recv_monitor(manta_ctx *m, mn_peer *p)
                    p->owner && p->owner->name ? p->owner->name : "-", event, value);
         if (event == ZMQ_EVENT_CONNECTED) p->reconnected = true;
         if (event == ZMQ_EVENT_DISCONNECTED) on_disconnected(m, p);
+        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+            event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+            on_refused(m, p, event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH);
     }
 }
 
