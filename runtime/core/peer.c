@@ -90,7 +90,8 @@ static int open_sockets(manta_ctx *m, mn_peer *p)
     int events = getenv("MANTA_DEBUG")
                      ? ZMQ_EVENT_ALL
                      : ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED |
-                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                           ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
     if (zmq_socket_monitor(p->sock, mon, events) != 0) return -1;
     p->mon = zmq_socket(m->zmq, ZMQ_PAIR);
     if (!p->mon || zmq_connect(p->mon, mon) != 0) return -1;
@@ -165,18 +166,21 @@ static void on_disconnected(manta_ctx *m, mn_peer *p)
     mn_fail_peer_calls(m, p, MANTA_EDIED, why);
 }
 
-/* The peer refused our handshake (it uses CURVE and we do not, or other
- * keys): ZeroMQ would retry for ever, so the calls waiting fail now, with
- * the likely cause, instead of at their deadline. */
-static void on_refused(manta_ctx *m, mn_peer *p, bool by_zap)
+/* The handshake failed: the peer uses CURVE and we do not, or other keys,
+ * or (rarely) it died mid-handshake. ZeroMQ would retry for ever, so the
+ * calls waiting fail now, with the likely cause, not at their deadline. */
+static void on_refused(manta_ctx *m, mn_peer *p, uint16_t event, uint32_t value)
 {
-    char why[400];
+    char why[512];
     snprintf(why, sizeof why,
-             "%s refused the connection: %s (this process has CURVE %s; every member of a job "
-             "needs the same security setting and key file, MANTA_CURVE and MANTA_KEYS)",
+             "the handshake with %s failed (%s, code 0x%x): it may use CURVE settings or keys "
+             "other than this process's (CURVE %s here); every member of a job needs the same "
+             "MANTA_CURVE and key file (MANTA_KEYS)",
              peer_name(p),
-             by_zap ? "our key is not on its allow-list" : "the CURVE handshake failed",
-             m->curve ? "on" : "off");
+             event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH       ? "our key is not on its allow-list"
+             : event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ? "protocol error"
+                                                            : "closed during the handshake",
+             value, m->curve ? "on" : "off");
     if (p->pending) mn_log("%s", why);
     mn_fail_peer_calls(m, p, MANTA_ECONNECT, why);
 }
@@ -205,8 +209,9 @@ int mn_peer_recv_monitor(manta_ctx *m, mn_peer *p)
         if (event == ZMQ_EVENT_CONNECTED) p->reconnected = true;
         if (event == ZMQ_EVENT_DISCONNECTED) on_disconnected(m, p);
         if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
-            event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
-            on_refused(m, p, event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH);
+            event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
+            event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+            on_refused(m, p, event, value);
     }
 }
 

@@ -385,7 +385,42 @@ static void test_ipc_modes(void **unused)
     assert_non_null(strstr(manta_last_error(), "maybe"));
 }
 
-/* ---- 5. a node agent without the keys does not start ---- */
+/* ---- 5. a member without CURVE learns why at once ---- */
+
+static void test_mismatch_fails_fast(void **unused)
+{
+    manta_ctx *m = start("tcp", NULL, NULL);
+    manta_actor *a = make(m, "strict");
+    assert_serves(m, a);
+    /* the same job, attached without CURVE: its calls fail with the reason,
+     * well before their deadline */
+    manta_options o = {.redis_url = redis.url,
+                       .job = manta_job(m),
+                       .classes = classes,
+                       .attach = 1,
+                       .curve = "off",
+                       .call_timeout_ms = 20000};
+    manta_ctx *x = NULL;
+    assert_int_equal(manta_init(&x, &o), 0);
+    manta_actor *xa = NULL;
+    assert_int_equal(manta_actor_lookup(x, "strict", &xa), 0);
+    double t0 = test_now();
+    manta_future *f = manta_call(x, xa, "echo", "x", 1);
+    const void *d;
+    size_t n;
+    int rc = manta_get(f, 20000, &d, &n);
+    fprintf(stderr, "call without CURVE: %s after %.2f s: %s\n", manta_strerror(rc),
+            test_now() - t0, manta_future_error(f));
+    assert_int_equal(rc, MANTA_ECONNECT);
+    assert_true(test_now() - t0 < 5);
+    assert_non_null(strstr(manta_future_error(f), "MANTA_CURVE"));
+    manta_future_free(f);
+    manta_shutdown(x);
+    assert_serves(m, a);
+    manta_shutdown(m);
+}
+
+/* ---- 6. a node agent without the keys does not start ---- */
 
 static void test_node_without_keys(void **unused)
 {
@@ -411,7 +446,7 @@ static void test_node_without_keys(void **unused)
     assert_int_equal(test_redis_count(&redis, "manta:au-rogue:*"), 0);
 }
 
-/* ---- 6. key files: what is refused ---- */
+/* ---- 7. key files: what is refused ---- */
 
 static void test_key_files(void **unused)
 {
@@ -484,6 +519,7 @@ int main(void)
         cmocka_unit_test(test_node_refuses_strangers),
         cmocka_unit_test(test_operator_keys_and_allow_list),
         cmocka_unit_test(test_ipc_modes),
+        cmocka_unit_test(test_mismatch_fails_fast),
         cmocka_unit_test(test_node_without_keys),
         cmocka_unit_test(test_key_files),
     };
