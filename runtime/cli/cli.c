@@ -819,6 +819,7 @@ int manta_cli_main(int argc, char **argv, const manta_class *const *classes)
         manta_init(&m, &(manta_options){.classes = classes});
         return MANTA_EXIT_RUNTIME;
     }
+    if (argc > 1 && !strcmp(argv[1], "keys")) return manta_cli_keys(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             const char *h = i > 1 ? command_help(argv[1]) : NULL;
