@@ -255,18 +255,20 @@ int mn_auth_setup(manta_ctx *m, const manta_options *opts)
     snprintf(own, sizeof own, "%s/%s", m->rundir, KEY_FILE);
     bool owner = m->role == MN_ROLE_DRIVER && !opts->attach;
     bool job_keys_here = !owner && access(own, F_OK) == 0;
+    /* A key file given is a request to use it. */
+    const char *path = getenv("MANTA_KEYS");
+    if (!path || !*path) path = opts->keys_file;
+    bool given = path && *path;
     m->curve = !strcmp(mode, "on") ||
-               (!strcmp(mode, "auto") && (!strcmp(m->transport, "tcp") || job_keys_here));
+               (!strcmp(mode, "auto") && (!strcmp(m->transport, "tcp") || job_keys_here || given));
     if (!m->curve) return 0;
     if (!zmq_has("curve"))
         return mn_fail(MANTA_EINVAL,
                        "CURVE is %s for this %s job but libzmq was built without it (set "
                        "security curve off only where every port is private)",
                        mode, m->transport);
-    const char *path = getenv("MANTA_KEYS");
-    if (!path || !*path) path = opts->keys_file;
     int rc;
-    if (path && *path) {
+    if (given) {
         rc = read_job_keys(m, path);
     } else if (owner) {
         rc = make_job_keys(m);

@@ -211,9 +211,9 @@ typedef struct manta_options {
     int attach;
     const char *log_dir; /* actors' stdout/stderr go to log_dir/NAME.log */
     /* Authentication of every ZeroMQ socket (mailboxes, node agents, object
-     * servers) with CURVE: "auto" (NULL: on for tcp, off for ipc, whose
-     * sockets live in the private 0700 run folder), "on" or "off". Env
-     * MANTA_CURVE wins. See "Security" below. */
+     * servers) with CURVE: "auto" (NULL: on for tcp or when a key file is
+     * given, off for ipc, whose sockets live in the private 0700 run
+     * folder), "on" or "off". Env MANTA_CURVE wins. See "Security" below. */
     const char *curve;
     /* The job's keys (a file made by manta_keys_write or `manta keys new`);
      * NULL: a driver makes a fresh pair at start in RUN_DIR/curve.key
