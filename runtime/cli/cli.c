@@ -365,7 +365,19 @@ static int run_start(cli *c, run_setup *r, manta_ctx **m, manta_job_t **job)
     const manta_redis_addr *redis = c->redis            ? &c->redis_addr
                                     : s->redis.embedded ? NULL
                                                         : &s->redis;
+    const char *curve = NULL, *keys = NULL; /* security: {curve: auto|on|off, keys: FILE} */
+    if (manta_spec_get_str(s->root, "security.curve", NULL, &curve, NULL) < 0 ||
+        manta_spec_get_str(s->root, "security.keys", NULL, &keys, NULL) < 0) {
+        fprintf(stderr, "manta run: %s: security: curve and keys must be strings\n", s->file);
+        return MANTA_EXIT_USAGE;
+    }
+    const char *libs[65] = {NULL}; /* the node agents load classes from these only */
+    for (size_t i = 0, n = 0; i < s->n_groups && n < 64; i++)
+        if (s->groups[i].library_path) libs[n++] = s->groups[i].library_path;
     manta_options o = {.redis = redis,
+                       .libraries = libs,
+                       .curve = curve,
+                       .keys_file = keys,
                        .job = s->job,
                        .classes = c->classes,
                        .log_dir = r->logs,

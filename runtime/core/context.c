@@ -40,7 +40,7 @@ static void ctx_free(manta_ctx *m)
     m->zmq = NULL;
     if (m->redis) redisFree(m->redis);
     free(m->redis_url), free(m->redis_dir);
-    free(m->transport), free(m->host), free(m->log_dir);
+    free(m->transport), free(m->host), free(m->log_dir), free(m->libraries);
     free(m->state);
     free(m);
 }
@@ -149,6 +149,7 @@ int manta_init(manta_ctx **out, const manta_options *opts)
         return mn_fail(rc, "%s", why);
     }
     rc = mn_auth_setup(m, opts);
+    if (rc == 0) rc = mn_node_libraries_set(m, opts);
     if (rc == 0) rc = driver_redis(m, opts);
     m->attached = opts->attach != 0;
     if (rc == 0 && !opts->no_local_node && !opts->attach) rc = mn_node_spawn_local(m);
@@ -502,6 +503,7 @@ int mn_node_spawn_local(manta_ctx *m)
         {"MANTA_MAX_MESSAGE", maxm},
         {"MANTA_CURVE", m->curve ? "on" : "off"},
         {"MANTA_KEYS", m->keys_path},
+        {"MANTA_LIBRARIES", m->libraries ? m->libraries : ""},
     };
     char **envp = mn_child_env(keep, vars, sizeof vars / sizeof vars[0]);
     if (!envp) return MANTA_ENOMEM;

@@ -297,6 +297,7 @@ struct manta_ctx {
     char *redis_dir;
     char job[64];
     char self[128];
+    char *libraries;      /* driver: the node agents' library allow-list, ':'-separated */
     char route_token[17]; /* random, once per process: routing ids are NAME#PID#TOKEN */
     char node[64];
     char rundir[160]; /* /tmp/manta-JOB: ipc sockets */
@@ -403,6 +404,10 @@ const manta_class *mn_find_class(manta_ctx *m, const char *name, const char *lib
 int mn_actor_main(manta_ctx *m); /* never returns */
 int mn_node_main(manta_ctx *m);  /* never returns */
 int mn_node_spawn_local(manta_ctx *m);
+/* The driver's library allow-list (manta_options.libraries, then
+ * MANTA_LIBRARIES) as one ':'-separated string in m->libraries, handed to
+ * node agents it starts. EINVAL for a path with ':' in it. */
+int mn_node_libraries_set(manta_ctx *m, const manta_options *opts);
 /* The node agent's reading of a `spawn` request's payload, on its own (for
  * the fuzz harness): 0, or EPROTO/EINVAL with the reason in err. */
 int mn_node_parse_spawn(const void *arg, size_t len, char *err, size_t errlen);

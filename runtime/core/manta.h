@@ -219,6 +219,14 @@ typedef struct manta_options {
      * NULL: a driver makes a fresh pair at start in RUN_DIR/curve.key
      * (0600), and an attached driver reads that file. Env MANTA_KEYS wins. */
     const char *keys_file;
+    /* The shared libraries the node agents may load actor classes from (a
+     * spec's `library:` entries), NULL-terminated; NULL: none. A spawn that
+     * names any other library is refused (ESPAWN, naming its path), so a
+     * caller cannot make an agent run a constructor of its choosing. Env
+     * MANTA_LIBRARIES (paths separated by ':') adds to the list; a `manta
+     * node` gets its list that way. Paths are compared once resolved
+     * (realpath); a bare name (dlopen's search) only matches itself. */
+    const char *const *libraries;
 } manta_options;
 
 /* ---- Runtime --------------------------------------------------------------- */

@@ -4,7 +4,9 @@
  * own key pair, or with another server key is refused by an actor and by a
  * node agent, nothing it sent reaches a method, and each refusal is counted;
  * a client holding the job's keys (or one on the allow-list) is admitted;
- * key files are checked (owner, mode, links, syntax, a matching pair).
+ * a member with other settings fails at once, naming why; key files are
+ * checked (owner, mode, links, syntax, a matching pair); a node agent loads
+ * classes only from the libraries on the allow-list it got at its start.
  *
  * This program is also its own actors: the node agent starts it again with
  * MANTA_ROLE set, and main() hands over to manta_init() at once.
@@ -420,7 +422,57 @@ static void test_mismatch_fails_fast(void **unused)
     manta_shutdown(m);
 }
 
-/* ---- 6. a node agent without the keys does not start ---- */
+/* ---- 6. the node agent's library allow-list ---- */
+
+#ifdef USER_ACTORS_LIB
+static int spawn_lib(manta_ctx *m, const char *name, const char *library)
+{
+    manta_actor *a = NULL;
+    return manta_actor_create(
+        m, &(manta_actor_options){.cls = "squarer", .name = name, .library = library}, &a);
+}
+
+static void test_library_allow_list(void **unused)
+{
+    char job[48];
+    snprintf(job, sizeof job, "au%d-lib", (int)getpid());
+    const char *const libs[] = {USER_ACTORS_LIB, NULL};
+    manta_options o = {.redis_url = redis.url, .job = job, .classes = classes, .libraries = libs};
+    manta_ctx *m = NULL;
+    assert_int_equal(manta_init(&m, &o), 0);
+    /* the library named at the start loads, however its path is spelt */
+    int rc = spawn_lib(m, "sq-1", USER_ACTORS_LIB);
+    if (rc) fprintf(stderr, "%s\n", manta_last_error());
+    assert_int_equal(rc, 0);
+    char dir[] = "/tmp/manta-lib-XXXXXX", link[128];
+    assert_non_null(mkdtemp(dir));
+    snprintf(link, sizeof link, "%s/same.so", dir);
+    assert_int_equal(symlink(USER_ACTORS_LIB, link), 0);
+    assert_int_equal(spawn_lib(m, "sq-2", link), 0);
+    /* any other library is refused, naming its path, and nothing runs */
+    const char *other = "/lib/x86_64-linux-gnu/libz.so.1";
+    rc = spawn_lib(m, "sq-3", other);
+    fprintf(stderr, "spawn with %s: %s\n", other, manta_last_error());
+    assert_int_equal(rc, MANTA_ESPAWN);
+    assert_non_null(strstr(manta_last_error(), other));
+    assert_non_null(strstr(manta_last_error(), "allow-list"));
+    manta_actor *x = NULL;
+    assert_int_equal(manta_actor_lookup(m, "sq-3", &x), MANTA_ENOTFOUND);
+    /* a bare name is not resolved through dlopen's search */
+    assert_int_equal(spawn_lib(m, "sq-4", "libuser_actors.so"), MANTA_ESPAWN);
+    manta_shutdown(m);
+    unlink(link);
+    rmdir(dir);
+
+    /* a job that names no library: every library is refused */
+    o.libraries = NULL;
+    assert_int_equal(manta_init(&m, &o), 0);
+    assert_int_equal(spawn_lib(m, "sq-5", USER_ACTORS_LIB), MANTA_ESPAWN);
+    manta_shutdown(m);
+}
+#endif
+
+/* ---- 7. a node agent without the keys does not start ---- */
 
 static void test_node_without_keys(void **unused)
 {
@@ -446,7 +498,7 @@ static void test_node_without_keys(void **unused)
     assert_int_equal(test_redis_count(&redis, "manta:au-rogue:*"), 0);
 }
 
-/* ---- 7. key files: what is refused ---- */
+/* ---- 8. key files: what is refused ---- */
 
 static void test_key_files(void **unused)
 {
@@ -520,6 +572,9 @@ int main(void)
         cmocka_unit_test(test_operator_keys_and_allow_list),
         cmocka_unit_test(test_ipc_modes),
         cmocka_unit_test(test_mismatch_fails_fast),
+#ifdef USER_ACTORS_LIB
+        cmocka_unit_test(test_library_allow_list),
+#endif
         cmocka_unit_test(test_node_without_keys),
         cmocka_unit_test(test_key_files),
     };
