@@ -228,8 +228,12 @@ static int make_job_keys(manta_ctx *m)
     if (snprintf(m->keys_path, sizeof m->keys_path, "%s/%s", m->rundir, KEY_FILE) >=
         (int)sizeof m->keys_path)
         return mn_fail(MANTA_EINVAL, "key file in %s: path too long", m->rundir);
-    /* A file left by an earlier job of the same name is replaced, not reused. */
-    return manta_keys_write(m->keys_path, &m->keys, 1);
+    /* A job of this name may be running (a second driver is refused later,
+     * by the job library): its key file is kept and used, never replaced
+     * under the feet of its members. A file that does not read well (not
+     * ours, wrong mode, broken) is an error, not something to overwrite. */
+    if (access(m->keys_path, F_OK) == 0) return manta_keys_read(m->keys_path, &m->keys);
+    return manta_keys_write(m->keys_path, &m->keys, 0);
 }
 
 static int read_job_keys(manta_ctx *m, const char *path)
