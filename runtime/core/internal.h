@@ -217,6 +217,7 @@ struct mn_peer {
     bool reconnected;               /* the socket connected again after a disconnect */
     bool connected;                 /* zmq_connect done (lazily: see mn_peer_connect) */
     bool looking;                   /* a directory lookup is in flight */
+    bool handshake_failed;          /* the last connection closed during its handshake */
     int64_t next_check;             /* when to look at the directory again */
     mn_held *held_head, *held_tail; /* sends waiting for the lookup */
     manta_actor *owner;             /* the handle, for named actors */
