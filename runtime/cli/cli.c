@@ -365,7 +365,19 @@ static int run_start(cli *c, run_setup *r, manta_ctx **m, manta_job_t **job)
     const manta_redis_addr *redis = c->redis            ? &c->redis_addr
                                     : s->redis.embedded ? NULL
                                                         : &s->redis;
+    const char *curve = NULL, *keys = NULL; /* security: {curve: auto|on|off, keys: FILE} */
+    if (manta_spec_get_str(s->root, "security.curve", NULL, &curve, NULL) < 0 ||
+        manta_spec_get_str(s->root, "security.keys", NULL, &keys, NULL) < 0) {
+        fprintf(stderr, "manta run: %s: security: curve and keys must be strings\n", s->file);
+        return MANTA_EXIT_USAGE;
+    }
+    const char *libs[65] = {NULL}; /* the node agents load classes from these only */
+    for (size_t i = 0, n = 0; i < s->n_groups && n < 64; i++)
+        if (s->groups[i].library_path) libs[n++] = s->groups[i].library_path;
     manta_options o = {.redis = redis,
+                       .libraries = libs,
+                       .curve = curve,
+                       .keys_file = keys,
                        .job = s->job,
                        .classes = c->classes,
                        .log_dir = r->logs,
@@ -819,6 +831,7 @@ int manta_cli_main(int argc, char **argv, const manta_class *const *classes)
         manta_init(&m, &(manta_options){.classes = classes});
         return MANTA_EXIT_RUNTIME;
     }
+    if (argc > 1 && !strcmp(argv[1], "keys")) return manta_cli_keys(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             const char *h = i > 1 ? command_help(argv[1]) : NULL;

@@ -30,6 +30,8 @@ enum {
 /* Run the CLI. `classes` is the NULL-terminated list of built-in classes.
  * Returns the exit code. Not thread-safe (installs signal handlers). */
 int manta_cli_main(int argc, char **argv, const manta_class *const *classes);
+/* `manta keys ...` (keys.c): argv[0] is "keys". Returns the exit code. */
+int manta_cli_keys(int argc, char **argv);
 
 #ifdef __cplusplus
 }

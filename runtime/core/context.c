@@ -40,7 +40,7 @@ static void ctx_free(manta_ctx *m)
     m->zmq = NULL;
     if (m->redis) redisFree(m->redis);
     free(m->redis_url), free(m->redis_dir);
-    free(m->transport), free(m->host), free(m->log_dir);
+    free(m->transport), free(m->host), free(m->log_dir), free(m->libraries);
     free(m->state);
     free(m);
 }
@@ -96,6 +96,10 @@ static void run_role(manta_ctx *m, const char *role, const manta_options *opts)
         mn_log("%s %s: %s", role, name, manta_last_error());
         _exit(3);
     }
+    if (mn_auth_setup(m, opts) != 0) {
+        mn_log("%s %s: %s", role, name, manta_last_error());
+        _exit(3);
+    }
     if (m->role == MN_ROLE_ACTOR) mn_actor_main(m);
     mn_node_main(m);
     _exit(0); /* not reached */
@@ -144,7 +148,9 @@ int manta_init(manta_ctx **out, const manta_options *opts)
         ctx_free(m);
         return mn_fail(rc, "%s", why);
     }
-    rc = driver_redis(m, opts);
+    rc = mn_auth_setup(m, opts);
+    if (rc == 0) rc = mn_node_libraries_set(m, opts);
+    if (rc == 0) rc = driver_redis(m, opts);
     m->attached = opts->attach != 0;
     if (rc == 0 && !opts->no_local_node && !opts->attach) rc = mn_node_spawn_local(m);
     if (rc != 0) {
@@ -202,6 +208,7 @@ int manta_attached(const manta_ctx *m)
 void manta_stats_get(const manta_ctx *m, manta_stats *out)
 {
     if (m && out) *out = m->stats;
+    if (m && out) out->auth_refused = atomic_load(&m->auth_refused);
 }
 
 /* ---- handles ---- */
@@ -494,6 +501,9 @@ int mn_node_spawn_local(manta_ctx *m)
         {"MANTA_HOST", m->host},
         {"MANTA_LOG_DIR", m->log_dir ? m->log_dir : ""},
         {"MANTA_MAX_MESSAGE", maxm},
+        {"MANTA_CURVE", m->curve ? "on" : "off"},
+        {"MANTA_KEYS", m->keys_path},
+        {"MANTA_LIBRARIES", m->libraries ? m->libraries : ""},
     };
     char **envp = mn_child_env(keep, vars, sizeof vars / sizeof vars[0]);
     if (!envp) return MANTA_ENOMEM;

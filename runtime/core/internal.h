@@ -15,6 +15,7 @@
 #include <hiredis/hiredis.h>
 #include <msgpack.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/types.h>
 #include <zmq.h>
@@ -125,6 +126,23 @@ int mn_limit_socket(void *sock, int64_t max_frame);
 /* The ZMQ_MAXMSGSIZE of a process's mailbox and call sockets. */
 int64_t mn_max_frame(const manta_ctx *m);
 
+/* ---- auth.c: CURVE on every socket, a ZAP handler, key files ---- */
+/* Decide whether this process uses CURVE (manta_options.curve, MANTA_CURVE)
+ * and find its keys (MANTA_KEYS, manta_options.keys_file, else a new pair
+ * in RUN_DIR/curve.key for a driver that owns its job). Call once the run
+ * folder exists. Returns 0 or a code with a message naming the cause. */
+int mn_auth_setup(manta_ctx *m, const manta_options *opts);
+/* Make `sock` a CURVE server with the job's key, checked by this process's
+ * ZAP handler (started on first use); a no-op when CURVE is off. Call
+ * before zmq_bind. Thread-safe (the object server's thread calls it). */
+int mn_auth_server(manta_ctx *m, void *sock);
+/* Make `sock` a CURVE client presenting the job's key pair; a no-op when
+ * CURVE is off. Call before zmq_connect. */
+int mn_auth_client(manta_ctx *m, void *sock);
+/* Count a refused connection and log it (the first ten, then one in a
+ * hundred, so a flood cannot fill the log). Thread-safe. */
+void mn_auth_refused(manta_ctx *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* ---- loop.c: the event loop (poll set, timers, fd watches, hooks) ---- */
 typedef struct mn_io mn_io;
 typedef struct mn_timer mn_timer;
@@ -199,6 +217,7 @@ struct mn_peer {
     bool reconnected;               /* the socket connected again after a disconnect */
     bool connected;                 /* zmq_connect done (lazily: see mn_peer_connect) */
     bool looking;                   /* a directory lookup is in flight */
+    bool handshake_failed;          /* the last connection closed during its handshake */
     int64_t next_check;             /* when to look at the directory again */
     mn_held *held_head, *held_tail; /* sends waiting for the lookup */
     manta_actor *owner;             /* the handle, for named actors */
@@ -279,6 +298,7 @@ struct manta_ctx {
     char *redis_dir;
     char job[64];
     char self[128];
+    char *libraries;      /* driver: the node agents' library allow-list, ':'-separated */
     char route_token[17]; /* random, once per process: routing ids are NAME#PID#TOKEN */
     char node[64];
     char rundir[160]; /* /tmp/manta-JOB: ipc sockets */
@@ -335,6 +355,17 @@ struct manta_ctx {
     manta_actor *node_handle;
 
     manta_stats stats;
+
+    /* auth.c */
+    bool curve;           /* CURVE on this process's sockets */
+    manta_keys keys;      /* the job's pair and allow-list */
+    char keys_path[4096]; /* their file: handed to children as MANTA_KEYS */
+    unsigned char allow_bin[MANTA_KEYS_MAX_ALLOW + 1][32]; /* admitted client keys */
+    size_t nallow_bin;
+    bool zap_started;
+    _Atomic uint64_t auth_refused; /* counted by any thread; copied to stats */
+    void *mb_mon;                  /* PAIR on the mailbox's monitor (handshake failures) */
+    mn_io *mb_mon_io;
 };
 
 /* ---- registry.c: the link to Redis (schema.c: the records) ---- */
@@ -374,6 +405,10 @@ const manta_class *mn_find_class(manta_ctx *m, const char *name, const char *lib
 int mn_actor_main(manta_ctx *m); /* never returns */
 int mn_node_main(manta_ctx *m);  /* never returns */
 int mn_node_spawn_local(manta_ctx *m);
+/* The driver's library allow-list (manta_options.libraries, then
+ * MANTA_LIBRARIES) as one ':'-separated string in m->libraries, handed to
+ * node agents it starts. EINVAL for a path with ':' in it. */
+int mn_node_libraries_set(manta_ctx *m, const manta_options *opts);
 /* The node agent's reading of a `spawn` request's payload, on its own (for
  * the fuzz harness): 0, or EPROTO/EINVAL with the reason in err. */
 int mn_node_parse_spawn(const void *arg, size_t len, char *err, size_t errlen);

@@ -210,6 +210,23 @@ typedef struct manta_options {
      * no local node, and shutdown leaves the job's actors and keys alone. */
     int attach;
     const char *log_dir; /* actors' stdout/stderr go to log_dir/NAME.log */
+    /* Authentication of every ZeroMQ socket (mailboxes, node agents, object
+     * servers) with CURVE: "auto" (NULL: on for tcp or when a key file is
+     * given, off for ipc, whose sockets live in the private 0700 run
+     * folder), "on" or "off". Env MANTA_CURVE wins. See "Security" below. */
+    const char *curve;
+    /* The job's keys (a file made by manta_keys_write or `manta keys new`);
+     * NULL: a driver makes a fresh pair at start in RUN_DIR/curve.key
+     * (0600), and an attached driver reads that file. Env MANTA_KEYS wins. */
+    const char *keys_file;
+    /* The shared libraries the node agents may load actor classes from (a
+     * spec's `library:` entries), NULL-terminated; NULL: none. A spawn that
+     * names any other library is refused (ESPAWN, naming its path), so a
+     * caller cannot make an agent run a constructor of its choosing. Env
+     * MANTA_LIBRARIES (paths separated by ':') adds to the list; a `manta
+     * node` gets its list that way. Paths are compared once resolved
+     * (realpath); a bare name (dlopen's search) only matches itself. */
+    const char *const *libraries;
 } manta_options;
 
 /* ---- Runtime --------------------------------------------------------------- */
@@ -419,12 +436,54 @@ typedef struct manta_stats {
     uint64_t timeouts, died, late_replies;
     uint64_t calls_served, casts_served;
     uint64_t bad_envelopes, bad_versions, unknown_methods, oversized, method_errors;
+    /* connections to this process's sockets refused by CURVE: a client
+     * without the job's keys, with another server key, or whose key is not
+     * on the allow-list (each is logged with what is known of the peer) */
+    uint64_t auth_refused;
 } manta_stats;
 
 void manta_stats_get(const manta_ctx *m, manta_stats *out);
 
 /* Internal method every actor answers: its manta_stats as a msgpack map. */
 #define MANTA_METHOD_STATS "__stats"
+
+/* ---- Security: CURVE keys --------------------------------------------------------- *
+ *
+ * In a job with CURVE on (manta_options.curve) every socket that receives
+ * from other processes is a CURVE server with the job's secret key, and
+ * every socket that calls is a CURVE client that presents the job's key
+ * pair. A ZAP handler in each process admits a connection only when the
+ * client's public key is the job's own or one on the file's allow-list;
+ * whatever a refused client sent never reaches a method. The keys travel
+ * to actors and node agents as the path of their file (MANTA_KEYS in the
+ * environment), never on a command line.
+ *
+ * The file is text: "public-key = Z85", "secret-key = Z85" and any number of
+ * "allow = Z85" lines (40-character zmq_z85 keys), '#' comments. It must be
+ * a regular file (not a link) owned by this user that no one else may read
+ * (mode 0600 or stricter). */
+#define MANTA_KEYS_MAX_ALLOW 64
+#define MANTA_KEY_Z85_LEN    40
+
+typedef struct manta_keys {
+    char public_key[MANTA_KEY_Z85_LEN + 1]; /* Z85, NUL-terminated */
+    char secret_key[MANTA_KEY_Z85_LEN + 1];
+    size_t nallow; /* further client public keys admitted */
+    char allow[MANTA_KEYS_MAX_ALLOW][MANTA_KEY_Z85_LEN + 1];
+} manta_keys;
+
+/* A fresh key pair (no allow-list). MANTA_EINVAL if libzmq has no CURVE. */
+int manta_keys_generate(manta_keys *k);
+/* Write keys to a new file of mode 0600 (created with O_EXCL, through no
+ * link); `replace` 1 swaps an existing file atomically (rename). Returns 0,
+ * or MANTA_ESYS/MANTA_EINVAL with the path in manta_last_error(). */
+int manta_keys_write(const char *path, const manta_keys *k, int replace);
+/* Read and check a key file (see above: owner, mode, no link, well-formed
+ * keys, the public key matching the secret one). Returns 0, or
+ * MANTA_ESYS/MANTA_EINVAL naming the path and line. */
+int manta_keys_read(const char *path, manta_keys *k);
+/* 1 if `z85` is a well-formed 40-character Z85 key, else 0. */
+int manta_key_valid(const char *z85);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,10 @@
  *   list             the agent's actors as text lines
  *   shutdown         stop every actor, delete their keys and its own, exit
  *
+ * A spawn may name a shared library to load the class from only when the
+ * library is on the allow-list the agent got at its start (MANTA_LIBRARIES:
+ * the spec's `library:` entries); the program must be the agent's own.
+ *
  * Spawning writes the directory record first (state "starting"), so a name
  * is claimed exactly once (HSETNX), then fork+execs the program with the
  * actor's identity in the environment. A reaper timer collects exits with
@@ -49,6 +53,8 @@ typedef struct child {
 
 typedef struct node {
     manta_ctx *m;
+    char **libs; /* the library allow-list: resolved paths, or bare names */
+    size_t nlibs;
     child *children;
     int next_slot;
     bool shutdown;
@@ -91,6 +97,9 @@ static int start_child(node *nd, child *c)
         {"MANTA_TRANSPORT", m->transport},
         {"MANTA_HOST", m->host},
         {"MANTA_MAX_MESSAGE", maxm},
+        /* the path of the job's key file, never the keys themselves */
+        {"MANTA_CURVE", m->curve ? "on" : "off"},
+        {"MANTA_KEYS", m->keys_path},
     };
     char logf[PATH_MAX] = "";
     if (m->log_dir && *m->log_dir &&
@@ -254,11 +263,96 @@ static int own_program(const char *exe)
            a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
+/* ---- the library allow-list ---- */
+
+int mn_node_libraries_set(manta_ctx *m, const manta_options *opts)
+{
+    size_t n = 1;
+    const char *env = getenv("MANTA_LIBRARIES");
+    for (const char *const *l = opts->libraries; l && *l; l++) n += strlen(*l) + 1;
+    if (env) n += strlen(env) + 1;
+    char *out = calloc(1, n);
+    if (!out) return mn_fail(MANTA_ENOMEM, "library allow-list: out of memory");
+    for (const char *const *l = opts->libraries; l && *l; l++) {
+        if (!**l) continue;
+        if (strchr(*l, ':')) {
+            free(out);
+            return mn_fail(MANTA_EINVAL, "library %s: a ':' in the path is not supported", *l);
+        }
+        if (*out) strcat(out, ":");
+        strcat(out, *l);
+    }
+    if (env && *env) {
+        if (*out) strcat(out, ":");
+        strcat(out, env);
+    }
+    free(m->libraries);
+    m->libraries = out;
+    return 0;
+}
+
+/* Read MANTA_LIBRARIES at the agent's start. A path is kept resolved, so a
+ * spawn matches it however it spells the same file; one that does not
+ * resolve here is left out, and said so. */
+static int load_allow_list(node *nd)
+{
+    const char *env = getenv("MANTA_LIBRARIES");
+    char *copy = mn_strdup(env && *env ? env : "");
+    size_t cap = 1;
+    for (const char *p = copy; p && *p; p++) cap += *p == ':';
+    nd->libs = calloc(cap, sizeof *nd->libs);
+    if (!copy || !nd->libs) return free(copy), MANTA_ENOMEM;
+    char *save = NULL;
+    for (char *t = strtok_r(copy, ":", &save); t; t = strtok_r(NULL, ":", &save)) {
+        char resolved[PATH_MAX];
+        if (strchr(t, '/') && !realpath(t, resolved)) {
+            mn_log("node %s: library %s of the allow-list: %s; spawns naming it are refused",
+                   nd->m->self, t, strerror(errno));
+            continue;
+        }
+        char *keep = mn_strdup(strchr(t, '/') ? resolved : t);
+        if (!keep) return free(copy), MANTA_ENOMEM;
+        nd->libs[nd->nlibs++] = keep;
+    }
+    free(copy);
+    return 0;
+}
+
+/* Is the spawn's library on the allow-list? On success c->library becomes
+ * the allowed entry (the resolved path), so that the actor loads exactly
+ * the file that was checked, not one dlopen's search finds first. */
+static bool library_allowed(node *nd, child *c)
+{
+    char resolved[PATH_MAX];
+    const char *want = c->library;
+    if (strchr(want, '/')) {
+        if (!realpath(want, resolved)) return false;
+        want = resolved;
+    }
+    for (size_t i = 0; i < nd->nlibs; i++) {
+        if (!strcmp(nd->libs[i], want)) {
+            if (strlen(nd->libs[i]) >= sizeof c->library) return false;
+            snprintf(c->library, sizeof c->library, "%s", nd->libs[i]);
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Check a spawn request before anything is written: the class (built-in
- * ones here, library ones in the actor itself) and the program. */
-static int check_spawn(node *nd, manta_req *call, const child *c)
+ * ones here, library ones in the actor itself), the library and the
+ * program. */
+static int check_spawn(node *nd, manta_req *call, child *c)
 {
     manta_ctx *m = nd->m;
+    if (c->library[0] && !library_allowed(nd, c))
+        return manta_reply_error(call, MANTA_ESPAWN,
+                                 "node %s: library %s is not on this node's allow-list; a node "
+                                 "loads classes only from the libraries named at its start (the "
+                                 "spec's library: entries, manta_options.libraries, "
+                                 "MANTA_LIBRARIES for `manta node`)",
+                                 m->self, c->library),
+               MANTA_ESPAWN;
     if (!c->library[0] && !mn_find_class(m, c->cls, NULL))
         return manta_reply_error(call, MANTA_ENOCLASS, "node %s: %s", m->self, manta_last_error()),
                MANTA_ENOCLASS;
@@ -540,6 +634,10 @@ int mn_node_main(manta_ctx *m)
     signal(SIGPIPE, SIG_IGN);
     if (mn_private_dir(m->rundir, "run folder") != 0) {
         mn_log("node %s: %s", m->self, manta_last_error());
+        _exit(3);
+    }
+    if (load_allow_list(nd) != 0) {
+        mn_log("node %s: library allow-list: out of memory", m->self);
         _exit(3);
     }
     char ep[256];

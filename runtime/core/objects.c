@@ -157,6 +157,7 @@ static void *store_thread(void *arg)
     mn_limit_socket(sock, MN_OBJ_REQUEST_MAX); /* requests are an object id */
     zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    if (mn_auth_server(m, sock) != 0) mn_log("object server: %s", manta_last_error());
     void *ctl = zmq_socket(m->zmq, ZMQ_PAIR);
     zmq_connect(ctl, "inproc://mn-objstore-ctl");
     if (zmq_bind(sock, s->endpoint) != 0) {

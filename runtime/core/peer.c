@@ -71,6 +71,7 @@ static int open_sockets(manta_ctx *m, mn_peer *p)
      * drops. Replies are bounded (mn_limit_socket). */
     zmq_setsockopt(p->sock, ZMQ_SNDHWM, &zero, sizeof zero);
     if (mn_limit_socket(p->sock, mn_max_frame(m)) != 0) return -1;
+    if (mn_auth_client(m, p->sock) != 0) return -1;
     zmq_setsockopt(p->sock, ZMQ_LINGER, &zero, sizeof zero);
     /* Reconnect fast: a restarted actor binds the same endpoint again. */
     zmq_setsockopt(p->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
@@ -86,8 +87,11 @@ static int open_sockets(manta_ctx *m, mn_peer *p)
     zmq_setsockopt(p->sock, ZMQ_ROUTING_ID, rid, (size_t)rl);
     char mon[64];
     snprintf(mon, sizeof mon, "inproc://mn-mon-%d", ++m->npeers);
-    int events =
-        getenv("MANTA_DEBUG") ? ZMQ_EVENT_ALL : ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED;
+    int events = getenv("MANTA_DEBUG")
+                     ? ZMQ_EVENT_ALL
+                     : ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED |
+                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                           ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
     if (zmq_socket_monitor(p->sock, mon, events) != 0) return -1;
     p->mon = zmq_socket(m->zmq, ZMQ_PAIR);
     if (!p->mon || zmq_connect(p->mon, mon) != 0) return -1;
@@ -149,6 +153,16 @@ void mn_peer_busy(manta_ctx *m, mn_peer *p, bool busy)
 
 /* ---- death and return ---- */
 
+/* The hint a failed handshake adds to what a caller is told. */
+static void curve_hint(const manta_ctx *m, char *out, size_t n)
+{
+    snprintf(out, n,
+             "if it is alive, it may use CURVE settings or keys other than this process's (CURVE "
+             "%s here); every member of a job needs the same MANTA_CURVE and key file "
+             "(MANTA_KEYS)",
+             m->curve ? "on" : "off");
+}
+
 static void on_disconnected(manta_ctx *m, mn_peer *p)
 {
     set_suspect(m, p, true);
@@ -156,10 +170,30 @@ static void on_disconnected(manta_ctx *m, mn_peer *p)
     /* The next message looks the record up first: a new incarnation may
      * live elsewhere. */
     p->next_check = mn_now_ms();
-    char why[256];
-    snprintf(why, sizeof why, "actor %s died: its connection closed while the call was pending",
-             peer_name(p));
+    char why[512], hint[256] = "";
+    if (p->handshake_failed) curve_hint(m, hint, sizeof hint);
+    snprintf(why, sizeof why, "actor %s died: its connection closed %s%s%s", peer_name(p),
+             p->handshake_failed ? "during the handshake" : "while the call was pending",
+             hint[0] ? "; " : "", hint);
+    p->handshake_failed = false;
     mn_fail_peer_calls(m, p, MANTA_EDIED, why);
+}
+
+/* The handshake was refused outright: the peer speaks CURVE and we do
+ * not, or it has other keys, or our key is not on its allow-list. ZeroMQ
+ * would retry for ever, so the calls waiting fail now, with the likely
+ * cause, not at their deadline. (A connection merely closed during the
+ * handshake may be a peer dying: on_disconnected says both.) */
+static void on_refused(manta_ctx *m, mn_peer *p, uint16_t event, uint32_t value)
+{
+    char why[512], hint[256];
+    curve_hint(m, hint, sizeof hint);
+    snprintf(why, sizeof why, "the handshake with %s failed (%s, code 0x%x); %s", peer_name(p),
+             event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? "our key is not on its allow-list"
+                                                      : "protocol error",
+             value, hint);
+    if (p->pending) mn_log("%s", why);
+    mn_fail_peer_calls(m, p, MANTA_ECONNECT, why);
 }
 
 int mn_peer_recv_monitor(manta_ctx *m, mn_peer *p)
@@ -183,8 +217,12 @@ int mn_peer_recv_monitor(manta_ctx *m, mn_peer *p)
         if (getenv("MANTA_DEBUG"))
             mn_log("peer %s (%s): socket event 0x%x value %u", p->endpoint,
                    p->owner && p->owner->name ? p->owner->name : "-", event, value);
-        if (event == ZMQ_EVENT_CONNECTED) p->reconnected = true;
+        if (event == ZMQ_EVENT_CONNECTED) p->reconnected = true, p->handshake_failed = false;
+        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) p->handshake_failed = true;
         if (event == ZMQ_EVENT_DISCONNECTED) on_disconnected(m, p);
+        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+            event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+            on_refused(m, p, event, value);
     }
 }
 

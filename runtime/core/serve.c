@@ -85,9 +85,9 @@ int mn_stats_pack(const manta_stats *s, msgpack_sbuffer *out)
     static const char *names[] = {
         "calls_sent",   "casts_sent",      "replies_ok",   "replies_error", "timeouts",
         "died",         "late_replies",    "calls_served", "casts_served",  "bad_envelopes",
-        "bad_versions", "unknown_methods", "oversized",    "method_errors"};
+        "bad_versions", "unknown_methods", "oversized",    "method_errors", "auth_refused"};
     size_t n = sizeof names / sizeof names[0];
-    _Static_assert(sizeof(manta_stats) == 14 * sizeof(uint64_t), "stats names out of date");
+    _Static_assert(sizeof(manta_stats) == 15 * sizeof(uint64_t), "stats names out of date");
     msgpack_pack_map(&pk, n);
     for (size_t i = 0; i < n; i++) {
         msgpack_pack_str(&pk, strlen(names[i]));
@@ -152,6 +152,7 @@ static int run_method(manta_ctx *m, manta_req *c, const mn_env *e, const void *a
     if (m->system_method && (rc = m->system_method(m, c, e, arg, len)) != MANTA_ENOMETHOD)
         return rc;
     if (!strcmp(c->method, MANTA_METHOD_STATS)) {
+        m->stats.auth_refused = atomic_load(&m->auth_refused);
         msgpack_sbuffer sb;
         msgpack_sbuffer_init(&sb);
         mn_stats_pack(&m->stats, &sb);
@@ -405,11 +406,59 @@ static int set_mailbox_options(manta_ctx *m, void *sock)
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
     /* A reply to a caller that has gone fails loudly instead of vanishing. */
     zmq_setsockopt(sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    if (mn_auth_server(m, sock) != 0) return -1;
     /* Callers name themselves (routing id NAME#PID). When a caller's socket
      * reconnects before this side has noticed the old connection is gone,
      * the new connection must win; without handover ZeroMQ would close it,
      * and the caller would take that for the actor's death. */
     return zmq_setsockopt(sock, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+}
+
+/* Handshakes that fail before the ZAP handler is asked (a client with no
+ * CURVE, or with another server key) show only on the socket's monitor. */
+static int on_mailbox_monitor(manta_ctx *m, void *unused, int revents)
+{
+    int n = 0;
+    for (;; n++) {
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, m->mb_mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            break;
+        }
+        uint16_t event = 0;
+        uint32_t value = 0;
+        if (zmq_msg_size(&ev) >= 6) {
+            memcpy(&event, zmq_msg_data(&ev), 2);
+            memcpy(&value, (char *)zmq_msg_data(&ev) + 2, 4);
+        }
+        zmq_msg_init(&addr);
+        if (zmq_msg_more(&ev)) zmq_msg_recv(&addr, m->mb_mon, 0);
+        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
+            mn_auth_refused(m,
+                            "a client of %.*s failed the CURVE handshake (it has no CURVE keys "
+                            "or another server key; ZMTP error 0x%x)",
+                            (int)zmq_msg_size(&addr), (const char *)zmq_msg_data(&addr), value);
+        zmq_msg_close(&ev);
+        zmq_msg_close(&addr);
+    }
+    m->stats.auth_refused = atomic_load(&m->auth_refused);
+    return n;
+}
+
+static int watch_handshakes(manta_ctx *m)
+{
+    if (!m->curve) return 0;
+    char ep[64];
+    snprintf(ep, sizeof ep, "inproc://mn-mailbox-mon-%p", (void *)m);
+    int zero = 0;
+    if (zmq_socket_monitor(m->mailbox, ep, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0 ||
+        !(m->mb_mon = zmq_socket(m->zmq, ZMQ_PAIR)) ||
+        zmq_setsockopt(m->mb_mon, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+        zmq_connect(m->mb_mon, ep) != 0)
+        return mn_fail(MANTA_EZMQ, "mailbox monitor: %s", zmq_strerror(zmq_errno()));
+    m->mb_mon_io = mn_io_add(m, m->mb_mon, -1, ZMQ_POLLIN, on_mailbox_monitor, NULL);
+    return m->mb_mon_io ? 0 : MANTA_ENOMEM;
 }
 
 int mn_mailbox_bind(manta_ctx *m, const char *endpoint)
@@ -418,7 +467,10 @@ int mn_mailbox_bind(manta_ctx *m, const char *endpoint)
     m->mailbox = zmq_socket(m->zmq, ZMQ_ROUTER);
     if (!m->mailbox) return mn_fail(MANTA_EZMQ, "mailbox: %s", zmq_strerror(zmq_errno()));
     if (set_mailbox_options(m, m->mailbox) != 0)
-        return mn_fail(MANTA_EZMQ, "mailbox options: %s", zmq_strerror(zmq_errno()));
+        return mn_fail(MANTA_EZMQ, "mailbox options: %s",
+                       manta_last_error()[0] ? manta_last_error() : zmq_strerror(zmq_errno()));
+    int rc = watch_handshakes(m);
+    if (rc) return rc;
     if (zmq_bind(m->mailbox, endpoint) != 0)
         return mn_fail(MANTA_EZMQ, "bind mailbox %s: %s", endpoint, zmq_strerror(zmq_errno()));
     size_t n = sizeof m->endpoint;
@@ -446,6 +498,12 @@ static void serve_free(manta_ctx *m)
         free_deferred(d);
     }
     m->deferred_tail = NULL;
+    if (m->mb_mon) {
+        mn_io_del(m, m->mb_mon_io);
+        zmq_socket_monitor(m->mailbox, NULL, 0);
+        zmq_close(m->mb_mon);
+        m->mb_mon = NULL, m->mb_mon_io = NULL;
+    }
     if (m->mailbox) zmq_close(m->mailbox);
     m->mailbox = NULL;
 }

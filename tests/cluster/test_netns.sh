@@ -59,6 +59,11 @@ done
 in_ns 1 redis-cli -h ${addr[0]} -p 6390 --no-auth-warning -a "$pw" ping 2>/dev/null | grep -q PONG \
     && ok "the namespaces reach each other" || { echo "FAIL: namespaces cannot reach each other"; exit 1; }
 export MANTA_STATE_DIR=$work/state MANTA_NODE_TIMEOUT_MS=3000
+# The job's machines share one CURVE key file, given by path (tcp jobs admit no one without it).
+"$MANTA" keys new "$work/job.key" > /dev/null || { echo "FAIL: manta keys new"; exit 1; }
+export MANTA_KEYS=$work/job.key
+# ... and load actor classes only from the libraries named at their start.
+export MANTA_LIBRARIES=$(awk '$1 == "library:" {print $2; exit}' "$SPEC")
 # Two worker nodes with 3 CPUs each; the head offers 1.
 for i in 1 2; do
     in_ns $i "$MANTA" node --redis "$url" --job $job --host ${addr[$i]} --cpu 3 \

@@ -437,7 +437,10 @@ int main(int argc, char **argv)
     if (argc == 5 && !getenv("MANTA_ROLE")) return child(argv);
     /* the local node offers 1 CPU, so test_failover's group does not fit */
     if (!getenv("MANTA_ROLE")) setenv("MANTA_NODE_CPU", "1", 1);
-    if (manta_init(&ctx, &(manta_options){.classes = classes, .job = "job-test"}) != 0) {
+    /* CURVE on over ipc too: the tcp agents of test_failover join with the
+     * job's key file, and every test runs authenticated */
+    if (manta_init(&ctx, &(manta_options){.classes = classes, .job = "job-test", .curve = "on"}) !=
+        0) {
         fprintf(stderr, "manta_init: %s\n", manta_last_error());
         return 1;
     }
