@@ -169,6 +169,7 @@ static void on_tool(const mcp_result *r, void *arg)
     } else {
         s->errors++;
         s->by_kind[manta_err_index(r->err)]++;
+        manta_metric_add(manta_req_ctx(p->req), "tool_errors_total", manta_errname(r->err), 1);
         char obs[96];
         /* a short observation: the policy reads it as bytes */
         snprintf(obs, sizeof obs, "error: %s", manta_errname(r->err));
@@ -218,9 +219,11 @@ static int env_call(manta_req *req, void *state, const void *arg, size_t len)
     if (!et) {
         s->unknown_tool++;
         s->errors++;
+        manta_metric_add(manta_req_ctx(req), "tool_errors_total", "EUNKNOWN", 1);
         reply_obs(req, 0, "error: unknown tool", "EUNKNOWN");
         return 0;
     }
+    manta_metric_add(manta_req_ctx(req), "tool_calls_total", et->name, 1);
     cJSON *a = cJSON_CreateObject();
     cJSON_AddStringToObject(a, et->arg, text);
     pending_call *p = calloc(1, sizeof *p);
@@ -235,6 +238,7 @@ static int env_call(manta_req *req, void *state, const void *arg, size_t len)
     if (rc) {
         s->errors++;
         s->by_kind[manta_err_index(rc) > 0 ? manta_err_index(rc) : manta_err_index(MANTA_EINVAL)]++;
+        manta_metric_add(manta_req_ctx(req), "tool_errors_total", manta_errname(rc), 1);
         reply_obs(p->req, 0, "error: EINVAL", manta_errname(rc));
         free(p);
         return 0;
