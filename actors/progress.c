@@ -38,7 +38,7 @@ void rl_progress_publish(manta_ctx *m, const rl_progress *p)
                        "{\"unit\":\"version\",\"step\":%lld,\"steps\":%lld,\"time_s\":%.2f,"
                        "\"time_limit_s\":%.2f,\"fields\":[[\"reward\",\"%.3f\"],%s"
                        "[\"train\",\"%s tok/s\"],[\"gen\",\"%s tok/s\"],[\"stale\",\"%.2f\"],"
-                       "[\"drops\",\"%lld\"],[\"tool errors\",\"%lld/%lld\"]]}",
+                       "[\"drops\",\"%lld\"],[\"tool errors\",\"%lld of %lld\"]]}",
                        (long long)p->version, (long long)p->max_versions, p->time_s, p->max_time_s,
                        p->reward, held, tt, gt, n > 0 ? sum / n : 0.0, (long long)p->dropped,
                        (long long)p->tool_errors, (long long)p->tool_calls);

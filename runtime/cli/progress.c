@@ -64,35 +64,33 @@ void cli_progress_format(const char *text, size_t len, double elapsed_s, double 
 {
     cli_buf b = {0};
     cJSON *j = text ? cJSON_ParseWithLength(text, len) : NULL;
-    double step = NAN, steps = NAN;
-    if (cJSON_IsObject(j)) {
-        const cJSON *unit = cJSON_GetObjectItemCaseSensitive(j, "unit");
-        step = field_num(j, "step"), steps = field_num(j, "steps");
-        if (isfinite(step))
-            cli_buf_printf(&b, "%s %.0f", cJSON_IsString(unit) ? unit->valuestring : "step", step);
-        if (isfinite(step) && isfinite(steps)) cli_buf_printf(&b, "/%.0f", steps);
-        const cJSON *fields = cJSON_GetObjectItemCaseSensitive(j, "fields");
-        for (const cJSON *f = cJSON_IsArray(fields) ? fields->child : NULL; f; f = f->next) {
-            const cJSON *k = cJSON_GetArrayItem(f, 0), *v = cJSON_GetArrayItem(f, 1);
-            if (cJSON_IsString(k) && cJSON_IsString(v))
-                cli_buf_printf(&b, "%s%s %s", b.len ? "  " : "", k->valuestring, v->valuestring);
-        }
-    } else {
+    int rec = cJSON_IsObject(j);
+    double step = rec ? field_num(j, "step") : NAN, steps = rec ? field_num(j, "steps") : NAN;
+    double limit = rec ? field_num(j, "time_limit_s") : NAN, t = rec ? field_num(j, "time_s") : NAN;
+    /* where the job is and the times first: a narrow terminal cuts the end */
+    const cJSON *unit = rec ? cJSON_GetObjectItemCaseSensitive(j, "unit") : NULL;
+    if (isfinite(step))
+        cli_buf_printf(&b, "%s %.0f", cJSON_IsString(unit) ? unit->valuestring : "step", step);
+    else
         cli_buf_printf(&b, "starting");
-    }
-    char el[32], eta[32] = "";
+    if (isfinite(step) && isfinite(steps)) cli_buf_printf(&b, "/%.0f", steps);
+    char el[32], eta[32];
     clock_text(el, sizeof el, elapsed_s);
-    cli_buf_printf(&b, "%s%s elapsed", b.len ? "  " : "", el);
+    cli_buf_printf(&b, "  %s elapsed", el);
     double left = NAN;
     if (isfinite(step) && isfinite(steps) && first_s >= 0 && step > first_step)
         left = (steps - step) * (elapsed_s - first_s) / (step - first_step);
-    double limit = cJSON_IsObject(j) ? field_num(j, "time_limit_s") : NAN;
-    double t = cJSON_IsObject(j) ? field_num(j, "time_s") : NAN;
     if (isfinite(limit) && isfinite(t) && (!isfinite(left) || left > limit - t))
         left = limit - t > 0 ? limit - t : 0;
     if (isfinite(left)) {
         clock_text(eta, sizeof eta, left);
         cli_buf_printf(&b, "  ETA %s", eta);
+    }
+    const cJSON *fields = rec ? cJSON_GetObjectItemCaseSensitive(j, "fields") : NULL;
+    for (const cJSON *f = cJSON_IsArray(fields) ? fields->child : NULL; f; f = f->next) {
+        const cJSON *k = cJSON_GetArrayItem(f, 0), *v = cJSON_GetArrayItem(f, 1);
+        if (cJSON_IsString(k) && cJSON_IsString(v))
+            cli_buf_printf(&b, "  %s %s", k->valuestring, v->valuestring);
     }
     cJSON_Delete(j);
     snprintf(out, n, "%s", b.p ? b.p : "");

@@ -501,7 +501,7 @@ static void test_progress_format(void **unused)
     /* 10 versions since version 0 seen at 5 s, now 25 s: 2 s a version, 30 left: 60 s */
     cli_progress_format(rec, strlen(rec), 25, 5, 0, line, sizeof line);
     assert_string_equal(line,
-                        "version 10/40  reward 0.412  held-out 84.0%  0:25 elapsed  ETA 1:00");
+                        "version 10/40  0:25 elapsed  ETA 1:00  reward 0.412  held-out 84.0%");
     /* the time limit caps the ETA */
     const char *capped = "{\"step\":1,\"steps\":1000,\"time_s\":770,\"time_limit_s\":780}";
     cli_progress_format(capped, strlen(capped), 775, 0, 0, line, sizeof line);
