@@ -48,7 +48,7 @@ typedef struct cli {
     const char *args[8];
     int nargs;
     manta_redis_addr redis_addr; /* --redis, parsed */
-    const char *redis, *job, *log_dir, *host, *name, *cpu, *gpu, *memory, *transport;
+    const char *redis, *job, *log_dir, *host, *name, *cpu, *gpu, *memory, *transport, *log_level;
     const char *sets[64];
     int nsets;
     int detach, follow, verbose, json;
@@ -76,7 +76,9 @@ static const char *usage_text =
     "                    the embedded one (IPv6 as [addr], %XX escapes in user and password)\n"
     "  --job NAME        which job (status, scale, stop, logs); default: the last one run here\n"
     "  --detach          run: return once every actor is ready; the job keeps running\n"
-    "  --json            run: print the run method's whole answer (JSON) instead of a summary\n"
+    "  --json            run: print the run method's whole answer (JSON) instead of a summary;\n"
+    "                    logs: print the log lines as they are (JSON) instead of pretty\n"
+    "  --log-level LVL   run: debug, info (default), warn or error: what actors log\n"
     "  --log-dir DIR     run: where run folders go (default: the spec's log_dir, else runs/)\n"
     "  --timeout SEC     run: readiness wait (60); scale: readiness (60) or drain (120) wait\n"
     "  --follow, -f      logs: keep printing what the actor writes\n"
@@ -119,7 +121,10 @@ static const char *command_help(const char *cmd)
                "  (finish or hand back their work), then stopped.\n";
     if (!strcmp(cmd, "stop")) return "manta stop [--job NAME]\n  Stops a running job cleanly.\n";
     if (!strcmp(cmd, "logs"))
-        return "manta logs ACTOR [--follow] [--job NAME]\n  Prints RUN_DIR/logs/ACTOR.log.\n";
+        return "manta logs ACTOR [--follow] [--json] [--job NAME]\n"
+               "  Prints RUN_DIR/logs/ACTOR.log: the actor's log lines (JSON: time, actor,\n"
+               "  incarnation, level, message) as `HH:MM:SS.mmm LEVEL ACTOR#INCARNATION message`,\n"
+               "  other output as it is; --json: the lines as they are; --follow: keep going.\n";
     if (!strcmp(cmd, "report"))
         return "manta report RUN_DIR\n"
                "  Writes reward.svg, success.svg, throughput.svg and staleness.svg in RUN_DIR\n"
@@ -323,6 +328,12 @@ static int run_prepare(cli *c, run_setup *r)
         fprintf(stderr, "manta run: %s: %s\n", c->args[0], strerror(errno));
         return MANTA_EXIT_USAGE;
     }
+    manta_log_level lvl;
+    if (c->log_level && manta_log_level_parse(c->log_level, &lvl) != 0) {
+        fprintf(stderr, "manta run: --log-level: %s\n", manta_last_error());
+        return MANTA_EXIT_USAGE;
+    }
+    if (c->log_level) setenv("MANTA_LOG_LEVEL", c->log_level, 1); /* the actors inherit it */
     if (!(r->spec = load_spec(c, r->spec_path, c->sets, (size_t)c->nsets))) return MANTA_EXIT_USAGE;
     if (read_metrics_section(r)) return MANTA_EXIT_USAGE;
     const char *log_root = c->log_dir ? c->log_dir : r->spec->log_dir ? r->spec->log_dir : "runs";
@@ -822,15 +833,37 @@ static int cmd_logs(cli *c)
     }
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
-    char buf[65536];
+    static char buf[65536];
+    size_t have = 0;
+    int color = isatty(STDOUT_FILENO);
     for (;;) {
         size_t n;
-        while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, stdout);
+        while ((n = fread(buf + have, 1, sizeof buf - 1 - have, f)) > 0) {
+            have += n;
+            /* whole lines only: a line being written is finished next turn */
+            char *start = buf, *nl;
+            while ((nl = memchr(start, '\n', (size_t)(buf + have - start)))) {
+                *nl = 0;
+                cli_log_line(start, c->json, color, stdout);
+                start = nl + 1;
+            }
+            have -= (size_t)(start - buf);
+            memmove(buf, start, have);
+            if (have == sizeof buf - 1) { /* a line longer than the buffer: as it is */
+                buf[have] = 0;
+                cli_log_line(buf, 1, 0, stdout);
+                have = 0;
+            }
+        }
         fflush(stdout);
         if (!c->follow || g_signal) break;
         if (st.pid > 0 && kill(st.pid, 0) != 0) break; /* the job ended */
         clearerr(f);
         usleep(200000); /* follow by polling the file, as tail -f does */
+    }
+    if (have) {
+        buf[have] = 0;
+        cli_log_line(buf, c->json, color, stdout);
     }
     fclose(f);
     return 0;
@@ -937,6 +970,8 @@ static int parse(cli *c, int argc, char **argv)
             dst = &c->memory;
         else if (!strcmp(a, "--transport"))
             dst = &c->transport;
+        else if (!strcmp(a, "--log-level"))
+            dst = &c->log_level;
         if (dst) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "manta: %s needs a value\n", a);

@@ -72,6 +72,12 @@ int cli_report_summary(const char *answer, size_t len, FILE *out);
 /* ---- status.c: the metrics tables of `manta status` ---- */
 void cli_status_metrics(manta_ctx *m, int verbose, FILE *out);
 
+/* ---- logs.c: `manta logs` ---- */
+/* Print one line of an actor's log: a JSON log line (runtime/core/log.c)
+ * as "HH:MM:SS.mmm LEVEL ACTOR#INCARNATION message" (the level in colour
+ * when color), anything else, or everything when raw, as it is. */
+void cli_log_line(const char *line, int raw, int color, FILE *out);
+
 /* ---- svg.c: charts as SVG, written by hand ---- */
 typedef struct svg_series {
     const char *name, *color;

@@ -88,6 +88,11 @@ static void series_row(FILE *out, const char *actor, const manta_metric *s)
             (unsigned long long)s->count, mean, p99);
 }
 
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 void cli_status_metrics(manta_ctx *m, int verbose, FILE *out)
 {
     manta_reg_names names;
@@ -95,6 +100,7 @@ void cli_status_metrics(manta_ctx *m, int verbose, FILE *out)
         fprintf(stderr, "manta status: actors: %s\n", manta_last_error());
         return;
     }
+    qsort(names.v, names.n, sizeof *names.v, by_name);
     manta_metrics *all = calloc(names.n + 1, sizeof *all);
     if (!all) {
         manta_reg_names_free(&names);

@@ -33,7 +33,10 @@ int mn_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 int64_t mn_now_ms(void);  /* monotonic */
 int64_t mn_wall_ms(void); /* wall clock */
 void mn_random_hex(char *out, size_t nhex);
+/* The runtime's own warnings: a log line at level warn (log.c). */
 void mn_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* One log line (log.c): JSON in actors and node agents, text in the driver. */
+void mn_log_line(manta_log_level level, const char *msg);
 /* End this process (an actor, a node agent, a forked helper) without running
  * atexit handlers: flush stdio, and in a sanitizer build first run
  * LeakSanitizer's check (which _exit skips) when code is 0; leaks found make

@@ -412,6 +412,25 @@ int manta_kv_set(manta_ctx *m, const char *key, const void *val, size_t len);
  * *len; the caller frees). ENOTFOUND when absent. */
 int manta_kv_get(manta_ctx *m, const char *key, void **val, size_t *len);
 
+/* ---- Log lines -------------------------------------------------------------------- *
+ *
+ * In an actor or a node agent (whose output goes to RUN_DIR/logs/NAME.log)
+ * a line is one JSON object: {"time" (UTC, ms), "role", "actor" (its name),
+ * "incarnation", "pid", "level", "msg"}; `manta logs ACTOR` pretty-prints
+ * them. In the driver a line is plain text on stderr. Lines below the level
+ * in MANTA_LOG_LEVEL (debug, info, warn, error; default info; `manta run
+ * --log-level`) are dropped. The runtime's own warnings are lines at level
+ * warn. Thread-safe (one write per line). */
+typedef enum manta_log_level {
+    MANTA_LOG_DEBUG,
+    MANTA_LOG_INFO,
+    MANTA_LOG_WARN,
+    MANTA_LOG_ERROR
+} manta_log_level;
+void manta_log(manta_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "debug", "info", "warn", "error" -> *out; EINVAL naming the text otherwise. */
+int manta_log_level_parse(const char *name, manta_log_level *out);
+
 /* ---- Metrics ---------------------------------------------------------------------- *
  *
  * Every actor keeps counters, gauges and histograms and publishes them with

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -608,6 +609,55 @@ static void test_report(void **unused)
     assert_int_equal(system(cmd), 0);
 }
 
+/* ---- log lines ---- */
+
+static void test_logs(void **unused)
+{
+    (void)unused;
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    pid_t pid = fork();
+    if (pid == 0) { /* as an actor would: identity from the environment */
+        setenv("MANTA_ROLE", "actor", 1);
+        setenv("MANTA_NAME", "w-9", 1);
+        setenv("MANTA_INCARNATION", "3", 1);
+        setenv("MANTA_LOG_LEVEL", "warn", 1);
+        dup2(fd[1], 2);
+        manta_log(MANTA_LOG_INFO, "below the level");
+        manta_log(MANTA_LOG_ERROR, "bad \"%s\"\n\tnext", "x");
+        _exit(0);
+    }
+    close(fd[1]);
+    char out[4096];
+    size_t n = 0;
+    ssize_t r;
+    while ((r = read(fd[0], out + n, sizeof out - 1 - n)) > 0) n += (size_t)r;
+    out[n] = 0;
+    close(fd[0]);
+    waitpid(pid, NULL, 0);
+    assert_non_null(strchr(out, '\n'));
+    assert_null(strchr(strchr(out, '\n') + 1, '\n')); /* one line: info was dropped */
+    assert_non_null(strstr(out, "\"role\":\"actor\",\"actor\":\"w-9\",\"incarnation\":3,"));
+    assert_non_null(strstr(out, "\"level\":\"error\",\"msg\":\"bad \\\"x\\\"\\n\\tnext\"}"));
+    assert_true(!strncmp(out, "{\"time\":\"20", 11));
+    /* pretty: time of day, level, actor#incarnation, message */
+    *strchr(out, '\n') = 0;
+    char pretty[512] = "";
+    FILE *f = fmemopen(pretty, sizeof pretty, "w");
+    cli_log_line(out, 0, 0, f);
+    cli_log_line("plain output of a child", 0, 0, f);
+    cli_log_line(out, 1, 0, f);
+    fclose(f);
+    assert_non_null(
+        strstr(pretty, " ERROR w-9#3            bad \"x\"\n\tnext\nplain output of a child\n{"));
+    assert_true(pretty[2] == ':' && pretty[5] == ':' && pretty[8] == '.');
+    manta_log_level l;
+    assert_int_equal(manta_log_level_parse("debug", &l), 0);
+    assert_int_equal(l, MANTA_LOG_DEBUG);
+    assert_int_equal(manta_log_level_parse("loud", &l), MANTA_EINVAL);
+    assert_non_null(strstr(manta_last_error(), "'loud'"));
+}
+
 int main(void)
 {
     if (getenv("MANTA_ROLE")) {
@@ -618,9 +668,13 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     test_redis_start(&redis);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_table_and_record), cmocka_unit_test(test_check_exposition_rejects),
-        cmocka_unit_test(test_exposition),       cmocka_unit_test(test_http),
-        cmocka_unit_test(test_progress_format),  cmocka_unit_test(test_report),
+        cmocka_unit_test(test_table_and_record),
+        cmocka_unit_test(test_check_exposition_rejects),
+        cmocka_unit_test(test_exposition),
+        cmocka_unit_test(test_http),
+        cmocka_unit_test(test_progress_format),
+        cmocka_unit_test(test_report),
+        cmocka_unit_test(test_logs),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     test_redis_stop(&redis);

@@ -156,6 +156,8 @@ PY
     check "manta report exits 0 ($out)" test $rc -eq 0
     check "manta report writes the plots again" test -s "$run_dir/staleness.svg" -a -s "$run_dir/reward.svg"
     check "manta report prints the summary" grep -q "held-out success" <<<"$out"
+    out=$("$MANTA" run --log-level loud "$work/spec.yaml" 2>&1); rc=$?
+    check "a bad --log-level exits 2 naming it (got $rc: $out)" grep -q "log level 'loud'" <<<"$out"
     "$MANTA" report "$work/nowhere" > /dev/null 2>&1; rc=$?
     check "manta report of a folder without metrics exits 5 (got $rc)" test $rc -eq 5
 fi
