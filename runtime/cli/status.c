@@ -56,9 +56,9 @@ static void dur(char *out, size_t n, double s)
     else if (isinf(s))
         snprintf(out, n, ">60s");
     else if (s < 1)
-        snprintf(out, n, "%gms", s * 1000);
+        snprintf(out, n, "%.3gms", s * 1000);
     else
-        snprintf(out, n, "%gs", s);
+        snprintf(out, n, "%.3gs", s);
 }
 
 static void latency(char *out, size_t n, const manta_metrics *l, const char *name)
@@ -78,7 +78,18 @@ static void series_row(FILE *out, const char *actor, const manta_metric *s)
     else
         snprintf(name, sizeof name, "%s", s->name);
     if (s->type != MANTA_METRIC_HISTOGRAM) {
-        fprintf(out, "  %-16s %-36s %.6g\n", actor, name, s->value);
+        size_t nl = strlen(s->name);
+        if (nl > 12 && !strcmp(s->name + nl - 12, "_bytes_total") && s->value >= 1024) {
+            const char *unit[] = {"KiB", "MiB", "GiB", "TiB"};
+            double v = s->value / 1024;
+            int u = 0;
+            while (v >= 1024 && u < 3) v /= 1024, u++;
+            fprintf(out, "  %-16s %-36s %.1f %s\n", actor, name, v, unit[u]);
+        } else if (s->value == floor(s->value) && fabs(s->value) < 1e15) {
+            fprintf(out, "  %-16s %-36s %.0f\n", actor, name, s->value);
+        } else {
+            fprintf(out, "  %-16s %-36s %.4g\n", actor, name, s->value);
+        }
         return;
     }
     char mean[24], p99[24];
@@ -106,6 +117,7 @@ void cli_status_metrics(manta_ctx *m, int verbose, FILE *out)
         manta_reg_names_free(&names);
         return;
     }
+    /* latency: the upper bounds of the histogram buckets holding p50 and p99 */
     fprintf(out, "actors:\n  %-16s %-10s %8s %9s %9s %7s %7s %17s %17s\n", "NAME", "STATE",
             "RESTARTS", "SERVED", "MADE", "FAILED", "MAILBOX", "SERVED p50/p99", "MADE p50/p99");
     for (size_t i = 0; i < names.n; i++) {
