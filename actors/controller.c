@@ -46,6 +46,7 @@
  */
 #include "manta_actors.h"
 #include "rl_util.h"
+#include "textio.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -173,6 +174,7 @@ typedef struct ctl_state {
     int n_reasons, cap_reasons;
     int64_t stale_hist[STALE_BINS];
     int64_t tool_calls, tool_errors, gen_tokens, trained_tokens, zero_var_groups, duplicates;
+    cJSON *tool_errors_by_kind; /* from the env actors at the end (rl_env_errors_json) */
     int64_t v_tool_calls, v_tool_errors, v_gen_tokens;
     double t_start, t_rl_start, learner_busy_s, t_last_version;
     FILE *metrics;
@@ -246,52 +248,15 @@ static int load_problems(const char *path, problem **out, int *n)
     return rc;
 }
 
-static void demo_push(demo *d, int32_t tok, uint8_t mask)
+/* One demonstration into d, as the policy's text makes it (textio.c: the
+ * byte-level tokens, or the chat format rendered and tokenised): the prompt
+ * and tool turns as given tokens, the policy segments trained on. */
+static int build_demo(demo *d, rl_text *x, const cJSON *p, const cJSON *segs)
 {
-    d->tok[d->n] = tok, d->mask[d->n] = mask, d->n++;
-}
-
-/* Tokens a demonstration needs at most: <bos>, the prompt, every segment's
- * bytes and '\n', <eos>. */
-static size_t demo_bound(const cJSON *p, const cJSON *segs)
-{
-    size_t n = 2 + strlen(p->valuestring);
-    const cJSON *seg;
-    cJSON_ArrayForEach(seg, segs)
-    {
-        const cJSON *text = cJSON_GetArrayItem(seg, 1);
-        if (cJSON_IsString(text)) n += strlen(text->valuestring) + 1;
-    }
-    return n;
-}
-
-/* One demonstration into d: the prompt as given tokens, then its segments. */
-static int build_demo(demo *d, const cJSON *p, const cJSON *segs)
-{
-    size_t cap = demo_bound(p, segs);
-    d->tok = calloc(cap, sizeof *d->tok), d->mask = calloc(cap, 1);
-    if (!d->tok || !d->mask) return MANTA_ENOMEM;
-    demo_push(d, RL_TOK_BOS, 0);
-    for (const char *c = p->valuestring; *c; c++) demo_push(d, (unsigned char)*c, 0);
-    const cJSON *seg;
-    cJSON_ArrayForEach(seg, segs)
-    {
-        const cJSON *kind = cJSON_GetArrayItem(seg, 0), *text = cJSON_GetArrayItem(seg, 1);
-        if (!cJSON_IsString(kind) || !cJSON_IsString(text)) return MANTA_EINVAL;
-        int pol = !strcmp(kind->valuestring, "policy");
-        if (!pol && strcmp(kind->valuestring, "tool")) return MANTA_EINVAL;
-        for (const char *c = text->valuestring; *c;) {
-            if (pol && !strncmp(c, "<call>", 6)) {
-                demo_push(d, RL_TOK_CALL, 1), c += 6;
-            } else if (pol && !strncmp(c, "</call>", 7)) {
-                demo_push(d, RL_TOK_END, 1), c += 7;
-            } else {
-                demo_push(d, (unsigned char)*c, (uint8_t)pol), c++;
-            }
-        }
-        if (!pol) demo_push(d, '\n', 0);
-    }
-    demo_push(d, RL_TOK_EOS, 1);
+    size_t n = 0;
+    int rc = rl_text_demo(x, p->valuestring, segs, &d->tok, &d->mask, &n);
+    if (rc) return rc == MANTA_ENOMEM ? rc : MANTA_EINVAL;
+    d->n = (int)n;
     return 0;
 }
 
@@ -306,8 +271,10 @@ static int load_demos(ctl_state *s, const char *path, int max)
     char *line = NULL;
     size_t lcap = 0;
     int lineno = 0, rc = 0;
+    rl_text *x = NULL;
     s->demos = calloc((size_t)max, sizeof *s->demos);
     if (!s->demos) rc = rl_fail(MANTA_ENOMEM, "%s: out of memory for %d demonstrations", path, max);
+    if (!rc) rc = rl_text_new(&s->ms, &x);
     while (!rc && s->n_demos < max && getline(&line, &lcap, f) >= 0) {
         lineno++;
         if (blank(line)) continue;
@@ -315,7 +282,7 @@ static int load_demos(ctl_state *s, const char *path, int max)
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
         const cJSON *segs = cJSON_GetObjectItemCaseSensitive(j, "segments");
         demo *d = &s->demos[s->n_demos++]; /* counted: ctl_fini frees it either way */
-        rc = cJSON_IsString(p) && cJSON_IsArray(segs) ? build_demo(d, p, segs) : MANTA_EINVAL;
+        rc = cJSON_IsString(p) && cJSON_IsArray(segs) ? build_demo(d, x, p, segs) : MANTA_EINVAL;
         if (rc == MANTA_EINVAL)
             rl_fail(rc, "%s:%d: not {\"prompt\": str, \"segments\": [[\"policy\"|\"tool\", str]]}",
                     path, lineno);
@@ -323,6 +290,7 @@ static int load_demos(ctl_state *s, const char *path, int max)
             rl_fail(rc, "%s:%d: out of memory", path, lineno);
         cJSON_Delete(j);
     }
+    rl_text_free(x);
     free(line);
     fclose(f);
     return rc;
@@ -419,6 +387,7 @@ static void ctl_fini(manta_ctx *m, void *state)
     free(s->holders), free(s->reason), free(s->reason_n), free(s->L);
     free(s->g_r), free(s->g_adv), free(s->g_idx);
     rl_buckets_destroy(&s->buckets);
+    cJSON_Delete(s->tool_errors_by_kind);
     if (s->timer) manta_timer_cancel(m, s->timer);
     if (s->metrics) fclose(s->metrics);
     if (s->traj_dump) fclose(s->traj_dump);
@@ -765,7 +734,7 @@ static int ctl_submit(manta_req *req, void *state, const void *arg, size_t len)
     ctl_state *s = state;
     rl_traj t;
     rl_traj_init(&t);
-    if (rl_traj_decode(&t, arg, len)) {
+    if (rl_traj_decode_vocab(&t, arg, len, s->ms.vocab)) {
         rl_traj_destroy(&t);
         return manta_reply_error(req, MANTA_EINVAL, "submit: not a trajectory");
     }
@@ -1335,6 +1304,8 @@ static cJSON *summary_json(ctl_state *s)
     cJSON_AddNumberToObject(j, "warmup_s", s->t_warm);
     cJSON_AddNumberToObject(j, "rl_s", s->t_rl);
     cJSON_AddItemToObject(j, "ledger", ledger_json(s));
+    if (s->tool_errors_by_kind)
+        cJSON_AddItemToObject(j, "tool_errors_by_kind", cJSON_Duplicate(s->tool_errors_by_kind, 1));
     cJSON_AddItemToObject(j, "model", model_json(s));
     cJSON *r = cJSON_AddObjectToObject(j, "rates");
     cJSON_AddNumberToObject(r, "trained_tokens", (double)s->trained_tokens);
@@ -1426,6 +1397,7 @@ static void finish_run(ctl_state *s)
         snprintf(s->checkpoint, sizeof s->checkpoint, "%s", path);
     }
     manta_future_free(sf);
+    s->tool_errors_by_kind = rl_env_errors_json(s->m, "env", 2000); /* into summary.json */
     char *txt = summary_text(s, "done");
     if (txt) write_summary_text(s, txt);
     if (txt)

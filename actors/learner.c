@@ -126,7 +126,7 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
     s->bucket_elems = (size_t)(bucket_mb * (1 << 20) / sizeof(float));
     if (s->bucket_elems < 1024) s->bucket_elems = 1024; /* tiny buckets only cost round trips */
     s->block = s->ms.max_seq;
-    if ((rc = rl_model_open(&s->ms, s->max_batch, s->block, &s->model))) {
+    if ((rc = rl_model_open(&s->ms, s->max_batch, s->block, 0, &s->model))) {
         rl_log(m, "learner: %s", rl_last_error());
         return rc;
     }
@@ -329,7 +329,7 @@ static int learner_step(manta_req *req, void *state, const void *arg, size_t len
     learner_state *s = state;
     double t0 = rl_now_s();
     rl_step_req r;
-    int T = 1, rc = rl_step_req_decode(&r, arg, len);
+    int T = 1, rc = rl_step_req_decode_vocab(&r, arg, len, s->ms.vocab);
     if (!rc) rc = load_batch(s, &r, &T);
     int mode = r.mode, B = r.n_items;
     float lr = (float)r.lr;

@@ -46,11 +46,22 @@ extern const manta_class rl_env_class;
 extern const manta_class rl_reward_class;
 extern const manta_class rl_learner_class;
 
+/* The tool errors of every live env actor (`group`-0, -1, ...: each asked
+ * for its "stats", waiting up to timeout_ms each), merged by kind:
+ * {KIND: {outcome, count, first: [message...]}} (mcp_errors_json), {} when
+ * none. NULL when out of memory. The caller owns it. For run summaries;
+ * blocks, so call it where the controller may wait (the end of a run). */
+struct cJSON;
+struct cJSON *rl_env_errors_json(manta_ctx *m, const char *group, int timeout_ms);
+
 /* ---- vocabulary ----------------------------------------------------------- *
  * Token ids 0..255 are bytes; four specials follow. A tool call is
  * RL_TOK_CALL <argument bytes> RL_TOK_END in the policy's output; the
  * observation that the env returns is appended as given bytes (loss mask 0)
- * followed by '\n'. An episode ends at RL_TOK_EOS. */
+ * followed by '\n'. An episode ends at RL_TOK_EOS. A policy with its own
+ * tokenizer (spec model.tokenizer; actors/textio.c) uses that tokenizer's
+ * ids and chat format instead: the decoders below then take its size as
+ * the bound (rl_traj_decode_vocab, rl_step_req_decode_vocab). */
 #define RL_TOK_BOS  256
 #define RL_TOK_EOS  257
 #define RL_TOK_CALL 258
@@ -109,9 +120,13 @@ int rl_traj_encode(const rl_traj *t, char **out, size_t *len);
  * 0, or MANTA_EINVAL on a malformed buffer (t is left valid and empty),
  * MANTA_ENOMEM. */
 int rl_traj_decode(rl_traj *t, const void *buf, size_t len);
+/* The same with token ids checked against [0, vocab) instead of the
+ * byte-level RL_VOCAB: a policy with its own tokenizer (model.tokenizer). */
+int rl_traj_decode_vocab(rl_traj *t, const void *buf, size_t len, int32_t vocab);
 
 /* The tokens as readable text: specials as <bos> <eos> <call> </call>,
- * '\n' as \n, other bytes outside ASCII as \xHH. */
+ * '\n' as \n, other bytes outside ASCII as \xHH, ids of a tokenizer's
+ * larger vocabulary (RL_VOCAB and up) as <id>. */
 void rl_traj_render(const rl_traj *t, char *out, size_t cap);
 
 /* Bytes of text as tokens (one per byte) into out[cap]; returns the count. */
@@ -233,6 +248,8 @@ typedef struct rl_step_req {
 } rl_step_req;
 int rl_step_req_encode(const rl_step_req *r, char **out, size_t *len);
 int rl_step_req_decode(rl_step_req *r, const void *buf, size_t len);
+/* The same with token ids checked against [0, vocab) (RL_VOCAB above). */
+int rl_step_req_decode_vocab(rl_step_req *r, const void *buf, size_t len, int32_t vocab);
 void rl_step_req_destroy(rl_step_req *r);
 
 /* A shard's answer to "step" (and to "publish", with zero statistics): its

@@ -329,9 +329,9 @@ int rl_step_req_encode(const rl_step_req *r, char **out, size_t *len)
     return enc_end(&e, "step", out, len);
 }
 
-/* One item: tok n x int32 in the vocabulary, logp empty or n x float32,
+/* One item: tok n x int32 in [0, vocab), logp empty or n x float32,
  * mask n bytes; copied into one allocation owned by it->tok. */
-static int read_item(const msgpack_object *o, uint32_t i, rl_step_item *it)
+static int read_item(const msgpack_object *o, uint32_t i, int32_t vocab, rl_step_item *it)
 {
     char what[48];
     int rc = 0;
@@ -361,12 +361,17 @@ static int read_item(const msgpack_object *o, uint32_t i, rl_step_item *it)
     if (lp->via.bin.size) memcpy(l, lp->via.bin.ptr, (size_t)n * 4);
     *it = (rl_step_item){(int)n, t, lp->via.bin.size ? l : NULL, m, (float)adv};
     for (uint32_t k = 0; k < n; k++)
-        if (t[k] < 0 || t[k] >= RL_VOCAB)
+        if (t[k] < 0 || t[k] >= vocab)
             return rl_fail(MANTA_EINVAL, "%s.tok[%u]: %d is not a token id", what, k, t[k]);
     return 0;
 }
 
 int rl_step_req_decode(rl_step_req *r, const void *buf, size_t len)
+{
+    return rl_step_req_decode_vocab(r, buf, len, RL_VOCAB);
+}
+
+int rl_step_req_decode_vocab(rl_step_req *r, const void *buf, size_t len, int32_t vocab)
 {
     static const char msg[] = "step";
     msgpack_unpacked u;
@@ -386,7 +391,7 @@ int rl_step_req_decode(rl_step_req *r, const void *buf, size_t len)
         if (!r->items) rc = rl_fail(MANTA_ENOMEM, "step: out of memory");
     }
     for (uint32_t i = 0; !rc && i < items->via.array.size; i++) {
-        rc = read_item(&items->via.array.ptr[i], i, &r->items[i]);
+        rc = read_item(&items->via.array.ptr[i], i, vocab, &r->items[i]);
         r->n_items = (int)i + 1;
     }
     msgpack_unpacked_destroy(&u);

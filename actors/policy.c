@@ -8,7 +8,15 @@
  * path fails the job at its start with a message naming model.path and the
  * file, not at the first weight load: it must be a folder, its config.json
  * must be one mk_read_hf_config accepts, and its vocabulary must hold the
- * task's tokens (RL_VOCAB, the byte-level vocabulary of manta_actors.h).
+ * task's tokens: RL_VOCAB (the byte-level vocabulary of manta_actors.h) or,
+ * with a tokenizer, the tokenizer's ids.
+ *
+ * Text. model.tokenizer "auto" (default) uses the folder's tokenizer.json
+ * when it has one, else the byte-level vocabulary ("bytes"); a path names a
+ * tokenizer.json (libmanta_tok). With a tokenizer, model.chat_format (auto:
+ * from its special tokens; chatml; llama3) says how conversations are
+ * rendered, and the tools of sections.tools become the chat template's tool
+ * definitions (textio.c renders and tokenises; this file only checks).
  *
  * Lengths. A pretrained model's block_size is its max_position_embeddings
  * (often 32768 or more); a rollout keeps model.context positions of KV cache
@@ -26,6 +34,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <manta_tok.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,13 +114,6 @@ static void read_folder(rl_args *a, rl_model_spec *ms)
         rl_arg_error(a, "model", "path", "%s", mk_last_error());
         return;
     }
-    if (ms->cfg.vocab_size < RL_VOCAB) {
-        rl_arg_error(a, "model", "path",
-                     "%s: vocab_size %d is smaller than the task's vocabulary (%d: 256 bytes "
-                     "and 4 special tokens)",
-                     config, ms->cfg.vocab_size, RL_VOCAB);
-        return;
-    }
     ms->dtype = folder_dtype(config);
 }
 
@@ -129,6 +131,129 @@ static void read_inline(rl_args *a, rl_model_spec *ms)
     if (!a->rc && ms->cfg.n_embd % ms->cfg.n_head)
         rl_arg_error(a, "model", "n_embd", "%d is not a multiple of n_head (%d)", ms->cfg.n_embd,
                      ms->cfg.n_head);
+}
+
+/* The chat format of a tokenizer: model.chat_format, or (auto) the one its
+ * special tokens name; the format's own tokens must be there. */
+static void read_chat_format(rl_args *a, rl_model_spec *ms, const mtok *t)
+{
+    char name[16];
+    rl_arg_str(a, "model", "chat_format", name, sizeof name, "auto");
+    mtok_chat_format f = MTOK_CHAT_AUTO;
+    if (a->rc) return;
+    if (mtok_chat_format_parse(name, &f) != 0) {
+        rl_arg_error(a, "model", "chat_format", "%s", mtok_last_error());
+        return;
+    }
+    if (f == MTOK_CHAT_AUTO && mtok_chat_detect(t, &f) != 0) {
+        rl_arg_error(a, "model", "chat_format",
+                     "auto: %s: %s; name the format (chatml, llama3) or use model.tokenizer: "
+                     "bytes",
+                     ms->tokenizer, mtok_last_error());
+        return;
+    }
+    static const char *const chatml[] = {"<|im_start|>", "<|im_end|>", NULL};
+    static const char *const llama3[] = {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+                                         NULL};
+    for (const char *const *tk = f == MTOK_CHAT_CHATML ? chatml : llama3; *tk; tk++)
+        if (mtok_token_id(t, *tk) < 0) {
+            rl_arg_error(a, "model", "chat_format", "%s: %s has no token %s",
+                         f == MTOK_CHAT_CHATML ? "chatml" : "llama3", ms->tokenizer, *tk);
+            return;
+        }
+    ms->chat_format = (int)f;
+}
+
+/* model.tokenizer: "bytes", a tokenizer.json, or "auto" (the folder's
+ * tokenizer.json when there is one). Sets ms->vocab and checks it against
+ * the model's vocabulary; a fresh model takes the tokenizer's size. */
+static void read_tokenizer(rl_args *a, rl_model_spec *ms)
+{
+    char name[600];
+    rl_arg_str(a, "model", "tokenizer", name, sizeof name, "auto");
+    if (a->rc) return;
+    ms->tokenizer[0] = 0;
+    if (!strcmp(name, "auto")) {
+        char guess[600];
+        snprintf(guess, sizeof guess, "%s/tokenizer.json", ms->path);
+        if (ms->path[0] && access(guess, R_OK) == 0)
+            snprintf(ms->tokenizer, sizeof ms->tokenizer, "%s", guess);
+    } else if (strcmp(name, "bytes")) {
+        snprintf(ms->tokenizer, sizeof ms->tokenizer, "%s", name);
+    }
+    if (!ms->tokenizer[0]) { /* the byte-level task vocabulary */
+        ms->vocab = RL_VOCAB;
+        if (rl_arg_get(a, "model", "chat_format"))
+            rl_arg_error(a, "model", "chat_format",
+                         "needs a tokenizer (model.tokenizer is bytes, or auto without a "
+                         "tokenizer.json in the folder)");
+        else if (ms->cfg.vocab_size < RL_VOCAB)
+            rl_arg_error(a, "model", "path",
+                         "%s/config.json: vocab_size %d is smaller than the task's vocabulary "
+                         "(%d: 256 bytes and 4 special tokens)",
+                         ms->path, ms->cfg.vocab_size, RL_VOCAB);
+        return;
+    }
+    mtok *t;
+    if (mtok_load(ms->tokenizer, &t) != 0) {
+        rl_arg_error(a, "model", "tokenizer", "%s", mtok_last_error());
+        return;
+    }
+    size_t v = mtok_vocab_size(t);
+    if (!ms->path[0]) ms->cfg.vocab_size = (int)v; /* a fresh model fits its tokenizer */
+    if (v > (size_t)ms->cfg.vocab_size)
+        rl_arg_error(a, "model", "tokenizer",
+                     "%s: %zu token ids do not fit the model's vocab_size %d (%s/config.json)",
+                     ms->tokenizer, v, ms->cfg.vocab_size, ms->path);
+    ms->vocab = (int32_t)v;
+    if (!a->rc) read_chat_format(a, ms, t);
+    mtok_free(t);
+}
+
+/* The tools of sections.tools as chat-template tool definitions (one string
+ * argument each, the one the env passes the call to), and the first one's
+ * name and argument. The env checks the entries; here a bad one is skipped. */
+static void read_tools(rl_args *a, rl_model_spec *ms)
+{
+    snprintf(ms->tool_name, sizeof ms->tool_name, "calc");
+    snprintf(ms->tool_arg, sizeof ms->tool_arg, "expression");
+    const msgpack_object *tools = a->sections ? rl_mp_get(a->sections, "tools") : NULL;
+    if (!tools || tools->type != MSGPACK_OBJECT_ARRAY || !tools->via.array.size) return;
+    cJSON *arr = cJSON_CreateArray();
+    int ok = arr != NULL;
+    for (uint32_t i = 0; ok && i < tools->via.array.size; i++) {
+        const msgpack_object *t = &tools->via.array.ptr[i];
+        char name[32], arg[32];
+        rl_mp_str(rl_mp_get(t, "name"), name, sizeof name, "calc");
+        rl_mp_str(rl_mp_get(t, "arg"), arg, sizeof arg, "expression");
+        if (i == 0) {
+            snprintf(ms->tool_name, sizeof ms->tool_name, "%s", name);
+            snprintf(ms->tool_arg, sizeof ms->tool_arg, "%s", arg);
+        }
+        /* {"type": "function", "function": {"name": N, "parameters": {"type":
+         * "object", "properties": {A: {"type": "string"}}, "required": [A]}}};
+         * each part hangs on arr as it is made (adding an item allocates
+         * nothing), so one cJSON_Delete frees all */
+        cJSON *w = cJSON_CreateObject(), *fn, *par, *props, *prop, *req;
+        ok = w && cJSON_AddItemToArray(arr, w) && cJSON_AddStringToObject(w, "type", "function") &&
+             (fn = cJSON_AddObjectToObject(w, "function")) &&
+             cJSON_AddStringToObject(fn, "name", name) &&
+             (par = cJSON_AddObjectToObject(fn, "parameters")) &&
+             cJSON_AddStringToObject(par, "type", "object") &&
+             (props = cJSON_AddObjectToObject(par, "properties")) &&
+             (prop = cJSON_AddObjectToObject(props, arg)) &&
+             cJSON_AddStringToObject(prop, "type", "string") &&
+             (req = cJSON_AddArrayToObject(par, "required")) &&
+             cJSON_AddItemToArray(req, cJSON_CreateString(arg));
+    }
+    char *js = ok ? cJSON_PrintUnformatted(arr) : NULL;
+    cJSON_Delete(arr);
+    if (!js || strlen(js) >= sizeof ms->tools_json)
+        rl_args_fail(a, "tools: %s as chat-template tool definitions",
+                     js ? "too long (more than 2047 bytes)" : "out of memory");
+    else
+        snprintf(ms->tools_json, sizeof ms->tools_json, "%s", js);
+    free(js);
 }
 
 /* A length setting in [lo, block_size]. */
@@ -151,20 +276,24 @@ void rl_model_read(rl_args *a, rl_model_spec *ms)
     else
         read_inline(a, ms);
     if (a->rc) return;
+    read_tokenizer(a, ms);
+    if (ms->tokenizer[0]) read_tools(a, ms);
+    if (a->rc) return;
     int block = ms->cfg.block_size;
     ms->context =
         read_length(a, "context", block < DEFAULT_CONTEXT ? block : DEFAULT_CONTEXT, 4, block);
     ms->max_seq = read_length(a, "max_seq", ms->context, 2, block);
 }
 
-int rl_model_open(const rl_model_spec *ms, int max_batch, int max_seq, mk_model **out)
+int rl_model_open(const rl_model_spec *ms, int max_batch, int max_seq, unsigned flags,
+                  mk_model **out)
 {
     *out = NULL;
     int rc;
     if (ms->path[0]) {
-        rc = mk_load_dir(out, ms->path, max_batch, max_seq, NULL);
+        rc = mk_load_dir_ex(out, ms->path, max_batch, max_seq, NULL, flags);
     } else {
-        rc = mk_model_new(out, &ms->cfg, max_batch, max_seq, NULL);
+        rc = mk_model_new_ex(out, &ms->cfg, max_batch, max_seq, NULL, flags);
         if (rc == MK_OK) mk_model_init(*out, ms->seed);
     }
     if (rc == MK_OK) return 0;

@@ -293,8 +293,9 @@ void rl_pack_kv_bin(msgpack_packer *pk, const char *k, const void *p, size_t n)
 
 /* The keys of the sections the RL classes own, and of a group's settings.
  * A key not listed is a typo or a setting no class reads: an error. */
-static const char *const model_keys[] = {"path", "n_layer", "n_head",  "n_embd", "block_size",
-                                         "seed", "context", "max_seq", NULL};
+static const char *const model_keys[] = {"path",       "n_layer",     "n_head",  "n_embd",
+                                         "block_size", "seed",        "context", "max_seq",
+                                         "tokenizer",  "chat_format", NULL};
 static const char *const rl_keys[] = {"group_size",
                                       "batch_episodes",
                                       "eta",

@@ -104,25 +104,42 @@ int rl_args_fail(rl_args *a, const char *fmt, ...) __attribute__((format(printf,
  *   seed
  * The two are exclusive. Both take context (KV positions per rollout slot,
  * default min(block_size, 2048)) and max_seq (the learner's longest
- * sequence, default context), each at most block_size. */
+ * sequence, default context), each at most block_size; and tokenizer (auto,
+ * bytes or a tokenizer.json path) and chat_format (auto, chatml, llama3).
+ * A tokenizer is loaded and checked when the spec is read: its vocabulary
+ * must fit the model's (a fresh GPT-2 takes the tokenizer's size) and its
+ * special tokens must name a chat format. */
 typedef struct rl_model_spec {
     char path[512]; /* the folder, or "" for a fresh GPT-2 */
     mk_config cfg;  /* the folder's config.json, or the inline size */
     mk_dtype dtype; /* the checkpoints' dtype: the folder's, F32 for a fresh model */
     uint64_t seed;  /* fresh model only */
     int context, max_seq;
+    /* The text the policy reads and writes (textio.c): model.tokenizer
+     * "bytes" (the byte-level vocabulary of manta_actors.h), a tokenizer.json
+     * path, or "auto" (the folder's tokenizer.json when it has one, else
+     * bytes); model.chat_format for a tokenizer (auto, chatml, llama3). */
+    char tokenizer[600];   /* the tokenizer.json, or "" for bytes */
+    int chat_format;       /* mtok_chat_format (never AUTO once read); 0 for bytes */
+    int32_t vocab;         /* token ids the task uses: RL_VOCAB or the tokenizer's size */
+    char tools_json[2048]; /* sections.tools as chat-template tool definitions, "" for none */
+    char tool_name[32];    /* the first tool's name and argument: a byte-level */
+    char tool_arg[32];     /* demonstration's <call>X</call> becomes {tool_arg: X} */
 } rl_model_spec;
 
 /* Read section "model" into *ms (errors go to a like any setting's). A path
  * is checked now: it must be a folder holding a config.json that
- * mk_read_hf_config accepts, with a vocabulary of at least RL_VOCAB (the
- * byte-level task's tokens); each refusal names model.path and the file. */
+ * mk_read_hf_config accepts, with a vocabulary of at least ms->vocab (the
+ * task's tokens: RL_VOCAB for bytes, else the tokenizer's); each refusal
+ * names the key (model.path, model.tokenizer) and the file. */
 void rl_model_read(rl_args *a, rl_model_spec *ms);
 /* The model of *ms on the CPU back-end with room for max_batch x max_seq
- * training tokens: loaded from the folder (mk_load_dir), or created and
+ * training tokens and mk_model_new_ex flags (MK_MODEL_INFER for a rollout,
+ * which only decodes: parameters only): loaded from the folder, or created and
  * initialised from the seed. 0, or MANTA_EINVAL / MANTA_ENOMEM with the
  * kernels' message in rl_last_error(); *out owns the model on success. */
-int rl_model_open(const rl_model_spec *ms, int max_batch, int max_seq, mk_model **out);
+int rl_model_open(const rl_model_spec *ms, int max_batch, int max_seq, unsigned flags,
+                  mk_model **out);
 /* Write m as a Hugging Face folder DIR (created if missing) of its family,
  * in ms->dtype (mk_save_dir; shards of 5 GB, save_pretrained's old default,
  * only when the parameters exceed that). 0 or MANTA_ESYS with the reason in

@@ -10,14 +10,19 @@
  *     and between decode steps (weight buckets fetched as objects, CRC32C
  *     checked); the version never goes backwards;
  *   - advances every generating slot by one token in one mk_decoder_step;
- *   - parks a slot whose policy closed a tool call (RL_TOK_CALL ... RL_TOK_END)
- *     and sends the call to an env actor; when the observation comes back it
- *     is appended as given tokens (loss mask 0) and the slot generates again;
- *   - ends an episode at RL_TOK_EOS or at the token / turn / context limit,
- *     asks a reward actor for its score, and submits the trajectory to the
- *     controller.
- * Every sampled token is stored with its behaviour log-prob and the version
- * that sampled it, so an episode may span versions.
+ *   - parks a slot whose policy closed a tool call and sends the call's text
+ *     to an env actor; when the observation comes back it is appended as
+ *     given tokens (loss mask 0) and the slot generates again;
+ *   - ends an episode at the end of the answer or at the token / turn /
+ *     context limit, asks a reward actor for its score, and submits the
+ *     trajectory to the controller.
+ * Text goes through the policy's rl_text (textio.c): the byte-level task
+ * vocabulary (<bos> prompt, <call>...</call>, <eos>), or a tokenizer and chat
+ * format (the rendered conversation as prompt; stop strings such as
+ * "</tool_call>" and "<|im_end|>" found in the decoded text of the turn; the
+ * rendered tool turn as observation). Every sampled id is stored exactly as
+ * sampled (never re-tokenised from the text), with its behaviour log-prob and
+ * the version that sampled it, so an episode may span versions.
  *
  * Settings (group settings, else sections.rl): slots, temperature,
  * max_new_tokens, max_turns, controller (actor name, default
@@ -35,6 +40,7 @@
  */
 #include "manta_actors.h"
 #include "rl_util.h"
+#include "textio.h"
 
 #include <manta_collective.h>
 #include <manta_kernels.h>
@@ -50,9 +56,9 @@ typedef struct slot {
     rl_traj traj;
     char *reference; /* the admitted episode's, owned */
     int greedy;
-    int turns, new_tokens, in_call, call_start;
+    int turns, new_tokens;
     int tool_tries;
-    char *call_text; /* context + 1 bytes: the call being made */
+    rl_turn turn; /* the policy's current turn: its text, and the call it made */
     manta_future *fut;
 } slot;
 
@@ -61,7 +67,8 @@ typedef struct rollout_state {
     mk_model *model;
     mk_decoder *dec;
     rl_model_spec ms;
-    int ctx; /* KV positions per slot (model.context): the longest episode */
+    rl_text *text; /* the policy's text: byte-level, or a tokenizer and chat format */
+    int ctx;       /* KV positions per slot (model.context): the longest episode */
     int n_slots, group_size;
     slot *slots;
     float temperature, top_p;
@@ -85,7 +92,6 @@ typedef struct rollout_state {
     float *wbuf;
     size_t n_params;
     int32_t *stok, *sidx;
-    int32_t *ptok; /* context tokens: a prompt being started */
     float *stemp, *stopp, *slps, *slpp;
     /* counters */
     uint64_t episodes, tokens, steps, tool_calls, tool_errors, weight_loads, weight_errors,
@@ -126,7 +132,7 @@ static int rollout_init(manta_ctx *m, void *state, const void *args, size_t len)
 
     mk_set_threads(threads);
     /* the model only decodes here: room for one training token is enough */
-    if ((rc = rl_model_open(&s->ms, 1, 1, &s->model))) {
+    if ((rc = rl_model_open(&s->ms, 1, 1, MK_MODEL_INFER, &s->model))) {
         rl_log(m, "rollout: %s", rl_last_error());
         return rc;
     }
@@ -143,22 +149,22 @@ static int rollout_init(manta_ctx *m, void *state, const void *args, size_t len)
     s->stok = calloc(n, sizeof(int32_t)), s->sidx = calloc(n, sizeof(int32_t));
     s->stemp = calloc(n, sizeof(float)), s->stopp = calloc(n, sizeof(float));
     s->slps = calloc(n, sizeof(float)), s->slpp = calloc(n, sizeof(float));
-    s->ptok = calloc((size_t)s->ctx, sizeof(int32_t));
     if (!s->wbuf || !s->slots || !s->stok || !s->sidx || !s->stemp || !s->stopp || !s->slps ||
-        !s->slpp || !s->ptok) {
+        !s->slpp) {
         rl_log(m, "rollout: out of memory for %d slots", s->n_slots);
         return MANTA_ENOMEM;
     }
-    for (int i = 0; i < s->n_slots; i++) {
-        rl_traj_init(&s->slots[i].traj);
-        s->slots[i].call_text = calloc((size_t)s->ctx + 1, 1);
-        if (!s->slots[i].call_text) return MANTA_ENOMEM;
+    for (int i = 0; i < s->n_slots; i++) rl_traj_init(&s->slots[i].traj);
+    if ((rc = rl_text_new(&s->ms, &s->text))) {
+        rl_log(m, "rollout: %s", rl_last_error());
+        return rc;
     }
     s->version = -1;
     s->timer = manta_timer_add(m, 1, tick, s);
     char what[600];
-    rl_log(m, "rollout: %s, %zu params, %d slots x %d positions",
-           rl_model_describe(&s->ms, what, sizeof what), s->n_params, s->n_slots, s->ctx);
+    rl_log(m, "rollout: %s, %zu params, %d slots x %d positions, text %s (%d ids)",
+           rl_model_describe(&s->ms, what, sizeof what), s->n_params, s->n_slots, s->ctx,
+           rl_text_kind(s->text), (int)rl_text_vocab(s->text));
     return 0;
 }
 
@@ -172,9 +178,10 @@ static void rollout_fini(manta_ctx *m, void *state)
         manta_future_free(s->slots[i].fut);
         rl_traj_destroy(&s->slots[i].traj);
         free(s->slots[i].reference);
-        free(s->slots[i].call_text);
+        rl_turn_destroy(&s->slots[i].turn);
     }
-    free(s->ptok), free(s->envs), free(s->rewards);
+    rl_text_free(s->text);
+    free(s->envs), free(s->rewards);
     mk_decoder_free(s->dec);
     mk_model_free(s->model);
     free(s->slots), free(s->wbuf), free(s->stok), free(s->sidx), free(s->stemp), free(s->stopp);
@@ -275,7 +282,18 @@ static int load_weights(rollout_state *s, int64_t version, const rl_bucket *b, i
 
 static void finish(rollout_state *s, int k);
 
-/* Start an admitted episode in a free slot: <bos> and the prompt's bytes.
+/* Given ids: appended to slot k's trajectory (loss mask 0) and its KV
+ * cache. 0, or an error (out of memory; the context is full). */
+static int append_given(rollout_state *s, int k, const int32_t *ids, size_t n, int kind)
+{
+    slot *sl = &s->slots[k];
+    for (size_t i = 0; i < n; i++)
+        if (rl_traj_push(&sl->traj, ids[i], 0, -1, 0, kind)) return MANTA_ENOMEM;
+    return mk_decoder_append(s->dec, k, ids, (int)n) ? MANTA_EINVAL : 0;
+}
+
+/* Start an admitted episode in a free slot: the prompt as the policy's text
+ * gives it (textio.c: <bos> and the bytes, or the rendered conversation).
  * A prompt that does not fit the context ends at once as an error episode
  * (the controller drops it with that reason) instead of being cut. */
 static int start_episode(rollout_state *s, rl_admit_ep *e)
@@ -295,24 +313,36 @@ static int start_episode(rollout_state *s, rl_admit_ep *e)
     free(sl->reference);
     sl->reference = e->reference; /* taken over */
     e->reference = NULL;
-    sl->turns = sl->new_tokens = sl->in_call = 0;
+    sl->turns = sl->new_tokens = 0;
     sl->tool_tries = 0;
+    rl_turn_reset(&sl->turn);
     s->episodes++;
-    size_t len = strlen(e->text);
-    int room = s->ctx - 2; /* the policy needs room to answer */
-    if (len + 1 > (size_t)room) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = rl_text_prompt(s->text, e->text, &ids, &n);
+    if (rc || n + 2 > (size_t)s->ctx) { /* the policy needs room to answer */
         sl->traj.status = RL_EP_ERROR;
-        snprintf(sl->traj.error, sizeof sl->traj.error,
-                 "prompt of %zu bytes does not fit the context (model.context %d)", len, s->ctx);
+        if (rc)
+            snprintf(sl->traj.error, sizeof sl->traj.error, "prompt: %s", rl_last_error());
+        else
+            snprintf(sl->traj.error, sizeof sl->traj.error,
+                     "prompt of %zu bytes (%zu tokens) does not fit the context (model.context "
+                     "%d)",
+                     strlen(e->text), n, s->ctx);
+        free(ids);
         sl->state = SLOT_SCORE, sl->fut = NULL; /* submitted as it is by poll_slots */
         return 0;
     }
-    int n = 0;
-    s->ptok[n++] = RL_TOK_BOS;
-    n += rl_tokenize(e->text, s->ptok + n, room - 1);
-    for (int i = 0; i < n; i++) rl_traj_push(&sl->traj, s->ptok[i], 0, -1, 0, RL_SEG_PROMPT);
     mk_decoder_reset(s->dec, k, s->seed++);
-    mk_decoder_append(s->dec, k, s->ptok, n);
+    rc = append_given(s, k, ids, n, RL_SEG_PROMPT);
+    free(ids);
+    if (rc) {
+        sl->traj.status = RL_EP_ERROR;
+        snprintf(sl->traj.error, sizeof sl->traj.error, "prompt: %s",
+                 rc == MANTA_ENOMEM ? "out of memory" : "the decoder refused it");
+        sl->state = SLOT_SCORE, sl->fut = NULL;
+        return 0;
+    }
     sl->state = SLOT_GEN;
     return 0;
 }
@@ -327,7 +357,7 @@ static void pack_kv_bool(msgpack_packer *pk, const char *k, int v)
 static void finish(rollout_state *s, int k)
 {
     slot *sl = &s->slots[k];
-    rl_traj_final_text(&sl->traj, sl->traj.answer, sizeof sl->traj.answer);
+    rl_text_answer(s->text, &sl->traj, sl->traj.answer, sizeof sl->traj.answer);
     discover(s);
     if (s->n_rewards == 0) {
         sl->traj.status = RL_EP_ERROR;
@@ -360,36 +390,43 @@ static void send_tool(rollout_state *s, int k)
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 2);
+    msgpack_pack_map(&pk, 3);
     rl_pack_kv_str(&pk, "tool", "");
-    rl_pack_kv_str(&pk, "input", sl->call_text);
+    rl_pack_kv_str(&pk, "input", sl->turn.call ? sl->turn.call : "");
+    rl_pack_kv_str(&pk, "format", rl_text_call_format(s->text));
     manta_actor *e = s->envs[s->rr_env++ % s->n_envs];
     sl->fut = manta_call_timeout(s->m, e, "call", sb.data, sb.size, 30000);
     msgpack_sbuffer_destroy(&sb);
 }
 
-/* The env's answer text[n] as given tokens and '\n'; an observation that
- * does not fit the context ends the episode as truncated. */
+/* The env's answer text[n] as given tokens (bytes: the text and '\n'; a
+ * chat format: the tool turn it renders); an observation that does not fit
+ * the context ends the episode as truncated. */
 static void append_observation(rollout_state *s, int k, const char *text, size_t n, int ok)
 {
     slot *sl = &s->slots[k];
     s->tool_calls++;
     sl->traj.tool_calls++;
     if (!ok) s->tool_errors++, sl->traj.tool_errors++;
-    if ((size_t)mk_decoder_len(s->dec, k) + n + 1 >= (size_t)s->ctx) {
+    int32_t *ids = NULL;
+    size_t m = 0;
+    int rc = rl_text_observation(s->text, text, n, &ids, &m);
+    if (rc) { /* text the chat format cannot render: the policy is told so */
+        rl_log(s->m, "rollout: observation of episode %lld: %s", (long long)sl->traj.episode,
+               rl_last_error());
+        static const char bad[] = "error: observation not renderable";
+        if (ok) s->tool_errors++, sl->traj.tool_errors++;
+        rc = rl_text_observation(s->text, bad, sizeof bad - 1, &ids, &m);
+    }
+    if (rc || (size_t)mk_decoder_len(s->dec, k) + m >= (size_t)s->ctx ||
+        append_given(s, k, ids, m, RL_SEG_TOOL)) {
+        free(ids);
         sl->traj.truncated = 1;
         finish(s, k);
         return;
     }
-    int m = 0;
-    for (size_t i = 0; i < n; i++) s->ptok[m++] = (unsigned char)text[i];
-    s->ptok[m++] = '\n';
-    for (int i = 0; i < m; i++) rl_traj_push(&sl->traj, s->ptok[i], 0, -1, 0, RL_SEG_TOOL);
-    if (mk_decoder_append(s->dec, k, s->ptok, m)) {
-        sl->traj.truncated = 1;
-        finish(s, k);
-        return;
-    }
+    free(ids);
+    rl_turn_reset(&sl->turn); /* the policy's next turn */
     sl->state = SLOT_GEN;
 }
 
@@ -441,9 +478,22 @@ static void poll_tool(rollout_state *s, int k)
     }
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
-    if (rc) {
-        observe_error(s, k, "error: env unavailable");
-    } else if (rl_unpack(&u, d, n) == 0) {
+    const msgpack_object *oc = NULL;
+    if (rc) { /* not the policy's doing: the episode is dropped with the reason */
+        sl->traj.status = RL_EP_ERROR;
+        snprintf(sl->traj.error, sizeof sl->traj.error, "env unavailable: %s", manta_errname(rc));
+        sl->state = SLOT_SCORE;
+    } else if (rl_unpack(&u, d, n) == 0 && (oc = rl_mp_get(&u.data, "outcome")) &&
+               oc->type == MSGPACK_OBJECT_STR && oc->via.str.size == 9 &&
+               !memcmp(oc->via.str.ptr, "transport", 9)) {
+        /* the tool server or the network failed after the MCP client's retries: drop */
+        const msgpack_object *msg = rl_mp_get(&u.data, "message");
+        char why[160];
+        rl_mp_str(msg, why, sizeof why, "?");
+        sl->traj.status = RL_EP_ERROR;
+        snprintf(sl->traj.error, sizeof sl->traj.error, "tool transport: %s", why);
+        sl->state = SLOT_SCORE;
+    } else if (u.data.type == MSGPACK_OBJECT_MAP) {
         const msgpack_object *t = rl_mp_get(&u.data, "text"), *ok = rl_mp_get(&u.data, "ok");
         if (t && t->type == MSGPACK_OBJECT_STR && ok && ok->type == MSGPACK_OBJECT_BOOLEAN)
             append_observation(s, k, t->via.str.ptr, t->via.str.size, ok->via.boolean);
@@ -554,34 +604,29 @@ static int decode_step(rollout_state *s)
          * like. At another temperature it is that of the tempered
          * distribution actually sampled from. */
         float lp = s->temperature == 1.0f ? s->slpp[i] : s->slps[i];
-        if (tok < 0 || tok >= RL_VOCAB) {
-            /* A model whose vocabulary is larger than the task's sampled an
-             * id that the byte-level task gives no meaning (a pretrained
-             * model's own tokenizer is issue 10). The episode ends before
-             * it, truncated; the token is not kept, so the trajectory stays
-             * in the vocabulary the codecs and the learner check. */
-            s->foreign_tokens++;
+        int what = rl_text_step(s->text, &sl->turn, tok);
+        if (what == RL_TURN_FOREIGN || what < 0) {
+            /* An id the task's text gives no meaning: a model whose
+             * vocabulary is larger than its tokenizer's (or than the
+             * byte-level task's) sampled it. The episode ends before it,
+             * truncated; the token is not kept, so the trajectory stays in
+             * the vocabulary the codecs and the learner check. (what < 0:
+             * out of memory; the episode ends the same way.) */
+            if (what == RL_TURN_FOREIGN) s->foreign_tokens++;
             sl->traj.truncated = 1;
             finish(s, k);
             continue;
         }
+        /* the id as sampled, never a re-tokenisation of the text */
         rl_traj_push(&sl->traj, tok, lp, (int32_t)s->version, 1, RL_SEG_POLICY);
         sl->new_tokens++;
         s->tokens++;
         manta_metric_add(s->m, "tokens_generated_total", NULL, 1);
-        if (tok == RL_TOK_EOS) {
+        if (what == RL_TURN_END) {
             finish(s, k);
             continue;
         }
-        if (tok == RL_TOK_CALL) {
-            sl->in_call = 1;
-            sl->call_start = sl->traj.n;
-        } else if (tok == RL_TOK_END && sl->in_call) {
-            sl->in_call = 0;
-            int len = 0;
-            for (int j = sl->call_start; j < sl->traj.n - 1 && len < s->ctx; j++)
-                if (sl->traj.tok[j] < 256) sl->call_text[len++] = (char)sl->traj.tok[j];
-            sl->call_text[len] = 0;
+        if (what == RL_TURN_CALL) {
             sl->turns++;
             if (sl->turns > s->max_turns) {
                 sl->traj.truncated = 1;

@@ -124,9 +124,11 @@ void rl_traj_render(const rl_traj *t, char *out, size_t cap)
 {
     static const char *const names[] = {"<bos>", "<eos>", "<call>", "</call>"};
     size_t k = 0;
-    for (int i = 0; i < t->n && k + 9 < cap; i++) {
+    for (int i = 0; i < t->n && k + 14 < cap; i++) {
         int c = t->tok[i];
-        if (c >= 256)
+        if (c >= RL_VOCAB) /* a tokenizer's id: shown as a number */
+            k += (size_t)snprintf(out + k, cap - k, "<%d>", c);
+        else if (c >= 256)
             k += (size_t)snprintf(out + k, cap - k, "%s", names[c - 256]);
         else if (c == '\n')
             k += (size_t)snprintf(out + k, cap - k, "\\n");
@@ -198,6 +200,11 @@ static void copy_str(char *dst, size_t cap, const msgpack_object *o)
 
 int rl_traj_decode(rl_traj *t, const void *buf, size_t len)
 {
+    return rl_traj_decode_vocab(t, buf, len, RL_VOCAB);
+}
+
+int rl_traj_decode_vocab(rl_traj *t, const void *buf, size_t len, int32_t vocab)
+{
     rl_traj_clear(t);
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
@@ -233,7 +240,7 @@ int rl_traj_decode(rl_traj *t, const void *buf, size_t len)
     t->n = (int)n;
     why = "a token id outside the vocabulary";
     for (int i = 0; i < t->n; i++)
-        if (t->tok[i] < 0 || t->tok[i] >= RL_VOCAB) goto bad;
+        if (t->tok[i] < 0 || t->tok[i] >= vocab) goto bad;
     why = "segments: each must be [start inside the episode, kind]";
     const msgpack_object *segs = rl_mp_get(o, "segments");
     if (segs && segs->type == MSGPACK_OBJECT_ARRAY) {

@@ -122,11 +122,53 @@ int mk_get_threads(void)
  * pages nearly every row is a TLB miss. */
 #define HUGE_MIN ((size_t)2 << 20)
 
+/* Large arrays come straight from mmap: the kernel hands out zero pages on first touch, so
+ * an array that is never written (an inference-only rollout's, or gradients before the
+ * first step) costs nothing, and creating a model does not spend seconds clearing
+ * gigabytes it is about to overwrite.  Each mapping is trimmed to a 2 MiB-aligned range of
+ * exactly the rounded size; the table below remembers the sizes for munmap. */
+enum { MAX_MAPS = 512 };
+static struct {
+    void *p;
+    size_t n;
+} maps[MAX_MAPS];
+static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *map_aligned(size_t rounded)
+{
+    size_t span = rounded + HUGE_MIN;
+    char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    char *p = (char *)(((uintptr_t)raw + HUGE_MIN - 1) / HUGE_MIN * HUGE_MIN);
+    if (p > raw) munmap(raw, (size_t)(p - raw));
+    size_t tail = (size_t)(raw + span - (p + rounded));
+    if (tail) munmap(p + rounded, tail);
+    return p;
+}
+
 static int cpu_alloc(void **p, size_t bytes)
 {
     size_t align = bytes >= HUGE_MIN ? HUGE_MIN : 64;
     size_t rounded = (bytes + align - 1) / align * align;
     if (rounded == 0) rounded = 64;
+    *p = NULL;
+    if (align == HUGE_MIN) {
+        pthread_mutex_lock(&maps_lock);
+        int slot = -1;
+        for (int i = 0; i < MAX_MAPS && slot < 0; i++)
+            if (!maps[i].p) slot = i;
+        if (slot >= 0 && (*p = map_aligned(rounded))) {
+            maps[slot].p = *p;
+            maps[slot].n = rounded;
+        }
+        pthread_mutex_unlock(&maps_lock);
+        if (*p) {
+#ifdef MADV_HUGEPAGE
+            (void)madvise(*p, rounded, MADV_HUGEPAGE);
+#endif
+            return MK_OK;
+        }
+    }
     *p = aligned_alloc(align, rounded);
     if (!*p) return mk__fail(MK_ERR_NOMEM, "cannot allocate %zu bytes", bytes);
 #ifdef MADV_HUGEPAGE
@@ -138,6 +180,16 @@ static int cpu_alloc(void **p, size_t bytes)
 
 static void cpu_release(void *p)
 {
+    if (!p) return;
+    pthread_mutex_lock(&maps_lock);
+    for (int i = 0; i < MAX_MAPS; i++)
+        if (maps[i].p == p) {
+            munmap(p, maps[i].n);
+            maps[i].p = NULL;
+            pthread_mutex_unlock(&maps_lock);
+            return;
+        }
+    pthread_mutex_unlock(&maps_lock);
     free(p);
 }
 
@@ -631,9 +683,40 @@ static void mm_bwd(float *dinp, float *dw, float *dbias, const float *dout, cons
     }
 }
 
+/* Logits of vocabulary rows [v0, v1) for R rows of inp: each embedding row is read once and
+ * dotted with every input row (which stay in cache). */
+MK_CLONES static void head_rows(float *logits, const float *inp, const float *wte, int R, int C,
+                                int V, int v0, int v1)
+{
+    for (int v = v0; v < v1; v++) {
+        const float *w = wte + (size_t)v * C;
+        for (int r = 0; r < R; r++) {
+            const float *x = inp + (size_t)r * C;
+            float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+            for (int i = 0; i < C; i++) s += x[i] * w[i];
+            logits[(size_t)r * V + v] = s;
+        }
+    }
+}
+
+/* A decoding step's few rows against a large vocabulary: BLAS would re-pack all of wte
+ * ([V, C], 0.5 GB for a 150k vocabulary at C = 896) on every call; reading it once, row by
+ * row, is what the step costs at least.  Many rows (training): one sgemm. */
 static void head_fwd(float *logits, const float *inp, const float *wte, int R, int C, int V)
 {
-    gemm(0, 1, R, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);
+    if (R > SKINNY_ROWS) {
+        gemm(0, 1, R, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);
+        return;
+    }
+    enum { VB = 512 };
+    int blocks = (V + VB - 1) / VB;
+#pragma omp parallel for num_threads(n_threads)                                                    \
+    schedule(dynamic, 1) if ((size_t)R * V * C > PAR_MIN)
+    for (int b = 0; b < blocks; b++) {
+        int v0 = b * VB, v1 = v0 + VB < V ? v0 + VB : V;
+        head_rows(logits, inp, wte, R, C, V, v0, v1);
+    }
 }
 
 static void head_bwd(float *dinp, float *dwte, const float *dlogits, const float *inp,
@@ -747,14 +830,18 @@ MK_CLONES static void softmax_bwd_rows(float *dp, const float *p, int T, float s
  * dY V^T, dS from the softmax (datt [B,NH,T,T] holds dP, then dS), dQ = dS K.
  * Per (b, kv head g): dK = sum of dS^T Q and dV = sum of P^T dY over the
  * query heads of g's group, the first product overwriting and the others
- * adding, so that no two threads write one kv head. */
+ * adding, so that no two threads write one kv head.  When (b, g) pairs are
+ * too few for the team (a few sequences of a model with few kv heads), each
+ * is split further into blocks of key positions: the rows a..b of dK and dV
+ * come from the columns a..b of dS and P, which are zero above the diagonal,
+ * so a block's products start at query position a. */
 static void attn_bwd(float *dqkv, float *datt, const float *dout, const float *qkv,
                      const float *att, int B, int T, int NH, int NKV, int hd)
 {
     float scale = 1.0f / sqrtf((float)hd);
     int G = NH / NKV, W = (NH + 2 * NKV) * hd, A = NH * hd;
-#pragma omp parallel for num_threads(n_threads) collapse(2)                                        \
-    schedule(dynamic, 1) if ((size_t)B * T * T * A > PAR_MIN)
+    int par = (size_t)B * T * T * A > PAR_MIN;
+#pragma omp parallel for num_threads(n_threads) collapse(2) schedule(dynamic, 1) if (par)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             size_t o = (size_t)b * T * W;
@@ -768,24 +855,33 @@ static void attn_bwd(float *dqkv, float *datt, const float *dout, const float *q
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, dp, T, k, W,
                         0.0f, dqkv + o + h * hd, W);
         }
-#pragma omp parallel for num_threads(n_threads) collapse(2)                                        \
-    schedule(dynamic, 1) if ((size_t)B * T * T * A > PAR_MIN)
-    for (int b = 0; b < B; b++)
-        for (int g = 0; g < NKV; g++) {
-            size_t o = (size_t)b * T * W;
-            float *dk = dqkv + o + (NH + g) * hd, *dv = dqkv + o + (NH + NKV + g) * hd;
-            for (int j = 0; j < G; j++) {
-                int h = g * G + j;
-                const float *q = qkv + o + h * hd, *dy = dout + (size_t)b * T * A + h * hd;
-                const float *p = att + ((size_t)b * NH + h) * T * T;
-                const float *ds = datt + ((size_t)b * NH + h) * T * T;
-                float beta = j ? 1.0f : 0.0f;
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, ds, T, q, W,
-                            beta, dk, W);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, p, T, dy, A,
-                            beta, dv, W);
-            }
+    /* blocks of key positions per (b, g): enough items for two per thread, blocks of at least
+     * 16 positions */
+    int pairs = B * NKV, nblk = par ? (2 * n_threads + pairs - 1) / pairs : 1;
+    if (nblk > T / 16) nblk = T / 16;
+    if (nblk < 1) nblk = 1;
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1) if (par)
+    for (int it = 0; it < pairs * nblk; it++) {
+        int b = it / (NKV * nblk), g = it / nblk % NKV, blk = it % nblk;
+        /* blocks of equal work: block i ends where (T - a)^2 has shrunk by i / nblk */
+        int a0 = blk ? T - (int)(T * sqrt(1.0 - (double)blk / nblk)) : 0;
+        int a1 = blk + 1 < nblk ? T - (int)(T * sqrt(1.0 - (double)(blk + 1) / nblk)) : T;
+        if (a1 <= a0) continue;
+        size_t o = (size_t)b * T * W + (size_t)a0 * W;
+        float *dk = dqkv + o + (NH + g) * hd, *dv = dqkv + o + (NH + NKV + g) * hd;
+        for (int j = 0; j < G; j++) {
+            int h = g * G + j;
+            const float *q = qkv + o + h * hd;
+            const float *dy = dout + ((size_t)b * T + a0) * A + h * hd;
+            const float *p = att + ((size_t)b * NH + h) * T * T + (size_t)a0 * T + a0;
+            const float *ds = datt + ((size_t)b * NH + h) * T * T + (size_t)a0 * T + a0;
+            float beta = j ? 1.0f : 0.0f;
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a1 - a0, hd, T - a0, 1.0f, ds, T,
+                        q, W, beta, dk, W);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a1 - a0, hd, T - a0, 1.0f, p, T,
+                        dy, A, beta, dv, W);
         }
+    }
 }
 
 static void kv_store(float *kc, float *vc, const float *qkv, const int *slot, const int *pos, int R,

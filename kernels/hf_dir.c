@@ -776,6 +776,12 @@ static int load_tensors(const mk_model *m, const folder *fo, int tied, const cha
 
 int mk_load_dir(mk_model **out, const char *dir, int max_batch, int max_seq, const mk_backend *be)
 {
+    return mk_load_dir_ex(out, dir, max_batch, max_seq, be, 0);
+}
+
+int mk_load_dir_ex(mk_model **out, const char *dir, int max_batch, int max_seq,
+                   const mk_backend *be, unsigned flags)
+{
     if (!out || !dir) return mk__fail(MK_ERR_ARG, "NULL argument");
     *out = NULL;
     char cpath[4096];
@@ -785,7 +791,8 @@ int mk_load_dir(mk_model **out, const char *dir, int max_batch, int max_seq, con
     int rc = mk_read_hf_config(&cfg, &tied, cpath);
     if (rc) return rc;
     mk_model *m;
-    if ((rc = mk_model_new(&m, &cfg, max_batch, max_seq, be ? be : mk_backend_cpu()))) return rc;
+    if ((rc = mk_model_new_ex(&m, &cfg, max_batch, max_seq, be ? be : mk_backend_cpu(), flags)))
+        return rc;
     folder fo = {.dir = dir};
     rc = folder_open(&fo);
     /* On the CPU the tensors are converted from the mapping straight into the parameters (the

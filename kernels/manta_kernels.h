@@ -151,6 +151,16 @@ typedef struct mk_model mk_model;
  * mk_load.  On success *out owns the model; free it with mk_model_free. */
 int mk_model_new(mk_model **out, const mk_config *cfg, int max_batch, int max_seq,
                  const mk_backend *be);
+/* Flags of mk_model_new_ex and mk_load_dir_ex. */
+enum {
+    /* Parameters only: no gradients, AdamW moments or training activations (a quarter of the
+     * memory of a trainable model, what a rollout needs).  Decoders work; mk_forward,
+     * mk_model_step and reading or writing gradients fail with MK_ERR_STATE; mk_zero_grad does
+     * nothing. */
+    MK_MODEL_INFER = 1u,
+};
+int mk_model_new_ex(mk_model **out, const mk_config *cfg, int max_batch, int max_seq,
+                    const mk_backend *be, unsigned flags);
 void mk_model_free(mk_model *m);
 const mk_config *mk_model_config(const mk_model *m);
 const mk_backend *mk_model_backend(const mk_model *m);
@@ -384,6 +394,9 @@ int mk_read_hf_config(mk_config *out, int *tied, const char *path);
  * Every refusal names the file and tensor or key (codes as mk_load, plus the
  * config's).  On failure *out is NULL. */
 int mk_load_dir(mk_model **out, const char *dir, int max_batch, int max_seq, const mk_backend *be);
+/* mk_load_dir with mk_model_new_ex's flags (MK_MODEL_INFER for a rollout). */
+int mk_load_dir_ex(mk_model **out, const char *dir, int max_batch, int max_seq,
+                   const mk_backend *be, unsigned flags);
 
 /* Writes DIR/config.json (the family's architectures entry -
  * GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM -
@@ -408,6 +421,34 @@ float mk_bf16_to_f32(uint16_t h);
 float mk_f16_to_f32(uint16_t h);
 uint16_t mk_f32_to_bf16(float x);
 uint16_t mk_f32_to_f16(float x);
+
+/* ---- GGUF files ----------------------------------------------------------- */
+
+/* Creates *out (as mk_model_new with max_batch, max_seq, be; be NULL means
+ * CPU) from a GGUF file (llama.cpp's format, versions 2 and 3), memory-mapped.
+ * Architecture "llama" only (others refused naming general.architecture):
+ * llama.block_count, embedding_length, attention.head_count,
+ * attention.head_count_kv, feed_forward_length, context_length (block_size),
+ * rope.freq_base, attention.layer_norm_rms_epsilon and rope.dimension_count
+ * (must equal head_dim) give the MK_ARCH_LLAMA config; the vocabulary is
+ * token_embd.weight's rows; the head is untied when output.weight is present.
+ * Tensors F32, F16, BF16, Q8_0, Q4_0 and Q4_1 are converted to float once, as
+ * ggml defines the blocks; q and k rows are put back from llama.cpp's
+ * interleaved rotary order into transformers'.  Every count and length in
+ * the file is checked against its size.  Refusals name the file and the key
+ * or tensor: MK_ERR_FORMAT (not GGUF, malformed, a count beyond the file),
+ * MK_ERR_TRUNCATED, MK_ERR_UNSUPPORTED (another architecture, a GGUF
+ * version, rope scaling, experts, a tensor with no place in the model),
+ * MK_ERR_DTYPE (another tensor kind, named: "Q4_K", ...), MK_ERR_SHAPE,
+ * MK_ERR_MISSING.  On failure *out is NULL. */
+int mk_load_gguf(mk_model **out, const char *path, int max_batch, int max_seq,
+                 const mk_backend *be);
+/* mk_load_gguf with mk_model_new_ex's flags (MK_MODEL_INFER for a rollout). */
+int mk_load_gguf_ex(mk_model **out, const char *path, int max_batch, int max_seq,
+                    const mk_backend *be, unsigned flags);
+/* The config mk_load_gguf would build (block_size is the file's
+ * context_length), without loading tensors.  Errors as mk_load_gguf. */
+int mk_read_gguf_config(mk_config *out, const char *path);
 
 /* ---- decoding ----------------------------------------------------------- */
 

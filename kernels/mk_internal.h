@@ -92,10 +92,10 @@ struct mk__backend {
     /* tanh GELU (GPT-2 "gelu_new"); bwd overwrites dinp */
     void (*gelu_fwd)(float *out, const float *inp, size_t n);
     void (*gelu_bwd)(float *dinp, const float *inp, const float *dout, size_t n);
-    /* SwiGLU: inp [R, 2I] holds gate (columns 0..I) then up; out[R,I] = silu(gate) * up,
-     * silu(x) = x / (1 + exp(-x)).  bwd: dinp [R, 2I] (overwrites) from dout [R, I]. */
-    void (*swiglu_fwd)(float *out, const float *inp, int R, int I);
-    void (*swiglu_bwd)(float *dinp, const float *inp, const float *dout, int R, int I);
+    /* SwiGLU: inp [R, 2H] holds gate (columns 0..H) then up; out[R,H] = silu(gate) * up,
+     * silu(x) = x / (1 + exp(-x)).  bwd: dinp [R, 2H] (overwrites) from dout [R, H]. */
+    void (*swiglu_fwd)(float *out, const float *inp, int R, int H);
+    void (*swiglu_bwd)(float *dinp, const float *inp, const float *dout, int R, int H);
     /* out = a + b */
     void (*add)(float *out, const float *a, const float *b, size_t n);
 
@@ -271,6 +271,7 @@ struct mk_model {
     mk_config cfg; /* resolved (mk_config_resolve) */
     const mk_backend *be;
     int max_B, max_T;
+    int infer; /* MK_MODEL_INFER: parameters only */
     int n_tensors;
     mk_tensor_info *tensors; /* size table, n_tensors entries (host) */
     int gidx[MK_T_N];        /* model-level tensor indices, -1 absent */

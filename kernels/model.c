@@ -389,6 +389,8 @@ int mk_model_hf_tensor(const mk_model *m, int i, mk_tensor_info *info)
 int mk_model_read_hf(const mk_model *m, const char *name, int grads, float *dst)
 {
     if (!m || !name || !dst) return mk__fail(MK_ERR_ARG, "NULL argument");
+    if (grads && m->infer)
+        return mk__fail(MK_ERR_STATE, "an inference-only model has no gradients");
     int i = mk__hf_find(m, name);
     if (i < 0)
         return mk__fail(MK_ERR_MISSING, "the %s model has no tensor %s", mk_arch_name(m->cfg.arch),
@@ -509,8 +511,14 @@ static int rope_tables(mk_model *m)
     return MK_OK;
 }
 
-int mk_model_new(mk_model **out, const mk_config *cfg_in, int max_batch, int max_seq,
+int mk_model_new(mk_model **out, const mk_config *cfg, int max_batch, int max_seq,
                  const mk_backend *be)
+{
+    return mk_model_new_ex(out, cfg, max_batch, max_seq, be, 0);
+}
+
+int mk_model_new_ex(mk_model **out, const mk_config *cfg_in, int max_batch, int max_seq,
+                    const mk_backend *be, unsigned flags)
 {
     if (!out) return mk__fail(MK_ERR_ARG, "out is NULL");
     *out = NULL;
@@ -521,11 +529,14 @@ int mk_model_new(mk_model **out, const mk_config *cfg_in, int max_batch, int max
     if (max_batch < 1 || max_seq < 1 || max_seq > cfg->block_size)
         return mk__fail(MK_ERR_ARG, "max_batch %d, max_seq %d: need >= 1 and max_seq <= %d",
                         max_batch, max_seq, cfg->block_size);
+    if (flags & ~(unsigned)MK_MODEL_INFER)
+        return mk__fail(MK_ERR_ARG, "unknown model flags 0x%x", flags & ~(unsigned)MK_MODEL_INFER);
     if (!be) be = &mk__cpu_backend;
     if (be == &mk__cpu_backend) mk__blas_init();
     mk_model *m = calloc(1, sizeof *m);
     if (!m) return mk__fail(MK_ERR_NOMEM, "cannot allocate model");
     m->cfg = *cfg;
+    m->infer = (flags & MK_MODEL_INFER) != 0;
     m->be = be;
     m->max_B = max_batch;
     m->max_T = max_seq;
@@ -554,10 +565,13 @@ int mk_model_new(mk_model **out, const mk_config *cfg_in, int max_batch, int max
     size_t n_act = carve(NULL, m->act_size, NULL, MK_ACT_N);
     size_t n_gact = carve(NULL, gsz, NULL, MK_G_N);
     size_t P = m->n_params * sizeof(float);
-    if ((rc = be->alloc((void **)&m->params, P)) || (rc = be->alloc((void **)&m->grads, P)) ||
-        (rc = be->alloc((void **)&m->m, P)) || (rc = be->alloc((void **)&m->v, P)) ||
-        (rc = be->alloc((void **)&m->acts_mem, n_act * sizeof(float))) ||
-        (rc = be->alloc((void **)&m->gacts_mem, n_gact * sizeof(float))) ||
+    int train = !m->infer;
+    if ((rc = be->alloc((void **)&m->params, P)) ||
+        (train && (rc = be->alloc((void **)&m->grads, P))) ||
+        (train && (rc = be->alloc((void **)&m->m, P))) ||
+        (train && (rc = be->alloc((void **)&m->v, P))) ||
+        (train && (rc = be->alloc((void **)&m->acts_mem, n_act * sizeof(float)))) ||
+        (train && (rc = be->alloc((void **)&m->gacts_mem, n_gact * sizeof(float)))) ||
         (rc = be->alloc((void **)&m->d_tokens, R * sizeof(int))) ||
         (rc = be->alloc((void **)&m->d_targets, R * sizeof(int))) ||
         (rc = be->alloc((void **)&m->d_pos, R * sizeof(int))) ||
@@ -567,8 +581,10 @@ int mk_model_new(mk_model **out, const mk_config *cfg_in, int max_batch, int max
         mk_model_free(m);
         return rc;
     }
-    carve(m->acts_mem, m->act_size, m->act, MK_ACT_N);
-    carve(m->gacts_mem, gsz, m->gact, MK_G_N);
+    if (train) {
+        carve(m->acts_mem, m->act_size, m->act, MK_ACT_N);
+        carve(m->gacts_mem, gsz, m->gact, MK_G_N);
+    }
     *out = m;
     return MK_OK;
 }
@@ -661,6 +677,7 @@ int mk_model_write_params(mk_model *m, const float *src, size_t off, size_t n)
 
 int mk_model_read_grads(const mk_model *m, float *dst, size_t off, size_t n)
 {
+    if (m && m->infer) return mk__fail(MK_ERR_STATE, "an inference-only model has no gradients");
     int rc = range_ok(m, dst, off, n);
     if (!rc && n) m->be->download(dst, m->grads + off, n * sizeof(float));
     return rc;
@@ -668,6 +685,7 @@ int mk_model_read_grads(const mk_model *m, float *dst, size_t off, size_t n)
 
 int mk_model_write_grads(mk_model *m, const float *src, size_t off, size_t n)
 {
+    if (m && m->infer) return mk__fail(MK_ERR_STATE, "an inference-only model has no gradients");
     int rc = range_ok(m, src, off, n);
     if (!rc && n) m->be->upload(m->grads + off, src, n * sizeof(float));
     return rc;
@@ -707,8 +725,10 @@ void mk_model_init(mk_model *m, uint64_t seed)
     }
     m->be->upload(m->params, h, sizeof(float) * m->n_params);
     free(h);
-    m->be->zero(m->m, sizeof(float) * m->n_params);
-    m->be->zero(m->v, sizeof(float) * m->n_params);
+    if (!m->infer) {
+        m->be->zero(m->m, sizeof(float) * m->n_params);
+        m->be->zero(m->v, sizeof(float) * m->n_params);
+    }
 }
 
 /* ---- forward ------------------------------------------------------------ */
@@ -768,6 +788,9 @@ static layer_acts acts_of(const mk_model *m, int l, int B, int T)
 int mk_forward(mk_model *m, const int *tokens, int B, int T)
 {
     if (!m || !tokens) return mk__fail(MK_ERR_ARG, "NULL argument");
+    if (m->infer)
+        return mk__fail(MK_ERR_STATE, "mk_forward on an inference-only model (decode with "
+                                      "mk_decoder_* instead)");
     if (B < 1 || T < 1 || B > m->max_B || T > m->max_T)
         return mk__fail(MK_ERR_ARG, "batch %dx%d outside the model's %dx%d", B, T, m->max_B,
                         m->max_T);
@@ -976,7 +999,7 @@ int mk_loss_ppo(mk_model *m, const int *targets, const float *behav_logp, const 
 
 void mk_zero_grad(mk_model *m)
 {
-    m->be->zero(m->grads, sizeof(float) * m->n_params);
+    if (!m->infer) m->be->zero(m->grads, sizeof(float) * m->n_params);
 }
 
 int mk_backward(mk_model *m)
@@ -1031,12 +1054,13 @@ int mk_backward(mk_model *m)
 
 double mk_model_grad_sumsq(mk_model *m)
 {
-    return m->be->sumsq(m->grads, m->n_params);
+    return m->infer ? 0.0 : m->be->sumsq(m->grads, m->n_params);
 }
 
 int mk_model_step(mk_model *m, const mk_adamw_params *p, int t, float *grad_norm)
 {
     if (!m || !p || t < 1) return mk__fail(MK_ERR_ARG, "bad AdamW arguments (step %d)", t);
+    if (m->infer) return mk__fail(MK_ERR_STATE, "mk_model_step on an inference-only model");
     double ss = m->be->sumsq(m->grads, m->n_params);
     if (grad_norm) *grad_norm = (float)sqrt(ss);
     float f = mk_clip_factor(ss, p->grad_clip);

@@ -117,7 +117,7 @@ static void try_push(const mtok *t, struct mtok_heapent *heap, size_t *nh, int32
 int mtok__bpe(mtok *t, const char *s, size_t len, int32_t **ids, size_t *n, size_t *cap)
 {
     const unsigned char *u = (const unsigned char *)s;
-    if (len == 1) return push_ids(ids, n, cap, &t->byte_id[u[0]], 1);
+    if (len == 1) return t->byte_id[u[0]] < 0 ? 0 : push_ids(ids, n, cap, &t->byte_id[u[0]], 1);
     int32_t hit = mtok__strmap_get(&t->cache.map, s, len);
     if (hit >= 0) return push_ids(ids, n, cap, t->cache.ids + hit + 1, (size_t)t->cache.ids[hit]);
     if (t->ignore_merges) {
@@ -127,12 +127,19 @@ int mtok__bpe(mtok *t, const char *s, size_t len, int32_t **ids, size_t *n, size
     int rc = grow_scratch(t, len);
     if (rc) return rc;
     struct mtok_sym *sym = t->sym;
-    for (size_t i = 0; i < len; i++)
-        sym[i] = (struct mtok_sym){t->byte_id[u[i]], (int32_t)i - 1,
-                                   i + 1 < len ? (int32_t)i + 1 : -1, 1};
+    /* A byte whose symbol the vocabulary lacks gets no symbol: tokenizers' BPE without an unk
+     * token skips such characters, and their neighbours become adjacent (SmolLM2 lacks 21). */
+    size_t ns = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (t->byte_id[u[i]] < 0) continue;
+        sym[ns] = (struct mtok_sym){t->byte_id[u[i]], (int32_t)ns - 1, -1, 1};
+        if (ns) sym[ns - 1].next = (int32_t)ns;
+        ns++;
+    }
+    if (!ns) return 0;
     /* Each merge adds at most two entries: 2 * len bounds the heap. */
     size_t nh = 0;
-    for (size_t i = 0; i + 1 < len; i++) try_push(t, t->heap, &nh, (int32_t)i);
+    for (size_t i = 0; i + 1 < ns; i++) try_push(t, t->heap, &nh, (int32_t)i);
     while (nh) {
         struct mtok_heapent top = heap_pop(t->heap, &nh);
         struct mtok_sym *l = &sym[top.pos];

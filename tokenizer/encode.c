@@ -176,7 +176,7 @@ int mtok_decode(const mtok *t, const int32_t *ids, size_t n, unsigned flags, cha
         free(raw.p);
         raw = fixed;
     }
-    if (!rc && !raw.p) rc = mtok__buf_put(&raw, "", 0);
+    if (!rc) rc = mtok__buf_put(&raw, "", 0); /* NUL-terminated even when empty */
     if (rc) {
         free(raw.p);
         return rc;

@@ -3,7 +3,8 @@
  * reproduce exactly.
  *
  * Accepted: model BPE (no dropout, no byte fallback, no subword prefix or
- * suffix, a vocabulary holding all 256 byte-level symbols); normalizer null,
+ * suffix; a byte whose symbol the vocabulary lacks is skipped, as tokenizers
+ * does without an unk token); normalizer null,
  * NFC or a Sequence of NFC; pre-tokenizer ByteLevel, or a Sequence of Split
  * (Regex, Isolated, not inverted) steps ending with ByteLevel, never with a
  * prefix space; decoder ByteLevel; post-processor ByteLevel,
@@ -274,13 +275,11 @@ static int load_vocab(mtok *t, const cJSON *vocab, const cJSON *added)
     }
     free(b.p);
     if (rc) return rc;
+    /* A byte without its symbol (-1) is skipped by BPE, as tokenizers does without an unk
+     * token (bpe.c). */
     for (int c = 0; c < 256; c++) {
         char one = (char)c;
-        if ((t->byte_id[c] = mtok__strmap_get(&t->vocab, &one, 1)) < 0)
-            return mtok__fail(MTOK_EUNSUPPORTED,
-                              "%s: model.vocab lacks the byte-level symbol of byte 0x%02X: "
-                              "tokenizers would drop such bytes silently",
-                              t->name, c);
+        t->byte_id[c] = mtok__strmap_get(&t->vocab, &one, 1);
     }
     return 0;
 }
@@ -439,6 +438,14 @@ static int load_model(mtok *t, const cJSON *root)
         return mtok__fail(MTOK_EFORMAT, "%s: model.vocab or model.merges missing", t->name);
     int rc;
     if ((rc = load_vocab(t, vocab, cJSON_IsArray(added) ? added : NULL))) return rc;
+    /* bytes without a symbol are skipped (bpe.c); with an unk token tokenizers would emit it */
+    for (int c = 0; c < 256; c++)
+        if (t->byte_id[c] < 0 &&
+            !null_or_empty(cJSON_GetObjectItemCaseSensitive(model, "unk_token")))
+            return mtok__fail(MTOK_EUNSUPPORTED,
+                              "%s: model.vocab lacks the byte-level symbol of byte 0x%02X and "
+                              "model.unk_token is set: unknown tokens are not supported",
+                              t->name, c);
     if ((rc = load_merges(t, merges))) return rc;
     return 0;
 }

@@ -104,6 +104,29 @@ const char *mtok_token_str(const mtok *t, int32_t id);
 /* 1 if the id is an added token marked special, 0 otherwise. */
 int mtok_is_special(const mtok *t, int32_t id);
 
+/* ---- GGUF files ---------------------------------------------------------- */
+
+/* Loads the tokenizer a GGUF file (llama.cpp's format, versions 2 and 3)
+ * carries in its tokenizer.ggml.* metadata, as transformers'
+ * from_pretrained(..., gguf_file=...) builds it: model "gpt2" (byte-level
+ * BPE) only, vocabulary tokenizer.ggml.tokens, merges tokenizer.ggml.merges,
+ * control tokens (token_type 3) and the bos/eos/unknown/padding ids as
+ * special added tokens, user-defined ones (4) as added tokens, bos/eos
+ * around a sequence with MTOK_ADD_SPECIAL when add_bos_token/add_eos_token
+ * say so.  The pre-tokenizer is the one tokenizer.ggml.pre names, as
+ * llama.cpp reads it: "gpt-2"/"gpt2", "llama-bpe"/"llama3"/"llama-v3",
+ * "qwen2", "smollm" (digits alone, then GPT-2's regex: SmolLM2's own
+ * tokenizer; transformers' GGUF loader falls back to GPT-2's regex alone for
+ * it).  Only the metadata is read, every count bounded by the file's size.
+ * Refused: another tokenizer.ggml.model or pre-tokenizer name
+ * (MTOK_EUNSUPPORTED, naming it), a malformed or truncated file
+ * (MTOK_EFORMAT, naming the key), a missing file (MTOK_ENOTFOUND).  On
+ * failure *out is NULL. */
+int mtok_load_gguf(const char *path, mtok **out);
+/* The file's tokenizer.chat_template: *tmpl is a malloc'd NUL-terminated copy,
+ * or NULL when the file has none (still success).  Errors as mtok_load_gguf. */
+int mtok_gguf_chat_template(const char *path, char **tmpl);
+
 /* ---- encoding and decoding ---------------------------------------------- */
 
 enum {

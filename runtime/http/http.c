@@ -61,6 +61,7 @@ typedef struct xfer {
 
     int attempts, max_retries;
     unsigned retry_on;
+    bool timer; /* manta_http_after: no transfer, only a due time */
     long connect_timeout_ms, timeout_ms;
     int64_t submit_ms, due_ms;
     char errbuf[CURL_ERROR_SIZE];
@@ -490,6 +491,31 @@ nomem:
     return MANTA_ENOMEM;
 }
 
+int manta_http_after(manta_http_client *c, long delay_ms, manta_http_done_fn cb, void *arg,
+                     uint64_t *id)
+{
+    if (!c || !cb || delay_ms < 0) return MANTA_EINVAL;
+    xfer *x = calloc(1, sizeof *x);
+    if (!x) return MANTA_ENOMEM;
+    x->c = c;
+    x->cb = cb;
+    x->arg = arg;
+    x->timer = true;
+    x->method = strdup("TIMER");
+    if (!x->method) {
+        free(x);
+        return MANTA_ENOMEM;
+    }
+    x->id = c->next_id++;
+    x->submit_ms = now_ms();
+    x->state = XFER_BACKOFF;
+    x->due_ms = x->submit_ms + delay_ms;
+    list_link(c, x);
+    if (id) *id = x->id;
+    tell_timer(c);
+    return 0;
+}
+
 /* Fires x's callback with the given outcome, then frees x. x must already be
  * out of the multi handle and out of the list. */
 static void xfer_finish(xfer *x, int err, long status, const char *message)
@@ -510,6 +536,11 @@ static void xfer_finish(xfer *x, int err, long status, const char *message)
     r.elapsed_ms = now_ms_f() - (double)x->submit_ms;
     if (r.elapsed_ms < 0) r.elapsed_ms = 0;
 
+    if (x->timer) { /* not a request: no counters */
+        x->cb(&r, x->arg);
+        xfer_free(x);
+        return;
+    }
     c->stats.completed++;
     if (err == MANTA_OK) {
         c->stats.ok++;
@@ -660,17 +691,29 @@ static void xfer_done(xfer *x, CURLcode code)
     xfer_finish(x, err, status, msg);
 }
 
-/* Re-adds transfers whose back-off has ended. */
+/* Re-adds transfers whose back-off has ended and fires due timers. A
+ * callback may submit or cancel requests, so the list is walked again from
+ * the head after each one; each pass takes one entry out of BACKOFF, so
+ * this ends. */
 static void start_due_retries(manta_http_client *c)
 {
     int64_t t = now_ms();
-    for (xfer *x = c->head; x; x = x->next) {
-        if (x->state != XFER_BACKOFF || x->due_ms > t) continue;
-        if (xfer_start(x) != 0) {
+    for (xfer *x = c->head; x;) {
+        if (x->state != XFER_BACKOFF || x->due_ms > t) {
+            x = x->next;
+            continue;
+        }
+        if (x->timer) {
+            list_unlink(c, x);
+            xfer_finish(x, MANTA_OK, 0, "");
+            x = c->head;
+        } else if (xfer_start(x) != 0) {
             /* Only possible when out of memory: end it rather than spin. */
             list_unlink(c, x);
             xfer_finish(x, MANTA_ENOMEM, 0, "could not restart the request: out of memory");
-            return; /* the list changed under us; the next drive continues */
+            x = c->head;
+        } else {
+            x = x->next;
         }
     }
 }

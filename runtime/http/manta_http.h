@@ -180,6 +180,17 @@ void manta_http_free(manta_http_client *c);
 int manta_http_submit(manta_http_client *c, const manta_http_request *req, manta_http_done_fn cb,
                       void *arg, uint64_t *id);
 
+/* A timer on the client's clock: cb fires once with MANTA_OK (status 0,
+ * empty body) about delay_ms from now, from a later drive of the client, or
+ * earlier with MANTA_ECANCELED / MANTA_ECLOSED from manta_http_cancel /
+ * manta_http_free. It makes no transfer and is not counted in the stats,
+ * but it is "in flight" (manta_http_in_flight) and its deadline is part of
+ * manta_http_timeout_ms, so a protocol built on this client can back off
+ * without a timer of its own. Returns 0 and *id (when not NULL), or
+ * MANTA_EINVAL (no cb, negative delay) / MANTA_ENOMEM; cb never fires then. */
+int manta_http_after(manta_http_client *c, long delay_ms, manta_http_done_fn cb, void *arg,
+                     uint64_t *id);
+
 /* Cancels request id: its callback fires inside this call with
  * MANTA_ECANCELED and 0 is returned. Returns MANTA_EINVAL when id
  * is not in flight (unknown, or already completed). */

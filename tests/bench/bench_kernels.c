@@ -19,7 +19,8 @@
  *   train_llama0.5B         tokens/s of one step on 4 x 256 tokens
  *   mem_llama0.5B           peak resident MB of the whole run (load, decode,
  *                           train) on each side; ratio = baseline / value
- * (--no-llama skips these: they need ~12 GB and minutes on 2 cores.)
+ * (--no-llama skips these: they need ~12 GB and minutes on 2 cores;
+ * --only-llama runs only these.)
  * The baseline is transformers' GPT2LMHeadModel (eager PyTorch, the same
  * sizes, the same thread count), measured by bench_kernels_torch.py, which
  * this program runs as a subprocess right after measuring each of its own
@@ -50,7 +51,7 @@ static const bsize sizes[] = {
     {"10M", {.n_layer = 6, .n_head = 6, .n_embd = 384, .block_size = 256, .vocab_size = 260}},
 };
 
-static int threads = 2, quick = 0, reps = 3, torch_missing = 0, llama = 1;
+static int threads = 2, quick = 0, reps = 3, torch_missing = 0, llama = 1, gpt2 = 1;
 static const char *llama_dir = "/tmp/manta_bench_llama0.5B";
 
 /* The Llama-family configuration (Qwen2.5-0.5B's sizes, no biases). */
@@ -201,14 +202,15 @@ static void bench_llama(void)
     char extra[600];
     snprintf(extra, sizeof extra, "--dir %s", llama_dir);
     llama_folder();
+    /* Manta's figures first, then the model is freed before PyTorch's run (both at once
+     * would need twice the memory). */
     double t0 = now();
     mk_model *m;
     CHECK(mk_load_dir(&m, llama_dir, B, T, NULL));
     double load = now() - t0;
-    double tb = torch_run(BENCH_LLAMA_SCRIPT, "load_llama0.5B", extra);
-    report_unit("load_llama0.5B", load, "s", tb, tb / load);
     fprintf(stderr, "bench_kernels: llama0.5B has %zu parameters\n", mk_model_num_params(m));
     const int batches[2] = {1, S};
+    double dec[2];
     for (int k = 0; k < 2; k++) {
         int n = batches[k];
         mk_decoder *d;
@@ -225,12 +227,8 @@ static void bench_llama(void)
         double t1 = now();
         for (int g = 0; g < gen; g++)
             CHECK(mk_decoder_step(d, slots, n, temp, topp, tok, lps, lpp));
-        double tps = (double)n * gen / (now() - t1);
+        dec[k] = (double)n * gen / (now() - t1);
         mk_decoder_free(d);
-        char name[64];
-        snprintf(name, sizeof name, "decode_llama0.5B_b%d", n);
-        double base = torch_run(BENCH_LLAMA_SCRIPT, name, extra);
-        report_unit(name, tps, "tokens/s", base, tps / base);
     }
     int *x = malloc(sizeof(int) * B * T), *y = malloc(sizeof(int) * B * T);
     mk_rng r;
@@ -240,7 +238,7 @@ static void bench_llama(void)
         y[i] = (int)(mk_rng_next(&r) % llama_cfg.vocab_size);
     }
     mk_adamw_params p = {1e-5f, 0.9f, 0.999f, 1e-8f, 0.1f, 1.0f};
-    double best = 0;
+    double train = 0;
     for (int s = 0; s < (quick ? 2 : 3); s++) {
         double t1 = now();
         float loss;
@@ -250,15 +248,24 @@ static void bench_llama(void)
         CHECK(mk_backward(m));
         CHECK(mk_model_step(m, &p, s + 1, NULL));
         double tps = (double)B * T / (now() - t1);
-        if (s > 0 && tps > best) best = tps; /* the first step is the warm-up */
+        if (s > 0 && tps > train) train = tps; /* the first step is the warm-up */
     }
-    double base = torch_run(BENCH_LLAMA_SCRIPT, "train_llama0.5B", extra);
-    report_unit("train_llama0.5B", best, "tokens/s", base, best / base);
     free(x), free(y);
     mk_model_free(m);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double mb = ru.ru_maxrss / 1024.0;
+
+    double tb = torch_run(BENCH_LLAMA_SCRIPT, "load_llama0.5B", extra);
+    report_unit("load_llama0.5B", load, "s", tb, tb / load);
+    for (int k = 0; k < 2; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "decode_llama0.5B_b%d", batches[k]);
+        double base = torch_run(BENCH_LLAMA_SCRIPT, name, extra);
+        report_unit(name, dec[k], "tokens/s", base, dec[k] / base);
+    }
+    double base = torch_run(BENCH_LLAMA_SCRIPT, "train_llama0.5B", extra);
+    report_unit("train_llama0.5B", train, "tokens/s", base, train / base);
     double bm = torch_run(BENCH_LLAMA_SCRIPT, "mem_llama0.5B", extra);
     report_unit("mem_llama0.5B", mb, "MB", bm, bm / mb);
 }
@@ -285,17 +292,21 @@ int main(int argc, char **argv)
             quick = 1;
         else if (!strcmp(argv[i], "--no-llama"))
             llama = 0;
+        else if (!strcmp(argv[i], "--only-llama"))
+            gpt2 = 0;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--reps N] [--quick] [--no-llama]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--threads N] [--reps N] [--quick] [--no-llama | --only-llama]\n",
+                    argv[0]);
             return 2;
         }
     }
     mk_set_threads(threads);
     fprintf(stderr, "bench_kernels: %d threads\n", threads);
     char name[64];
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    for (size_t i = 0; gpt2 && i < sizeof sizes / sizeof sizes[0]; i++) {
         const bsize *s = &sizes[i];
         int big = s->cfg.n_embd > 100;
         snprintf(name, sizeof name, "train_%s", s->name);
@@ -304,7 +315,7 @@ int main(int argc, char **argv)
             v = fmax(v, bench_train(&s->cfg, 8, 128, quick ? (big ? 1 : 3) : (big ? 3 : 10)));
         report(name, v, torch_baseline(name));
     }
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    for (size_t i = 0; gpt2 && i < sizeof sizes / sizeof sizes[0]; i++) {
         const int batches[2] = {1, 64};
         for (int k = 0; k < 2; k++) {
             snprintf(name, sizeof name, "decode_%s_b%d", sizes[i].name, batches[k]);

@@ -512,6 +512,43 @@ static void test_cancel_and_free(void **state)
     manta_http_free(NULL);
 }
 
+/* manta_http_after: timers on the client's clock, in order, cancelable,
+ * ended by free, and not counted as requests. */
+static void test_after_timers(void **state)
+{
+    manta_http_client *c = manta_http_new(NULL);
+    got early = {0}, late = {0}, gone = {0}, closed = {0};
+    uint64_t id_gone = 0;
+    double t0 = now_ms();
+    assert_int_equal(manta_http_after(c, 120, on_done, &late, NULL), 0);
+    assert_int_equal(manta_http_after(c, 30, on_done, &early, NULL), 0);
+    assert_int_equal(manta_http_after(c, 60, on_done, &gone, &id_gone), 0);
+    assert_int_equal(manta_http_after(c, -1, on_done, &gone, NULL), MANTA_EINVAL);
+    assert_int_equal(manta_http_after(c, 5, NULL, NULL, NULL), MANTA_EINVAL);
+    assert_int_equal(manta_http_in_flight(c), 3);
+    int t = manta_http_timeout_ms(c);
+    assert_true(t >= 0 && t <= 30);
+    assert_int_equal(manta_http_cancel(c, id_gone), 0);
+    assert_int_equal(gone.fired, 1);
+    assert_int_equal(gone.err, MANTA_ECANCELED);
+    while (!early.fired) manta_http_step(c, 10);
+    assert_int_equal(late.fired, 0);
+    assert_true(now_ms() - t0 >= 29);
+    assert_int_equal(early.err, MANTA_OK);
+    drain(c, 2000);
+    assert_int_equal(late.fired, 1);
+    assert_int_equal(late.err, MANTA_OK);
+    assert_true(now_ms() - t0 >= 119);
+    manta_http_stats st;
+    manta_http_get_stats(c, &st);
+    assert_int_equal(st.submitted + st.completed, 0);
+    assert_int_equal(manta_http_after(c, 10000, on_done, &closed, NULL), 0);
+    manta_http_free(c);
+    assert_int_equal(closed.fired, 1);
+    assert_int_equal(closed.err, MANTA_ECLOSED);
+    got_clear(&early), got_clear(&late), got_clear(&gone), got_clear(&closed);
+}
+
 static void test_invalid_submit(void **state)
 {
     manta_http_client *c = manta_http_new(NULL);
@@ -771,6 +808,7 @@ int main(void)
         cmocka_unit_test(test_connection_reuse),
         cmocka_unit_test(test_cancel_and_free),
         cmocka_unit_test(test_invalid_submit),
+        cmocka_unit_test(test_after_timers),
         cmocka_unit_test(test_submit_from_callback),
         cmocka_unit_test(test_end_stream_early),
         cmocka_unit_test(test_external_poll_loop),

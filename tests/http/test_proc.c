@@ -30,13 +30,19 @@ static long long now_ms(void)
 
 int test_proc_start(test_proc *p, const char *script, const char *const *args)
 {
+    return test_proc_start_python(p, MANTA_PYTHON, script, args);
+}
+
+int test_proc_start_python(test_proc *p, const char *python, const char *script,
+                           const char *const *args)
+{
     int fds[2];
     p->pid = -1;
     p->port = 0;
     if (pipe(fds) != 0) return -1;
     const char *argv[32];
     int n = 0;
-    argv[n++] = MANTA_PYTHON;
+    argv[n++] = python;
     argv[n++] = script;
     argv[n++] = "--port";
     argv[n++] = "0";

@@ -17,6 +17,9 @@ typedef struct test_proc {
  * NULL) and waits up to 10 s for its port. Returns 0, or -1 with a message on
  * stderr (the child is reaped). */
 int test_proc_start(test_proc *p, const char *script, const char *const *args);
+/* The same with another Python interpreter (e.g. a venv's). */
+int test_proc_start_python(test_proc *p, const char *python, const char *script,
+                           const char *const *args);
 
 /* Stops the child (SIGTERM, then SIGKILL after 2 s) and reaps it. Returns 0
  * when it was still running until asked to stop, -1 when it had died

@@ -285,6 +285,59 @@ static void test_weight_swap(void **state)
     mk_model_free(other);
 }
 
+/* An inference-only model (parameters only) decodes exactly as the trainable one holding the
+ * same weights, and refuses what needs training state. */
+static void test_inference_only(void **state)
+{
+    (void)state;
+    const mk_config qc = {.n_layer = 2,
+                          .n_head = 4,
+                          .n_embd = 32,
+                          .block_size = CTX,
+                          .vocab_size = V,
+                          .arch = MK_ARCH_QWEN3,
+                          .n_kv_head = 2,
+                          .head_dim = 16,
+                          .n_inner = 48};
+    mk_model *full = new_model_cfg(&qc, 21), *inf;
+    assert_mk_ok(mk_model_new_ex(&inf, &qc, 1, 1, NULL, MK_MODEL_INFER));
+    size_t P = mk_model_num_params(full);
+    assert_int_equal(mk_model_num_params(inf), P);
+    float *w = malloc(P * sizeof(float));
+    assert_mk_ok(mk_model_read_params(full, w, 0, P));
+    assert_mk_ok(mk_model_write_params(inf, w, 0, P));
+    mk_decoder *a, *b;
+    assert_mk_ok(mk_decoder_new_ctx(&a, full, 1, 16));
+    assert_mk_ok(mk_decoder_new_ctx(&b, inf, 1, 16));
+    int prompt[5] = {1, 9, 4, 30, 7}, s0[] = {0}, ta, tb;
+    float t0 = 1.0f, p1 = 1.0f, la, lb;
+    assert_mk_ok(mk_decoder_reset(a, 0, 5));
+    assert_mk_ok(mk_decoder_reset(b, 0, 5));
+    assert_mk_ok(mk_decoder_append(a, 0, prompt, 5));
+    assert_mk_ok(mk_decoder_append(b, 0, prompt, 5));
+    for (int k = 0; k < 8; k++) {
+        assert_mk_ok(mk_decoder_step(a, s0, 1, &t0, &p1, &ta, NULL, &la));
+        assert_mk_ok(mk_decoder_step(b, s0, 1, &t0, &p1, &tb, NULL, &lb));
+        assert_int_equal(ta, tb);
+        assert_true(la == lb);
+        check_close(mk_decoder_last_logits(a, 0), mk_decoder_last_logits(b, 0), V, 0, 0,
+                    "inference-only logits");
+    }
+    int toks[2] = {1, 2};
+    assert_int_equal(mk_forward(inf, toks, 1, 2), MK_ERR_STATE);
+    mk_adamw_params op = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.0f};
+    assert_int_equal(mk_model_step(inf, &op, 1, NULL), MK_ERR_STATE);
+    assert_int_equal(mk_model_read_grads(inf, w, 0, 1), MK_ERR_STATE);
+    mk_model *bad;
+    assert_int_equal(mk_model_new_ex(&bad, &qc, 1, 1, NULL, 8u), MK_ERR_ARG);
+    assert_null(bad);
+    free(w);
+    mk_decoder_free(a);
+    mk_decoder_free(b);
+    mk_model_free(full);
+    mk_model_free(inf);
+}
+
 /* ---- the sampler ---------------------------------------------------------- */
 
 enum { SV = 8, DRAWS = 200000 };
@@ -384,6 +437,7 @@ int main(void)
         cmocka_unit_test(test_same_seed_same_tokens),
         cmocka_unit_test(test_errors_and_limits),
         cmocka_unit_test(test_weight_swap),
+        cmocka_unit_test(test_inference_only),
         cmocka_unit_test(test_sampling_distribution),
         cmocka_unit_test(test_rng),
     };

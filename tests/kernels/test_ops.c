@@ -2,7 +2,9 @@
  * test_ops.c - every op of the CPU back-end against finite differences, the
  * decode attention against the training attention, the optimiser helpers
  * against hand-computed values, and the whole model's gradient (both losses)
- * against finite differences of the loss.
+ * against finite differences of the loss, for GPT-2, Llama and Qwen3 shapes.
+ * (The ops of the Llama/Qwen families are checked one by one in
+ * test_ops_family.c.)
  *
  * Each op check uses the scalar objective J = sum(dout * out) with a random
  * dout, so that the backward op's output is dJ/dinput; central differences
@@ -365,20 +367,20 @@ static void model_fd(int ppo)
     assert_true(checked == 4 * mk_model_num_tensors(fm));
 }
 
-static void test_model_gradients(void **state)
+/* Every parameter tensor of a model of cfg, four elements each, for both losses. */
+static void model_gradients(const mk_config *cfg)
 {
-    mk_config cfg = {.n_layer = 2, .n_head = 2, .n_embd = 8, .block_size = 8, .vocab_size = 11};
-    assert_mk_ok(mk_model_new(&fm, &cfg, 2, 6, NULL));
+    assert_mk_ok(mk_model_new(&fm, cfg, 2, 6, NULL));
     mk_model_init(fm, 5);
-    /* larger weights than GPT-2's init so every path carries signal */
+    /* larger weights than the init so every path carries signal */
     size_t P = mk_model_num_params(fm);
     float *p = mk_model_params(fm);
     mk_rng r;
     mk_rng_seed(&r, 6);
     for (size_t i = 0; i < P; i++) p[i] += 0.3f * (mk_rng_uniform(&r) - 0.5f);
     for (int i = 0; i < 12; i++) {
-        fm_tok[i] = (int)(mk_rng_next(&r) % 11);
-        fm_tg[i] = (int)(mk_rng_next(&r) % 11);
+        fm_tok[i] = (int)(mk_rng_next(&r) % cfg->vocab_size);
+        fm_tg[i] = (int)(mk_rng_next(&r) % cfg->vocab_size);
         fm_w[i] = i % 5 == 3 ? 0.0f : 1.0f;
         fm_adv[i] = 2 * mk_rng_uniform(&r) - 1;
     }
@@ -389,6 +391,41 @@ static void test_model_gradients(void **state)
     model_fd(0);
     model_fd(1);
     mk_model_free(fm);
+}
+
+static void test_model_gradients(void **state)
+{
+    mk_config cfg = {.n_layer = 2, .n_head = 2, .n_embd = 8, .block_size = 8, .vocab_size = 11};
+    model_gradients(&cfg);
+}
+
+/* Llama with grouped-query attention (2 query heads a kv head), an untied head and every
+ * optional bias; Qwen3 with q/k norms and a head size apart from n_embd / n_head. */
+static void test_model_gradients_families(void **state)
+{
+    mk_config llama = {.n_layer = 2,
+                       .n_head = 4,
+                       .n_embd = 16,
+                       .block_size = 8,
+                       .vocab_size = 11,
+                       .arch = MK_ARCH_LLAMA,
+                       .n_kv_head = 2,
+                       .n_inner = 24,
+                       .untied_head = 1,
+                       .attn_bias = 1,
+                       .attn_out_bias = 1,
+                       .mlp_bias = 1};
+    model_gradients(&llama);
+    mk_config qwen3 = {.n_layer = 2,
+                       .n_head = 4,
+                       .n_embd = 12,
+                       .block_size = 8,
+                       .vocab_size = 11,
+                       .arch = MK_ARCH_QWEN3,
+                       .n_kv_head = 1,
+                       .head_dim = 6,
+                       .n_inner = 20};
+    model_gradients(&qwen3);
 }
 
 int main(void)
@@ -404,6 +441,7 @@ int main(void)
         cmocka_unit_test(test_adamw_by_hand),
         cmocka_unit_test(test_sumsq_shards_and_clip),
         cmocka_unit_test(test_model_gradients),
+        cmocka_unit_test(test_model_gradients_families),
     };
     mk_set_threads(2);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -611,6 +611,7 @@ static void test_attention_gqa_threaded(void **state)
     attn_case(2, 48, 8, 2, 64, 0, 61);
     attn_case(3, 40, 4, 4, 32, 0, 62);
     attn_case(1, 64, 6, 3, 24, 0, 63); /* a head size outside the vector path, threaded */
+    attn_case(1, 80, 4, 1, 32, 0, 64); /* one (b, kv head) pair: attn_bwd splits its positions */
 }
 
 int main(void)

@@ -602,7 +602,7 @@ static void test_model_section(void **st)
     assert_int_equal(ms.max_seq, 48);
     assert_int_equal(ms.dtype, MK_BF16);
     mk_model *m;
-    assert_int_equal(rl_model_open(&ms, 2, ms.max_seq, &m), 0);
+    assert_int_equal(rl_model_open(&ms, 2, ms.max_seq, 0, &m), 0);
     assert_int_equal(mk_model_config(m)->vocab_size, RL_VOCAB + 7);
     mk_model_free(m);
     assert_int_equal(read_path(good, "context", 16, &ms, why, sizeof why), 0);
@@ -641,7 +641,7 @@ static void test_model_section(void **st)
     assert_int_equal(read_model("learner", NULL, good_sections, &ms, why, sizeof why), 0);
     assert_int_equal(ms.path[0], 0);
     assert_int_equal(ms.dtype, MK_F32);
-    assert_int_equal(rl_model_open(&ms, 1, 8, &m), 0);
+    assert_int_equal(rl_model_open(&ms, 1, 8, MK_MODEL_INFER, &m), 0);
     assert_int_equal(mk_model_config(m)->n_layer, 3);
     mk_model_free(m);
     rm_folder(good), rm_folder(small), rmdir(empty);

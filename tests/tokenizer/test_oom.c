@@ -87,6 +87,27 @@ static void test_load(void **state)
     printf("load: failed each of %ld allocations in turn\n", n - 1);
 }
 
+/* The GGUF route: metadata tables, the synthesised tokenizer.json, then the same load. */
+static void test_load_gguf(void **state)
+{
+    long n;
+    for (n = 1;; n++) {
+        mtok *t = (mtok *)1;
+        arm(n);
+        int rc = mtok_load_gguf(MTOK_GGUF_FIXTURE, &t);
+        int hit = disarm();
+        if (rc == 0) {
+            assert_non_null(t);
+            mtok_free(t);
+            if (!hit) break;
+        } else {
+            assert_int_equal(rc, MTOK_ENOMEM);
+            assert_null(t);
+        }
+    }
+    printf("load_gguf: failed each of %ld allocations in turn\n", n - 1);
+}
+
 static void test_encode_decode(void **state)
 {
     const char *text = "Hello <|im_start|>wörld  café\n\n\t 中文 12345 😀 \xFF";
@@ -156,6 +177,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load),
+        cmocka_unit_test(test_load_gguf),
         cmocka_unit_test(test_encode_decode),
         cmocka_unit_test(test_chat),
     };
