@@ -250,6 +250,7 @@ static void on_tool(const mcp_result *r, void *arg)
         s->errors++;
         s->by_kind[manta_err_index(r->err)]++;
         const char *kind = manta_errname(r->err);
+        manta_metric_add(manta_req_ctx(p->req), "tool_errors_total", kind, 1);
         if (mcp_errors_add(&s->tally, kind, r->outcome, r->message))
             rl_log(s->m, "env: tool error %s (%s, %d attempts): %s", kind,
                    mcp_outcome_name(r->outcome), r->attempts, r->message);
@@ -351,11 +352,13 @@ static int env_call(manta_req *req, void *state, const void *arg, size_t len)
         s->errors++;
         char msg[160];
         snprintf(msg, sizeof msg, "%s", obs + (strncmp(obs, "error: ", 7) ? 0 : 7));
+        manta_metric_add(manta_req_ctx(req), "tool_errors_total", "EUNKNOWN", 1);
         if (mcp_errors_add(&s->tally, "EUNKNOWN", MCP_OUTCOME_POLICY, msg))
             rl_log(s->m, "env: tool error EUNKNOWN (policy): %s", msg);
         reply_obs(req, 0, obs, "EUNKNOWN", MCP_OUTCOME_POLICY, msg);
         return 0;
     }
+    manta_metric_add(manta_req_ctx(req), "tool_calls_total", et->name, 1);
     pending_call *p = calloc(1, sizeof *p);
     if (!p) {
         cJSON_Delete(a);
@@ -370,6 +373,7 @@ static int env_call(manta_req *req, void *state, const void *arg, size_t len)
     if (rc) {
         s->errors++;
         s->by_kind[manta_err_index(rc) > 0 ? manta_err_index(rc) : manta_err_index(MANTA_EINVAL)]++;
+        manta_metric_add(manta_req_ctx(req), "tool_errors_total", manta_errname(rc), 1);
         reply_obs(p->req, 0, "error: EINVAL", manta_errname(rc), MCP_OUTCOME_TRANSPORT,
                   "the MCP client refused the call");
         free(p);

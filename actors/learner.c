@@ -372,8 +372,12 @@ static int learner_step(manta_req *req, void *state, const void *arg, size_t len
     adamw_slice(s, lr);
     if ((rc = gather_params(s))) goto coll_fail;
     const rl_buckets *pub;
+    double tp = rl_now_s();
     if ((rc = publish(s, &pub)))
         return manta_reply_error(req, rc, "step: publish: %s", manta_last_error());
+    manta_metric_observe(s->m, "weight_sync_seconds", "publish", rl_now_s() - tp);
+    manta_metric_add(s->m, "weight_sync_bytes_total", "publish", (double)s->len * sizeof(float));
+    manta_metric_add(s->m, "tokens_trained_total", NULL, st[0] > 0 ? st[0] : 0);
     float n = st[0] > 0 ? st[0] : 1;
     out.loss = st[1] / n, out.pg_loss = st[2] / n, out.kl = st[3] / n;
     out.clip_frac = st[4] / n, out.entropy = st[5] / n, out.ratio = st[6] / n;

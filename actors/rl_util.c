@@ -624,8 +624,8 @@ void rl_log(manta_ctx *m, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "[%s] %s\n", m ? manta_self(m) : "?", buf);
-    fflush(stderr);
+    (void)m; /* the line names the actor itself (log.c) */
+    manta_log(MANTA_LOG_INFO, "%s", buf);
 }
 
 /* ---- HTTP glue ---- */

@@ -167,4 +167,24 @@ void rl_http_glue_stop(rl_http_glue *g);
 /* Print a line to stderr prefixed with the actor's name (goes to its log). */
 void rl_log(manta_ctx *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* ---- progress.c: the controller's progress for `manta run`'s live line ----
+ * Published as the job value `progress`, the record whose shape
+ * runtime/cli/cli_internal.h gives ({unit, step, steps, time_s,
+ * time_limit_s, fields}); the CLI knows nothing of RL. */
+/* What the controller knows after a version was trained. */
+typedef struct rl_progress {
+    int64_t version, max_versions;
+    double time_s, max_time_s; /* since the run began; the limit */
+    double reward;             /* the version's batch: mean reward */
+    double heldout;            /* the last held-out success measured; < 0: none yet */
+    double trained_tps, gen_tps;
+    const int64_t *stale_hist; /* the batch's staleness histogram: bins 0.. */
+    int stale_bins;
+    int64_t dropped, tool_calls, tool_errors;
+} rl_progress;
+
+/* Publish p as the job value `progress` (a failed write is logged, not
+ * returned: the line is a view, the run goes on). */
+void rl_progress_publish(manta_ctx *m, const rl_progress *p);
+
 #endif

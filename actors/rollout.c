@@ -247,6 +247,7 @@ static void discover(rollout_state *s)
 static int load_weights(rollout_state *s, int64_t version, const rl_bucket *b, int nb)
 {
     size_t total = 0;
+    double t0 = rl_now_s();
     for (int i = 0; i < nb; i++) {
         void *data = NULL;
         size_t len = 0;
@@ -272,6 +273,8 @@ static int load_weights(rollout_state *s, int64_t version, const rl_bucket *b, i
     mk_model_write_params(s->model, s->wbuf, 0, s->n_params);
     s->version = version;
     s->weight_loads++;
+    manta_metric_observe(s->m, "weight_sync_seconds", "fetch", rl_now_s() - t0);
+    manta_metric_add(s->m, "weight_sync_bytes_total", "fetch", (double)total * sizeof(float));
     return 0;
 }
 
@@ -618,6 +621,7 @@ static int decode_step(rollout_state *s)
         rl_traj_push(&sl->traj, tok, lp, (int32_t)s->version, 1, RL_SEG_POLICY);
         sl->new_tokens++;
         s->tokens++;
+        manta_metric_add(s->m, "tokens_generated_total", NULL, 1);
         if (what == RL_TURN_END) {
             finish(s, k);
             continue;

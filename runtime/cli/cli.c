@@ -16,14 +16,17 @@
  * manta_job_scale, stop signals the driver; none touches what it did not
  * make.
  */
+#include "cli_internal.h"
 #include "manta_schema.h"
 #include "manta_cli.h"
 #include "manta_job.h"
 #include "manta_spec.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -45,10 +48,10 @@ typedef struct cli {
     const char *args[8];
     int nargs;
     manta_redis_addr redis_addr; /* --redis, parsed */
-    const char *redis, *job, *log_dir, *host, *name, *cpu, *gpu, *memory, *transport;
+    const char *redis, *job, *log_dir, *host, *name, *cpu, *gpu, *memory, *transport, *log_level;
     const char *sets[64];
     int nsets;
-    int detach, follow, verbose;
+    int detach, follow, verbose, json;
     double timeout_s;
     const manta_class *const *classes;
 } cli;
@@ -62,6 +65,7 @@ static const char *usage_text =
     "  scale GROUP N     grow or shrink a group of a running job to N replicas\n"
     "  stop              stop a running job (its driver tears everything down)\n"
     "  logs ACTOR        print an actor's output (kept in RUN_DIR/logs/ACTOR.log)\n"
+    "  report RUN_DIR    (re)write the plots of a run folder from its metrics.jsonl\n"
     "  node              run a node agent for a job on this machine (multi-node)\n"
     "  version           print the version\n"
     "  help [COMMAND]    this text, or a command's\n"
@@ -72,10 +76,13 @@ static const char *usage_text =
     "                    the embedded one (IPv6 as [addr], %XX escapes in user and password)\n"
     "  --job NAME        which job (status, scale, stop, logs); default: the last one run here\n"
     "  --detach          run: return once every actor is ready; the job keeps running\n"
+    "  --json            run: print the run method's whole answer (JSON) instead of a summary;\n"
+    "                    logs: print the log lines as they are (JSON) instead of pretty\n"
+    "  --log-level LVL   run: debug, info (default), warn or error: what actors log\n"
     "  --log-dir DIR     run: where run folders go (default: the spec's log_dir, else runs/)\n"
     "  --timeout SEC     run: readiness wait (60); scale: readiness (60) or drain (120) wait\n"
     "  --follow, -f      logs: keep printing what the actor writes\n"
-    "  --verbose, -v     status: one line per actor too\n"
+    "  --verbose, -v     status: one line per actor and every series of its metrics\n"
     "  --host ADDR       node: address other machines reach this one at (tcp)\n"
     "  --name ID, --cpu N, --gpu N, --memory SIZE   node: identity and resources offered\n"
     "\n"
@@ -87,16 +94,26 @@ static const char *command_help(const char *cmd)
 {
     if (!strcmp(cmd, "run"))
         return "manta run SPEC [--set PATH=VALUE]... [--redis URL] [--detach] [--log-dir DIR]\n"
+               "               [--json]\n"
                "  Loads SPEC (errors name file:line:col), starts the embedded Redis unless the\n"
                "  spec or --redis names one, starts a node agent here, places every replica\n"
                "  (named GROUP-I) on a node with room, waits until all are ready, then calls\n"
                "  the spec's run: {group, method, timeout_s} on GROUP-0 and prints its answer.\n"
                "  Without run: it serves until `manta stop` or Ctrl-C. Actors' output goes to\n"
-               "  RUN_DIR/logs/NAME.log; RUN_DIR (LOG_DIR/JOB) is in MANTA_RUN_DIR for them.\n";
+               "  RUN_DIR/logs/NAME.log; RUN_DIR (LOG_DIR/JOB) is in MANTA_RUN_DIR for them.\n"
+               "  While it runs, a progress line (the job value `progress`): redrawn in place\n"
+               "  on a terminal, a plain line every 10 s otherwise. At the end a short summary\n"
+               "  (the whole answer with --json); the answer is kept in summary.json and the\n"
+               "  plots of metrics.jsonl are written beside it (see `manta help report`).\n"
+               "  With `metrics: {port: N, bind: ADDR}` in the spec the job's metrics are\n"
+               "  served at http://ADDR:N/metrics in the Prometheus text format (bind:\n"
+               "  127.0.0.1 unless given; port 0: any free one, printed).\n";
     if (!strcmp(cmd, "status"))
         return "manta status [--job NAME] [-v]\n"
                "  Shows the job's driver, nodes with their resources and heartbeat age,\n"
-               "  groups with replicas ready/wanted, restarts and calls served per second.\n";
+               "  groups with replicas ready/wanted, restarts and calls served per second,\n"
+               "  and a table of every actor's metrics (calls served and made, mailbox,\n"
+               "  latency percentiles, and the class's own counters); -v: every series.\n";
     if (!strcmp(cmd, "scale"))
         return "manta scale GROUP N [--job NAME] [--timeout SEC]\n"
                "  Grows GROUP with new replicas (placed on nodes with room, given the spec's\n"
@@ -104,7 +121,14 @@ static const char *command_help(const char *cmd)
                "  (finish or hand back their work), then stopped.\n";
     if (!strcmp(cmd, "stop")) return "manta stop [--job NAME]\n  Stops a running job cleanly.\n";
     if (!strcmp(cmd, "logs"))
-        return "manta logs ACTOR [--follow] [--job NAME]\n  Prints RUN_DIR/logs/ACTOR.log.\n";
+        return "manta logs ACTOR [--follow] [--json] [--job NAME]\n"
+               "  Prints RUN_DIR/logs/ACTOR.log: the actor's log lines (JSON: time, actor,\n"
+               "  incarnation, level, message) as `HH:MM:SS.mmm LEVEL ACTOR#INCARNATION message`,\n"
+               "  other output as it is; --json: the lines as they are; --follow: keep going.\n";
+    if (!strcmp(cmd, "report"))
+        return "manta report RUN_DIR\n"
+               "  Writes reward.svg, success.svg, throughput.svg and staleness.svg in RUN_DIR\n"
+               "  from its metrics.jsonl (and summary.json), as `manta run` does at the end.\n";
     if (!strcmp(cmd, "node"))
         return "manta node --redis URL --job NAME [--host ADDR] [--name ID] [--cpu N]\n"
                "           [--gpu N] [--memory SIZE]\n"
@@ -264,8 +288,34 @@ static manta_spec *load_spec(cli *c, const char *path, const char *const *sets, 
 typedef struct run_setup {
     manta_spec *spec;
     char spec_path[PATH_MAX], run_dir[PATH_MAX], logs[PATH_MAX + 8];
-    int ready_pipe[2]; /* --detach: the driver tells its caller the verdict */
+    int ready_pipe[2];        /* --detach: the driver tells its caller the verdict */
+    int64_t metrics_port;     /* the spec's metrics.port; -1: no endpoint */
+    const char *metrics_bind; /* metrics.bind, default 127.0.0.1 */
+    cli_httpd *httpd;         /* the endpoint while the job runs */
+    cli_progress *progress;   /* the progress line while the run method runs */
+    int64_t t0;               /* when `manta run` started (manta_now_ms) */
 } run_setup;
+
+/* The spec's optional `metrics: {port, bind}` section; errors like the
+ * loader's (file:line:col: path: message). */
+static int read_metrics_section(run_setup *r)
+{
+    manta_spec_errors errs;
+    manta_spec_errors_init(&errs);
+    const manta_spec_node *root = r->spec->root;
+    int rc = manta_spec_get_int(root, "metrics.port", -1, &r->metrics_port, &errs);
+    if (rc == 0 && (r->metrics_port < 0 || r->metrics_port > 65535)) {
+        const manta_spec_node *n = manta_spec_find(root, "metrics.port");
+        manta_spec_errors_add(&errs, n->file, n->line, n->col, "metrics.port",
+                              "expected a TCP port 0..65535 (0: any free one), got %lld",
+                              (long long)r->metrics_port);
+    }
+    manta_spec_get_str(root, "metrics.bind", "127.0.0.1", &r->metrics_bind, &errs);
+    int bad = errs.count > 0;
+    if (bad) manta_spec_errors_print(&errs, stderr);
+    manta_spec_errors_destroy(&errs);
+    return bad ? MANTA_EXIT_USAGE : 0;
+}
 
 /* Load the spec and make RUN_DIR/logs (RUN_DIR = LOG_DIR/JOB). */
 static int run_prepare(cli *c, run_setup *r)
@@ -278,7 +328,14 @@ static int run_prepare(cli *c, run_setup *r)
         fprintf(stderr, "manta run: %s: %s\n", c->args[0], strerror(errno));
         return MANTA_EXIT_USAGE;
     }
+    manta_log_level lvl;
+    if (c->log_level && manta_log_level_parse(c->log_level, &lvl) != 0) {
+        fprintf(stderr, "manta run: --log-level: %s\n", manta_last_error());
+        return MANTA_EXIT_USAGE;
+    }
+    if (c->log_level) setenv("MANTA_LOG_LEVEL", c->log_level, 1); /* the actors inherit it */
     if (!(r->spec = load_spec(c, r->spec_path, c->sets, (size_t)c->nsets))) return MANTA_EXIT_USAGE;
+    if (read_metrics_section(r)) return MANTA_EXIT_USAGE;
     const char *log_root = c->log_dir ? c->log_dir : r->spec->log_dir ? r->spec->log_dir : "runs";
     char rel_dir[PATH_MAX];
     snprintf(rel_dir, sizeof rel_dir, "%s/%s", log_root, r->spec->job);
@@ -288,6 +345,9 @@ static int run_prepare(cli *c, run_setup *r)
     }
     snprintf(r->logs, sizeof r->logs, "%s/logs", r->run_dir);
     mkdirs(r->logs);
+    char old[PATH_MAX + 32]; /* a previous run's answer must not pass for this one's */
+    snprintf(old, sizeof old, "%s/summary.json", r->run_dir);
+    unlink(old);
     setenv("MANTA_RUN_DIR", r->run_dir, 1);
     return 0;
 }
@@ -357,6 +417,30 @@ static int exit_code(int rc)
     }
 }
 
+/* Every 100 ms of manta_job_wait: the progress line. */
+static void run_tick(manta_job_t *job, double elapsed_s, void *arg)
+{
+    run_setup *r = arg;
+    (void)job, (void)elapsed_s;
+    cli_progress_tick(r->progress, (double)(manta_now_ms() - r->t0) / 1000);
+}
+
+/* The metrics endpoint, when the spec asks for one. */
+static int run_metrics_endpoint(manta_ctx *m, run_setup *r)
+{
+    if (r->metrics_port < 0) return 0;
+    char err[300];
+    int rc = cli_httpd_start(m, r->metrics_bind, (int)r->metrics_port, &r->httpd, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "manta run: %s\n", err);
+        return rc == MANTA_EINVAL ? MANTA_EXIT_USAGE : MANTA_EXIT_RUNTIME;
+    }
+    const char *b = r->metrics_bind;
+    fprintf(stderr, "manta: metrics at http://%s%s%s:%d/metrics\n", strchr(b, ':') ? "[" : "", b,
+            strchr(b, ':') ? "]" : "", cli_httpd_port(r->httpd));
+    return 0;
+}
+
 /* Start the runtime and the job: Redis, the local node, the state file,
  * then manta_job_start (services, placement, replicas, readiness). */
 static int run_start(cli *c, run_setup *r, manta_ctx **m, manta_job_t **job)
@@ -393,7 +477,9 @@ static int run_start(cli *c, run_setup *r, manta_ctx **m, manta_job_t **job)
                             .run_dir = r->run_dir,
                             .log_dir = r->logs,
                             .ready_timeout_s = c->timeout_s,
-                            .interrupt = &g_signal};
+                            .interrupt = &g_signal,
+                            .tick = run_tick,
+                            .tick_arg = r};
     int rc = manta_job_start(*m, s, &jo, job);
     if (rc) {
         fprintf(stderr, "manta run: %s\n", manta_last_error());
@@ -405,23 +491,87 @@ static int run_start(cli *c, run_setup *r, manta_ctx **m, manta_job_t **job)
     snprintf(st.run_dir, sizeof st.run_dir, "%s", r->run_dir);
     if (state_write(&st) != 0) fprintf(stderr, "manta run: warning: cannot write the state file\n");
     fprintf(stderr, "manta: job %s running; run folder %s\n", s->job, r->run_dir);
-    return 0;
+    return run_metrics_endpoint(*m, r);
+}
+
+/* Write the answer to DIR/summary.json (a temporary file renamed). */
+static void keep_answer(const char *dir, const void *d, size_t n)
+{
+    char path[PATH_MAX + 32], tmp[PATH_MAX + 48];
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f || fwrite(d, 1, n, f) != n || fclose(f) != 0 || rename(tmp, path) != 0) {
+        fprintf(stderr, "manta run: cannot write %s: %s\n", path, strerror(errno));
+        unlink(tmp);
+    }
+}
+
+/* The run folder the answer names ("run_dir": an RL controller writes its
+ * files there), else the job's own. */
+static void answer_dir(const run_setup *r, const char *d, size_t n, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s", r->run_dir);
+    cJSON *j = cJSON_ParseWithLength(d, n);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "run_dir");
+    struct stat st;
+    if (cJSON_IsString(v) && stat(v->valuestring, &st) == 0 && S_ISDIR(st.st_mode) &&
+        strlen(v->valuestring) < cap)
+        snprintf(out, cap, "%s", v->valuestring);
+    cJSON_Delete(j);
+}
+
+/* The end of a run that answered: the answer kept in summary.json (unless
+ * the job wrote one there itself), the plots of metrics.jsonl, and on
+ * stdout a short summary, or the whole answer with --json (or when it is
+ * no run summary, one short line as it is). */
+static void run_answer(cli *c, const run_setup *r, const void *d, size_t n)
+{
+    char dir[PATH_MAX], path[PATH_MAX + 32];
+    answer_dir(r, d, n, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    if (access(path, F_OK) != 0) keep_answer(dir, d, n);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    int plots = 0;
+    char err[600] = "";
+    if (access(path, F_OK) == 0 && cli_report_write(dir, &plots, err, sizeof err) != 0)
+        fprintf(stderr, "manta run: report: %s\n", err);
+    if (c->json || cli_report_summary(d, n, stdout) != 0) {
+        bool short_line = n <= 300 && !memchr(d, '\n', n ? n - 1 : 0);
+        if (c->json || short_line) {
+            fwrite(d, 1, n, stdout);
+            if (n && ((const char *)d)[n - 1] != '\n') fputc('\n', stdout);
+        } else {
+            printf("answer: %zu bytes, in %s/summary.json (--json prints it)\n", n, dir);
+        }
+    }
+    if (!c->json)
+        printf("run folder %s: summary.json%s%s\n", dir, plots ? ", metrics.jsonl, plots: " : "",
+               plots ? "reward.svg success.svg throughput.svg staleness.svg" : "");
+    fflush(stdout);
 }
 
 /* Run the job: its run method (the answer goes to stdout), or serve until
  * `manta stop` (SIGTERM: exit 0) or Ctrl-C (130). */
-static int run_job(manta_job_t *job, const manta_spec *s)
+static int run_job(cli *c, run_setup *r, manta_job_t *job)
 {
-    if (!manta_spec_find(s->root, "run"))
+    const manta_spec *s = r->spec;
+    bool has_run = manta_spec_find(s->root, "run") != NULL;
+    if (!has_run)
         fprintf(stderr, "manta: job %s serving; `manta stop --job %s` or Ctrl-C to end\n", s->job,
                 s->job);
+    else
+        r->progress = cli_progress_new(manta_job_ctx(job), stderr, isatty(STDERR_FILENO), 10);
     const void *d;
     size_t n;
     int rc = manta_job_wait(job, -1, &d, &n);
+    cli_progress_end(r->progress, (double)(manta_now_ms() - r->t0) / 1000);
+    r->progress = NULL;
     if (rc == 0) {
-        fwrite(d, 1, n, stdout);
-        if (n && ((const char *)d)[n - 1] != '\n') fputc('\n', stdout);
-        fflush(stdout);
+        if (has_run)
+            run_answer(c, r, d, n);
+        else
+            fflush(stdout);
         return 0;
     }
     if (rc == MANTA_ECLOSED && g_signal == SIGTERM && !manta_spec_find(s->root, "run")) return 0;
@@ -436,7 +586,7 @@ static int run_job(manta_job_t *job, const manta_spec *s)
 
 static int cmd_run(cli *c)
 {
-    run_setup r = {.ready_pipe = {-1, -1}};
+    run_setup r = {.ready_pipe = {-1, -1}, .metrics_port = -1, .t0 = manta_now_ms()};
     int rc = run_prepare(c, &r);
     bool parent = false;
     if (rc == 0 && c->detach) rc = run_detach(&r, &parent);
@@ -452,9 +602,10 @@ static int cmd_run(cli *c)
     rc = run_start(c, &r, &m, &job);
     if (rc == 0) {
         run_verdict(&r, 0);
-        rc = run_job(job, r.spec);
+        rc = run_job(c, &r, job);
     }
     run_verdict(&r, rc ? rc : MANTA_EXIT_RUNTIME);
+    cli_httpd_free(r.httpd);
     manta_job_free(job);
     if (m && !manta_attached(m)) state_remove(r.spec->job);
     manta_shutdown(m);
@@ -592,6 +743,7 @@ static int cmd_status(cli *c)
     free(d);
     status_nodes(m);
     status_groups(c, m);
+    cli_status_metrics(m, c->verbose, stdout);
     status_values(m);
     manta_shutdown(m);
     return 0;
@@ -693,17 +845,72 @@ static int cmd_logs(cli *c)
     }
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
-    char buf[65536];
+    static char buf[65536];
+    size_t have = 0;
+    int color = isatty(STDOUT_FILENO);
     for (;;) {
         size_t n;
-        while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, stdout);
+        while ((n = fread(buf + have, 1, sizeof buf - 1 - have, f)) > 0) {
+            have += n;
+            /* whole lines only: a line being written is finished next turn */
+            char *start = buf, *nl;
+            while ((nl = memchr(start, '\n', (size_t)(buf + have - start)))) {
+                *nl = 0;
+                cli_log_line(start, c->json, color, stdout);
+                start = nl + 1;
+            }
+            have -= (size_t)(start - buf);
+            memmove(buf, start, have);
+            if (have == sizeof buf - 1) { /* a line longer than the buffer: as it is */
+                buf[have] = 0;
+                cli_log_line(buf, 1, 0, stdout);
+                have = 0;
+            }
+        }
         fflush(stdout);
         if (!c->follow || g_signal) break;
         if (st.pid > 0 && kill(st.pid, 0) != 0) break; /* the job ended */
         clearerr(f);
         usleep(200000); /* follow by polling the file, as tail -f does */
     }
+    if (have) {
+        buf[have] = 0;
+        cli_log_line(buf, c->json, color, stdout);
+    }
     fclose(f);
+    return 0;
+}
+
+/* ---- report ---- */
+
+static int cmd_report(cli *c)
+{
+    if (c->nargs != 1) {
+        fprintf(stderr, "manta report: give a run folder\n%s", command_help("report"));
+        return MANTA_EXIT_USAGE;
+    }
+    int made = 0;
+    char err[600];
+    int rc = cli_report_write(c->args[0], &made, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "manta report: %s\n", err);
+        return rc == MANTA_ENOTFOUND ? MANTA_EXIT_NOT_FOUND : MANTA_EXIT_RUNTIME;
+    }
+    printf("%s: reward.svg success.svg throughput.svg staleness.svg\n", c->args[0]);
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/summary.json", c->args[0]);
+    size_t n = 0;
+    FILE *f = fopen(path, "r");
+    char *txt = NULL;
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        long sz = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        if (sz > 0 && (txt = malloc((size_t)sz + 1)) != NULL) n = fread(txt, 1, (size_t)sz, f);
+        fclose(f);
+    }
+    if (txt) cli_report_summary(txt, n, stdout);
+    free(txt);
     return 0;
 }
 
@@ -775,6 +982,8 @@ static int parse(cli *c, int argc, char **argv)
             dst = &c->memory;
         else if (!strcmp(a, "--transport"))
             dst = &c->transport;
+        else if (!strcmp(a, "--log-level"))
+            dst = &c->log_level;
         if (dst) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "manta: %s needs a value\n", a);
@@ -805,6 +1014,8 @@ static int parse(cli *c, int argc, char **argv)
             }
         } else if (!strcmp(a, "--detach")) {
             c->detach = 1;
+        } else if (!strcmp(a, "--json")) {
+            c->json = 1;
         } else if (!strcmp(a, "--follow") || !strcmp(a, "-f")) {
             c->follow = 1;
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
@@ -852,6 +1063,7 @@ int manta_cli_main(int argc, char **argv, const manta_class *const *classes)
     if (!strcmp(c.cmd, "stop")) return cmd_stop(&c);
     if (!strcmp(c.cmd, "logs")) return cmd_logs(&c);
     if (!strcmp(c.cmd, "node")) return cmd_node(&c);
+    if (!strcmp(c.cmd, "report")) return cmd_report(&c);
     if (!strcmp(c.cmd, "version")) {
         printf("manta 0.1.0 (protocol %d)\n", MANTA_PROTOCOL_VERSION);
         return 0;

@@ -74,6 +74,7 @@ static void heartbeat(void *arg)
     manta_ctx *m = arg;
     /* Asynchronous: a slow or paused Redis must not stall the mailbox. */
     manta_reg_actor_heartbeat_async(m, m->self, m->stats.calls_served);
+    mn_metrics_publish(m);
     manta_timer_add(m, 1000, heartbeat, m);
 }
 

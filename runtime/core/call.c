@@ -101,6 +101,7 @@ static void unregister(manta_ctx *m, manta_future *f)
 void mn_call_resolve(manta_ctx *m, manta_future *f, int status, const char *error)
 {
     unregister(m, f);
+    mn_metrics_made(m, f->t0);
     f->status = status;
     if (error) {
         free(f->error);
@@ -182,6 +183,7 @@ manta_future *mn_call_peer(manta_ctx *m, mn_peer *p, const char *method, const v
     if (!f) return NULL;
     f->ctx = m;
     f->status = MANTA_EPENDING;
+    f->t0 = mn_metrics_clock();
     if (timeout_ms <= 0) timeout_ms = m->call_timeout_ms;
     f->deadline = mn_now_ms() + timeout_ms;
     if (!m->zmq) return settle(f, MANTA_ECLOSED, "runtime shut down");

@@ -491,7 +491,8 @@ int mn_node_spawn_local(manta_ctx *m)
     snprintf(m->node, sizeof m->node, "%s", id);
     char maxm[32];
     snprintf(maxm, sizeof maxm, "%zu", m->max_message);
-    static const char *const keep[] = {"MANTA_DEBUG=", "MANTA_RUN_DIR=", "MANTA_NODE_", NULL};
+    static const char *const keep[] = {"MANTA_DEBUG=", "MANTA_RUN_DIR=", "MANTA_NODE_",
+                                       "MANTA_LOG_LEVEL=", NULL};
     const mn_var vars[] = {
         {"MANTA_ROLE", "node"},
         {"MANTA_REDIS", m->redis_url},

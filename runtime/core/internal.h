@@ -34,7 +34,10 @@ int mn_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 int64_t mn_now_ms(void);  /* monotonic */
 int64_t mn_wall_ms(void); /* wall clock */
 void mn_random_hex(char *out, size_t nhex);
+/* The runtime's own warnings: a log line at level warn (log.c). */
 void mn_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* One log line (log.c): JSON in actors and node agents, text in the driver. */
+void mn_log_line(manta_log_level level, const char *msg);
 /* End this process (an actor, a node agent, a forked helper) without running
  * atexit handlers: flush stdio, and in a sanitizer build first run
  * LeakSanitizer's check (which _exit skips) when code is 0; leaks found make
@@ -256,6 +259,7 @@ struct manta_future {
     size_t len;
     char *error;
     void *owned; /* bytes the future holds itself (an inline object) */
+    double t0;   /* made (mn_metrics_clock), for the call latency */
 };
 
 manta_future *mn_call_peer(manta_ctx *m, mn_peer *p, const char *method, const void *arg,
@@ -276,6 +280,7 @@ struct manta_req {
     uint64_t id;
     char method[128];
     bool answered, deferred, is_cast, returned;
+    double t0; /* received (mn_metrics_clock), for the served-call latency */
 };
 
 int mn_mailbox_bind(manta_ctx *m, const char *endpoint);
@@ -366,6 +371,7 @@ struct manta_ctx {
     _Atomic uint64_t auth_refused; /* counted by any thread; copied to stats */
     void *mb_mon;                  /* PAIR on the mailbox's monitor (handshake failures) */
     mn_io *mb_mon_io;
+    struct mn_metrics *metrics; /* metrics.c: NULL until a series is used */
 };
 
 /* ---- registry.c: the link to Redis (schema.c: the records) ---- */
@@ -396,6 +402,17 @@ int mn_private_dir(const char *path, const char *what);
 /* 1 if `s` is 1..max characters of [A-Za-z0-9._-] (job and actor names:
  * they become file names, keys and routing ids), else 0. */
 int mn_valid_name(const char *s, size_t max);
+
+/* ---- metrics.c: this process's series (manta_metric_*) ---- */
+typedef struct mn_metrics mn_metrics;
+double mn_metrics_clock(void);                   /* monotonic seconds, sub-microsecond */
+void mn_metrics_served(manta_ctx *m, double t0); /* a call received at t0 was answered */
+void mn_metrics_made(manta_ctx *m, double t0);   /* a call made at t0 resolved */
+void mn_metrics_backlog(manta_ctx *m, int n);    /* n messages were waiting at a wake-up */
+void mn_metrics_publish(manta_ctx *m);           /* the record, asynchronously (heartbeat) */
+void mn_metrics_free(manta_ctx *m);
+/* serve.c: calls waiting in the deferred queue. */
+size_t mn_deferred_count(const manta_ctx *m);
 
 /* ---- objects.c ---- */
 void mn_objstore_free(manta_ctx *m);

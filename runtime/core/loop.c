@@ -324,6 +324,7 @@ void mn_loop_free(manta_ctx *m)
     for (int i = m->nhooks - 1; i >= 0; i--)
         if (m->hooks[i]->fini) m->hooks[i]->fini(m);
     m->nhooks = 0;
+    mn_metrics_free(m);
     while (m->timers) {
         mn_timer *t = m->timers;
         m->timers = t->next;

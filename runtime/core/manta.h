@@ -429,6 +429,49 @@ int manta_kv_set(manta_ctx *m, const char *key, const void *val, size_t len);
  * *len; the caller frees). ENOTFOUND when absent. */
 int manta_kv_get(manta_ctx *m, const char *key, void **val, size_t *len);
 
+/* ---- Log lines -------------------------------------------------------------------- *
+ *
+ * In an actor or a node agent (whose output goes to RUN_DIR/logs/NAME.log)
+ * a line is one JSON object: {"time" (UTC, ms), "role", "actor" (its name),
+ * "incarnation", "pid", "level", "msg"}; `manta logs ACTOR` pretty-prints
+ * them. In the driver a line is plain text on stderr. Lines below the level
+ * in MANTA_LOG_LEVEL (debug, info, warn, error; default info; `manta run
+ * --log-level`) are dropped. The runtime's own warnings are lines at level
+ * warn. Thread-safe (one write per line). */
+typedef enum manta_log_level {
+    MANTA_LOG_DEBUG,
+    MANTA_LOG_INFO,
+    MANTA_LOG_WARN,
+    MANTA_LOG_ERROR
+} manta_log_level;
+void manta_log(manta_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "debug", "info", "warn", "error" -> *out; EINVAL naming the text otherwise. */
+int manta_log_level_parse(const char *name, manta_log_level *out);
+
+/* ---- Metrics ---------------------------------------------------------------------- *
+ *
+ * Every actor keeps counters, gauges and histograms and publishes them with
+ * its heartbeat (once a second) to the registry, where `manta status` and
+ * the head's Prometheus endpoint read them (manta_schema.h, "metrics"). The
+ * runtime keeps its own: calls served and made, call failures by kind, the
+ * latency of calls served (receipt to answer) and made (call to
+ * resolution), the mailbox depth and backlog; a class adds its own here.
+ * `name`: 1..48 of [a-z0-9_], not starting with a digit (counters end in
+ * _total by convention, durations in _seconds); `kind`: NULL, or 1..48 of
+ * [A-Za-z0-9_.:/-], exported as the label kind="..." (errors by kind, tools
+ * by name). A name keeps the type it was first used with. A process holds
+ * at most 256 series. Returns 0, MANTA_EINVAL (a bad name or kind, a type
+ * mismatch, a negative counter step, a non-finite duration) or
+ * MANTA_EBUSY (the table is full). Cheap: no I/O, no allocation after the
+ * first use of a series. Threads: the ctx's thread only. */
+#define MANTA_METRIC_NAME_MAX 48
+/* counter += v (v >= 0) */
+int manta_metric_add(manta_ctx *m, const char *name, const char *kind, double v);
+/* gauge = v */
+int manta_metric_set(manta_ctx *m, const char *name, const char *kind, double v);
+/* histogram of durations in seconds (buckets 0.1 ms .. 60 s, then above) */
+int manta_metric_observe(manta_ctx *m, const char *name, const char *kind, double seconds);
+
 /* ---- Counters --------------------------------------------------------------------- */
 
 typedef struct manta_stats {

@@ -17,6 +17,7 @@
  *   manta:JOB:driver          hash: the running job's driver (manta_reg_driver)
  *   manta:JOB:groups          list of group names, in spec order
  *   manta:JOB:group:NAME      hash: a group (class, wanted)
+ *   manta:JOB:metrics:NAME    string: an actor's metrics record (text; metrics.c)
  *
  * runtime/README.md lists every field. All keys of a job start with
  * manta:JOB:, so the job's end deletes them with one SCAN.
@@ -52,7 +53,8 @@ typedef enum manta_reg_kind {
     MANTA_REG_COLL,
     MANTA_REG_DRIVER, /* no name */
     MANTA_REG_GROUPS, /* no name */
-    MANTA_REG_GROUP
+    MANTA_REG_GROUP,
+    MANTA_REG_METRICS
 } manta_reg_kind;
 
 /* Longest key this header's callers need to hold. */
@@ -258,6 +260,59 @@ int manta_reg_coll_seen(manta_ctx *m, const char *name, int world, char *seen, i
  * world-th one out deletes the hash. finished=0 (a failed join): delete the
  * hash in one step if no rank is left waiting in it. */
 int manta_reg_coll_leave(manta_ctx *m, const char *name, int rank, int world, int finished);
+
+/* ---- metrics ------------------------------------------------------------------------ *
+ *
+ * An actor's metrics record (manta:JOB:metrics:NAME): every series of its
+ * table (manta_metric_add ... in manta.h) and the runtime's own, written
+ * whole with each heartbeat. Deleted with the actor's record
+ * (manta_reg_actor_forget) and with the job. */
+
+#define MANTA_METRIC_BUCKETS 18 /* histogram buckets: 17 bounds, then above the top */
+/* Upper bounds of the histogram buckets, in seconds (0.1 ms .. 60 s). */
+extern const double manta_metric_bounds[MANTA_METRIC_BUCKETS - 1];
+
+typedef enum manta_metric_type {
+    MANTA_METRIC_COUNTER,
+    MANTA_METRIC_GAUGE,
+    MANTA_METRIC_HISTOGRAM
+} manta_metric_type;
+
+/* One series: for a counter or a gauge `value`; for a histogram `value` is
+ * the sum, `count` the observations and buckets[b] those in bucket b (not
+ * cumulative; the last one: above the top bound). kind "" for none. */
+typedef struct manta_metric {
+    manta_metric_type type;
+    char name[MANTA_METRIC_NAME_MAX + 1], kind[MANTA_METRIC_NAME_MAX + 1];
+    double value;
+    uint64_t count;
+    uint64_t buckets[MANTA_METRIC_BUCKETS];
+} manta_metric;
+
+typedef struct manta_metrics {
+    manta_metric *v;
+    size_t n;
+} manta_metrics;
+
+/* This process's record as text (*out malloc'd, the caller frees): what its
+ * heartbeat publishes. EINVAL, ENOMEM. */
+int manta_metrics_record(manta_ctx *m, char **out, size_t *len);
+/* Parse a record: 0, or EPROTO naming the line that is not a series,
+ * ENOMEM. *out to free with manta_metrics_free. */
+int manta_metrics_parse(const char *text, size_t len, manta_metrics *out);
+void manta_metrics_free(manta_metrics *l); /* NULL and an empty list are fine */
+/* The series (name, kind: NULL for none) of a list, or NULL. */
+const manta_metric *manta_metrics_find(const manta_metrics *l, const char *name, const char *kind);
+/* The upper bound of the bucket holding quantile q (0..1) of a histogram;
+ * NAN when it has no observations, INFINITY when above the top bound. */
+double manta_metric_quantile(const manta_metric *s, double q);
+
+/* Write an actor's record on the loop's asynchronous link (a lost write is
+ * replaced by the next heartbeat's). */
+void manta_reg_metrics_publish_async(manta_ctx *m, const char *name, const char *text, size_t len);
+/* Read and parse an actor's record: ENOTFOUND when it has published none
+ * yet, EREDIS, EPROTO, ENOMEM. */
+int manta_reg_metrics_read(manta_ctx *m, const char *name, manta_metrics *out);
 
 #ifdef __cplusplus
 }

@@ -82,7 +82,7 @@ static int start_child(node *nd, child *c)
     char inc[16], maxm[32];
     snprintf(inc, sizeof inc, "%d", c->incarnation);
     snprintf(maxm, sizeof maxm, "%zu", m->max_message);
-    static const char *const keep[] = {"MANTA_DEBUG=", "MANTA_RUN_DIR=", NULL};
+    static const char *const keep[] = {"MANTA_DEBUG=", "MANTA_RUN_DIR=", "MANTA_LOG_LEVEL=", NULL};
     const mn_var vars[] = {
         {"MANTA_ROLE", "actor"},
         {"MANTA_REDIS", m->redis_url},

@@ -41,10 +41,10 @@ manta_actor_state manta_actor_state_parse(const char *name)
 }
 
 static const char *const KIND_NAMES[] = {
-    [MANTA_REG_ACTORS] = "actors", [MANTA_REG_ACTOR] = "actor",   [MANTA_REG_NODES] = "nodes",
-    [MANTA_REG_NODE] = "node",     [MANTA_REG_OBJ] = "obj",       [MANTA_REG_KV] = "kv",
-    [MANTA_REG_COLL] = "coll",     [MANTA_REG_DRIVER] = "driver", [MANTA_REG_GROUPS] = "groups",
-    [MANTA_REG_GROUP] = "group",
+    [MANTA_REG_ACTORS] = "actors", [MANTA_REG_ACTOR] = "actor",     [MANTA_REG_NODES] = "nodes",
+    [MANTA_REG_NODE] = "node",     [MANTA_REG_OBJ] = "obj",         [MANTA_REG_KV] = "kv",
+    [MANTA_REG_COLL] = "coll",     [MANTA_REG_DRIVER] = "driver",   [MANTA_REG_GROUPS] = "groups",
+    [MANTA_REG_GROUP] = "group",   [MANTA_REG_METRICS] = "metrics",
 };
 
 static int named_kind(manta_reg_kind k)
@@ -452,7 +452,9 @@ int manta_reg_actor_forget(manta_ctx *m, const char *name)
     KEY(MANTA_REG_ACTOR, name);
     char set[MANTA_REG_KEY_MAX];
     int rc = manta_reg_key(m, MANTA_REG_ACTORS, NULL, set, sizeof set);
-    if (rc == 0) rc = run(m, key, "DEL %s", key);
+    char metrics[MANTA_REG_KEY_MAX];
+    if (rc == 0) rc = manta_reg_key(m, MANTA_REG_METRICS, name, metrics, sizeof metrics);
+    if (rc == 0) rc = run(m, key, "DEL %s %s", key, metrics);
     return rc ? rc : run(m, set, "SREM %s %s", set, name);
 }
 
@@ -1045,5 +1047,27 @@ int mn_delete_job_keys(manta_ctx *m)
         }
         freeReplyObject(r);
     } while (strcmp(cursor, "0") != 0);
+    return rc;
+}
+
+/* ---- metrics ------------------------------------------------------------------------- */
+
+void manta_reg_metrics_publish_async(manta_ctx *m, const char *name, const char *text, size_t len)
+{
+    char key[MANTA_REG_KEY_MAX];
+    if (manta_reg_key(m, MANTA_REG_METRICS, name, key, sizeof key) != 0) return;
+    mn_aredis_command(m, NULL, NULL, "SET %s %b", key, text, len);
+}
+
+int manta_reg_metrics_read(manta_ctx *m, const char *name, manta_metrics *out)
+{
+    KEY(MANTA_REG_METRICS, name);
+    out->v = NULL, out->n = 0;
+    redisReply *r = mn_redis(m, "GET %s", key);
+    if (!r) return mn_fail(MANTA_EREDIS, "%s: %s", key, manta_last_error());
+    int rc = r->type == REDIS_REPLY_STRING
+                 ? manta_metrics_parse(r->str, r->len, out)
+                 : mn_fail(MANTA_ENOTFOUND, "actor %s has published no metrics yet", name);
+    freeReplyObject(r);
     return rc;
 }

@@ -130,6 +130,7 @@ static manta_req *req_new(manta_ctx *m, zmq_msg_t *route, const mn_env *e)
     c->ctx = m;
     c->id = e->id;
     c->is_cast = e->kind == MN_CAST;
+    c->t0 = mn_metrics_clock();
     memcpy(c->method, e->method, e->method_len);
     c->method[e->method_len] = 0;
     zmq_msg_init(&c->route);
@@ -217,6 +218,13 @@ static void free_deferred(mn_deferred *d)
 {
     zmq_msg_close(&d->route), zmq_msg_close(&d->env), zmq_msg_close(&d->frame);
     free(d);
+}
+
+size_t mn_deferred_count(const manta_ctx *m)
+{
+    size_t n = 0;
+    for (const mn_deferred *d = m->deferred_head; d; d = d->next) n++;
+    return n;
 }
 
 /* Serve the deferred calls whose callers are free now, oldest first. */
@@ -335,6 +343,7 @@ static int recv_mailbox(manta_ctx *m, void *unused, int revents)
         zmq_msg_close(&in.env);
         zmq_msg_close(&in.frame);
     }
+    if (n) mn_metrics_backlog(m, n);
     return n;
 }
 
@@ -344,6 +353,7 @@ static int answer(manta_req *c, int kind, int status, const void *data, size_t l
 {
     c->answered = true;
     manta_ctx *m = c->ctx;
+    mn_metrics_served(m, c->t0);
     int rc = m->mailbox ? mn_env_send(m->mailbox, zmq_msg_data(&c->route), zmq_msg_size(&c->route),
                                       kind, c->id, NULL, status, data, len, NULL)
                         : MANTA_ECLOSED;

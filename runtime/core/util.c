@@ -149,7 +149,7 @@ void mn_log(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "manta[%d]: %s\n", (int)getpid(), buf);
+    mn_log_line(MANTA_LOG_WARN, buf);
 }
 
 char *mn_strdup(const char *s)

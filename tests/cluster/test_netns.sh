@@ -82,7 +82,7 @@ in_ns 0 env MANTA_NODE_CPU=1 "$MANTA" run --detach --transport tcp --host ${addr
     --set squarer.resources.cpu=1 --set summer.replicas=0 "$SPEC" > "$work/run.log" 2>&1 \
     && ok "detached run" || { fail "run: $(cat $work/run.log)"; exit 1; }
 where() { # where ACTOR -> node id
-    in_ns 0 "$MANTA" status --job $job -v | awk -v a="$1" '$1 == a {print $4}'
+    in_ns 0 "$MANTA" status --job $job -v | awk -v a="$1" '$1 == a && $3 == "node" {print $4}'
 }
 st() { in_ns 0 "$MANTA" status --job $job -v; }
 
