@@ -117,7 +117,7 @@ void mcp_config_init(mcp_config *cfg)
     cfg->max_retries = 5;
     cfg->backoff_ms = 250;
     cfg->backoff_max_ms = 4000;
-    cfg->max_connections = 4;
+    cfg->max_connections = 16;
 }
 
 /* "YYYY-MM-DD", from MCP_PROTOCOL_OLDEST on. */
@@ -1206,7 +1206,7 @@ mcp_client *mcp_new(manta_http_client *http, const mcp_config *cfg)
     m->max_retries = cfg->max_retries > 0 ? cfg->max_retries : 0;
     m->backoff_ms = cfg->backoff_ms > 0 ? cfg->backoff_ms : 250;
     m->backoff_max_ms = cfg->backoff_max_ms >= m->backoff_ms ? cfg->backoff_max_ms : m->backoff_ms;
-    m->max_conn = cfg->max_connections > 0 ? cfg->max_connections : 4;
+    m->max_conn = cfg->max_connections > 0 ? cfg->max_connections : 16;
     m->rng = ((uint64_t)(uintptr_t)m ^ (uint64_t)now_ms()) | 1;
     m->next_id = 1;
     bool ok = m->url && m->protocol_version && m->client_name && m->client_version;

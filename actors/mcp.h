@@ -117,7 +117,7 @@ typedef struct mcp_config {
     long backoff_ms;              /* first back-off, default 250 */
     long backoff_max_ms;          /* back-off cap, default 4000 */
     int max_connections;          /* requests on the wire at once (each holds
-                                     one kept-alive connection), default 4;
+                                     one kept-alive connection), default 16;
                                      more wait in order in the client */
     const char *const *headers;   /* extra request headers "Name: value", */
     size_t n_headers;             /*   e.g. "Authorization: Bearer ..." */
