@@ -327,9 +327,12 @@ static void test_records_bounded(void **st)
     assert_true(out[5] <= 64);
     assert_true(out[6] <= 32);
     /* the controller's live heap after warm-up: flat within 256 kB over 150
-     * versions and some 15,000 episodes (0: not known, as under ASan, whose
-     * allocator mallinfo2 does not see) */
-    assert_true(out[3] == 0 || out[7] <= out[3] + 256 * 1024);
+     * versions and some 15,000 episodes, beyond what the episode records held
+     * at the peak take (about 1 kB each; how many are in flight at once
+     * depends on the machine's load, and is bounded above) (0: not known, as
+     * under ASan, whose allocator mallinfo2 does not see) */
+    int64_t more = out[4] > out[0] ? out[4] - out[0] : 0;
+    assert_true(out[3] == 0 || out[7] <= out[3] + 256 * 1024 + more * 2048);
     assert_int_equal(manta_get(run, -1, &d, &n), 0);
     char *txt = strndup(d, n);
     cJSON *j = cJSON_Parse(txt);
