@@ -97,24 +97,17 @@ static int find_text_arg(env_state *s, rl_args *a, env_tool *et, const char *whe
 /* One entry of sections.tools: {name, url, tool, arg, timeout_ms}. */
 static int read_tool(env_state *s, rl_args *a, uint32_t i, const msgpack_object *t)
 {
-    static const char *const keys[] = {
-        "name",    "url",        "tool",           "arg", "timeout_ms", "max_connections",
-        "retries", "backoff_ms", "backoff_max_ms", NULL};
     char where[32], d[64];
     snprintf(where, sizeof where, "tools[%u]", i);
     if (t->type != MSGPACK_OBJECT_MAP)
         return rl_args_fail(a, "%s: expected a map, got %s", where, rl_mp_describe(t, d, sizeof d));
     for (uint32_t k = 0; k < t->via.map.size; k++) {
         const msgpack_object *key = &t->via.map.ptr[k].key;
-        int known = 0;
-        for (int j = 0; keys[j] && key->type == MSGPACK_OBJECT_STR; j++)
-            known |= strlen(keys[j]) == key->via.str.size &&
-                     !memcmp(keys[j], key->via.str.ptr, key->via.str.size);
-        if (!known)
-            return rl_args_fail(a,
-                                "%s.%.*s: unknown key (name, url, tool, arg, timeout_ms, "
-                                "max_connections, retries, backoff_ms, backoff_max_ms)",
-                                where, key->type == MSGPACK_OBJECT_STR ? (int)key->via.str.size : 1,
+        const manta_spec_key *tools = manta_spec_key_find(rl_spec_sections, "tools", 5);
+        if (key->type != MSGPACK_OBJECT_STR ||
+            !manta_spec_key_find(tools ? tools->keys : NULL, key->via.str.ptr, key->via.str.size))
+            return rl_args_fail(a, "%s.%.*s: unknown key (see docs/spec-keys.md)", where,
+                                key->type == MSGPACK_OBJECT_STR ? (int)key->via.str.size : 1,
                                 key->type == MSGPACK_OBJECT_STR ? key->via.str.ptr : "?");
     }
     env_tool *et = &s->tools[s->n_tools];
@@ -129,6 +122,8 @@ static int read_tool(env_state *s, rl_args *a, uint32_t i, const msgpack_object 
                 {"arg", et->arg, sizeof et->arg, ""},
                 {"url", url, sizeof url, ""}};
     for (size_t j = 0; j < sizeof strs / sizeof strs[0]; j++) {
+        if (rl_arg_declared(a, "tools", strs[j].key, MANTA_SPEC_K_STR, 0, strs[j].def, 0, 0))
+            return a->rc;
         const msgpack_object *v = rl_mp_get(t, strs[j].key);
         if (v && (v->type != MSGPACK_OBJECT_STR || v->via.str.size >= strs[j].cap))
             return rl_args_fail(a,
@@ -152,6 +147,9 @@ static int read_tool(env_state *s, rl_args *a, uint32_t i, const msgpack_object 
                 {"backoff_max_ms", 1, 3600000, (uint64_t)cfg.backoff_max_ms}};
     uint64_t val[5];
     for (size_t j = 0; j < 5; j++) {
+        if (rl_arg_declared(a, "tools", nums[j].key, MANTA_SPEC_K_INT, (double)nums[j].def, NULL,
+                            (double)nums[j].lo, (double)nums[j].hi))
+            return a->rc;
         const msgpack_object *v = rl_mp_get(t, nums[j].key);
         if (v && (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER || v->via.u64 < nums[j].lo ||
                   v->via.u64 > nums[j].hi))

@@ -291,69 +291,25 @@ void rl_pack_kv_bin(msgpack_packer *pk, const char *k, const void *p, size_t n)
 
 /* ---- init arguments ---- */
 
-/* The keys of the sections the RL classes own, and of a group's settings.
- * A key not listed is a typo or a setting no class reads: an error. */
-static const char *const model_keys[] = {"path",       "n_layer",     "n_head",  "n_embd",
-                                         "block_size", "seed",        "context", "max_seq",
-                                         "tokenizer",  "chat_format", NULL};
-static const char *const rl_keys[] = {"group_size",
-                                      "batch_episodes",
-                                      "eta",
-                                      "lr",
-                                      "warmup_lr",
-                                      "warmup_steps",
-                                      "warmup",
-                                      "warmup_batch",
-                                      "beta1",
-                                      "beta2",
-                                      "weight_decay",
-                                      "grad_clip",
-                                      "bucket_mb",
-                                      "clip_low",
-                                      "clip_high",
-                                      "ratio_cap",
-                                      "entropy_coef",
-                                      "temperature",
-                                      "top_p",
-                                      "max_new_tokens",
-                                      "max_turns",
-                                      "slots",
-                                      "max_versions",
-                                      "max_time_s",
-                                      "eval_every",
-                                      "eval_problems",
-                                      "stop_at",
-                                      "run_dir",
-                                      "max_missing_s",
-                                      "max_step_failures",
-                                      "no_reward_warn_versions",
-                                      "dynamic_sampling",
-                                      NULL};
-static const char *const task_keys[] = {"train", "heldout", "demos", NULL};
-static const char *const reward_keys[] = {"rule", "tolerance", "url", NULL};
-static const char *const group_keys[] = {
-    "controller", "env_group", "reward_group", "learner_group", "learners", "threads", NULL};
-
-static const struct {
-    const char *name;
-    const char *const *keys;
-} owned_sections[] = {
-    {"model", model_keys}, {"rl", rl_keys}, {"task", task_keys}, {"reward", reward_keys}};
-#define N_OWNED (sizeof owned_sections / sizeof owned_sections[0])
-
-static int listed(const char *const *keys, const char *k, size_t n)
+/* The sections the RL classes own whose keys a group's settings may give
+ * too (rl_keys.c: the MANTA_SPEC_IN_SETTINGS ones). */
+static const manta_spec_key *owned_section(const char *k, size_t n)
 {
-    for (; *keys; keys++)
-        if (strlen(*keys) == n && !memcmp(*keys, k, n)) return 1;
-    return 0;
+    const manta_spec_key *d = manta_spec_key_find(rl_spec_sections, k, n);
+    return d && (d->flags & MANTA_SPEC_IN_SETTINGS) ? d : NULL;
 }
 
-static int owned_index(const char *k, size_t n)
+const manta_spec_key *rl_key_find(const char *section, const char *key)
 {
-    for (size_t i = 0; i < N_OWNED; i++)
-        if (strlen(owned_sections[i].name) == n && !memcmp(owned_sections[i].name, k, n))
-            return (int)i;
-    return -1;
+    if (!key) return NULL;
+    if (!section) return manta_spec_key_find(rl_settings_keys, key, strlen(key));
+    const manta_spec_key *sec = manta_spec_key_find(rl_spec_sections, section, strlen(section));
+    return sec ? manta_spec_key_find(sec->keys, key, strlen(key)) : NULL;
+}
+
+static int listed(const manta_spec_key *keys, const char *k, size_t n)
+{
+    return manta_spec_key_find(keys, k, n) != NULL;
 }
 
 static void args_failv(rl_args *a, const char *fmt, va_list ap)
@@ -374,7 +330,7 @@ static void args_fail(rl_args *a, const char *fmt, ...)
 }
 
 /* Every key of map m must be in keys; `where` prefixes the error. */
-static void check_keys(rl_args *a, const msgpack_object *m, const char *const *keys,
+static void check_keys(rl_args *a, const msgpack_object *m, const manta_spec_key *keys,
                        const char *where)
 {
     for (uint32_t i = 0; m && m->type == MSGPACK_OBJECT_MAP && i < m->via.map.size; i++) {
@@ -405,16 +361,17 @@ static void check_settings(rl_args *a)
         }
         const char *ks = k->via.str.ptr;
         size_t kn = k->via.str.size;
-        int sec = owned_index(ks, kn);
-        if (sec >= 0 && v->type == MSGPACK_OBJECT_MAP) {
+        const manta_spec_key *sec = owned_section(ks, kn);
+        if (sec && v->type == MSGPACK_OBJECT_MAP) {
             char sub[200];
             snprintf(sub, sizeof sub, "%s.%.*s", where, (int)kn, ks);
-            check_keys(a, v, owned_sections[sec].keys, sub);
+            check_keys(a, v, sec->keys, sub);
             continue;
         }
-        int known = listed(group_keys, ks, kn);
-        for (size_t j = 0; j < N_OWNED && !known; j++)
-            known = listed(owned_sections[j].keys, ks, kn);
+        int known = listed(rl_settings_keys, ks, kn);
+        for (size_t j = 0; rl_spec_sections[j].name && !known; j++)
+            if (rl_spec_sections[j].flags & MANTA_SPEC_IN_SETTINGS)
+                known = listed(rl_spec_sections[j].keys, ks, kn);
         if (!known) {
             args_fail(a, "%s.%.*s: unknown key", where, (int)kn, ks);
             return;
@@ -461,16 +418,18 @@ int rl_args_open(rl_args *a, const void *buf, size_t len)
         args_fail(a, "init argument: sections: expected a map");
         return a->rc;
     }
-    for (size_t i = 0; i < N_OWNED; i++) {
-        const msgpack_object *sec = rl_mp_get(a->sections, owned_sections[i].name);
+    for (size_t i = 0; rl_spec_sections[i].name; i++) {
+        const manta_spec_key *decl = &rl_spec_sections[i];
+        if (decl->type != MANTA_SPEC_K_MAP) continue; /* tools: env.c reads each entry */
+        const msgpack_object *sec = rl_mp_get(a->sections, decl->name);
         if (!sec || sec->type == MSGPACK_OBJECT_NIL) continue;
         if (sec->type != MSGPACK_OBJECT_MAP) {
             char d[64];
-            args_fail(a, "%s: expected a map, got %s", owned_sections[i].name,
+            args_fail(a, "%s: expected a map, got %s", decl->name,
                       rl_mp_describe(sec, d, sizeof d));
             return a->rc;
         }
-        check_keys(a, sec, owned_sections[i].keys, owned_sections[i].name);
+        check_keys(a, sec, decl->keys, decl->name);
     }
     check_settings(a);
     return a->rc;
@@ -514,9 +473,74 @@ static const msgpack_object *lookup(rl_args *a, const char *section, const char 
     return v && v->type != MSGPACK_OBJECT_NIL ? v : NULL;
 }
 
+static const char *type_word(manta_spec_ktype t)
+{
+    switch (t) {
+    case MANTA_SPEC_K_INT:
+        return "an integer";
+    case MANTA_SPEC_K_NUM:
+        return "a number";
+    case MANTA_SPEC_K_STR:
+        return "a string";
+    case MANTA_SPEC_K_BOOL:
+        return "a boolean";
+    case MANTA_SPEC_K_MAP:
+        return "a mapping";
+    case MANTA_SPEC_K_LIST:
+        return "a list";
+    default:
+        return "something";
+    }
+}
+
+/* The reader and the declaration must agree (type ANY: only that the key
+ * is declared). A mismatch is a bug in actors/, reported as one. */
+static int check_declared(rl_args *a, const char *section, const char *key, manta_spec_ktype type,
+                          double def, const char *sdef, double lo, double hi)
+{
+    if (a->rc || (section && !section[0])) return a->rc; /* "": a payload field */
+    const manta_spec_key *k = rl_key_find(section, key);
+    const char *sec = section ? section : "settings";
+    if (!k) {
+        args_fail(a, "internal error: %s.%s is read but not declared in actors/rl_keys.c", sec,
+                  key);
+        return a->rc;
+    }
+    if (type == MANTA_SPEC_K_ANY) return 0;
+    bool computed = k->def && k->def[0] == '(';
+    if (k->type != type)
+        args_fail(a, "internal error: %s.%s is read as %s but declared as %s (actors/rl_keys.c)",
+                  sec, key, type_word(type), type_word(k->type));
+    else if ((type == MANTA_SPEC_K_INT || type == MANTA_SPEC_K_NUM) && (k->lo != lo || k->hi != hi))
+        args_fail(a,
+                  "internal error: %s.%s is read with range [%g, %g] but declared with [%g, %g] "
+                  "(actors/rl_keys.c)",
+                  sec, key, lo, hi, k->lo, k->hi);
+    else if ((type == MANTA_SPEC_K_INT || type == MANTA_SPEC_K_NUM) && !computed &&
+             (k->def ? strtod(k->def, NULL) : 0) != def)
+        args_fail(a,
+                  "internal error: %s.%s is read with default %g but declared with %s "
+                  "(actors/rl_keys.c)",
+                  sec, key, def, k->def ? k->def : "none");
+    else if (type == MANTA_SPEC_K_STR && !computed &&
+             strcmp(k->def ? k->def : "", sdef ? sdef : ""))
+        args_fail(a,
+                  "internal error: %s.%s is read with default \"%s\" but declared with \"%s\" "
+                  "(actors/rl_keys.c)",
+                  sec, key, sdef ? sdef : "", k->def ? k->def : "");
+    return a->rc;
+}
+
+int rl_arg_declared(rl_args *a, const char *section, const char *key, manta_spec_ktype type,
+                    double def, const char *sdef, double lo, double hi)
+{
+    return check_declared(a, section, key, type, def, sdef, lo, hi);
+}
+
 const msgpack_object *rl_arg_get(rl_args *a, const char *section, const char *key)
 {
     char path[256];
+    if (check_declared(a, section, key, MANTA_SPEC_K_ANY, 0, NULL, 0, 0)) return NULL;
     return a->root ? lookup(a, section, key, path, sizeof path) : NULL;
 }
 
@@ -538,6 +562,7 @@ int64_t rl_arg_int(rl_args *a, const char *section, const char *key, int64_t def
                    int64_t hi)
 {
     char path[256], d[64];
+    check_declared(a, section, key, MANTA_SPEC_K_INT, (double)def, NULL, (double)lo, (double)hi);
     if (a->rc || !a->root) return def;
     const msgpack_object *v = lookup(a, section, key, path, sizeof path);
     if (!v) return def;
@@ -561,6 +586,7 @@ double rl_arg_num(rl_args *a, const char *section, const char *key, double def, 
                   double hi)
 {
     char path[256], d[64];
+    check_declared(a, section, key, MANTA_SPEC_K_NUM, def, NULL, lo, hi);
     if (a->rc || !a->root) return def;
     const msgpack_object *v = lookup(a, section, key, path, sizeof path);
     if (!v) return def;
@@ -587,6 +613,7 @@ const char *rl_arg_str(rl_args *a, const char *section, const char *key, char *o
 {
     char path[256], d[64];
     snprintf(out, cap, "%s", def ? def : "");
+    check_declared(a, section, key, MANTA_SPEC_K_STR, 0, def, 0, 0);
     if (a->rc || !a->root) return out;
     const msgpack_object *v = lookup(a, section, key, path, sizeof path);
     if (!v) return out;

@@ -14,6 +14,7 @@
 
 #include <manta.h>
 #include <manta_http.h>
+#include <manta_spec.h>
 #include <manta_kernels.h>
 #include <msgpack.h>
 
@@ -50,6 +51,21 @@ void rl_pack_kv_num(msgpack_packer *pk, const char *k, double v);
 void rl_pack_kv_str(msgpack_packer *pk, const char *k, const char *v);
 void rl_pack_kv_bin(msgpack_packer *pk, const char *k, const void *p, size_t n);
 
+/* ---- the spec keys the RL classes read (rl_keys.c) -------------------------- *
+ * Every key is declared once, with its type, range, default and meaning:
+ * the spec loader checks specs against these tables (manta_spec_options
+ * .sections and .settings), the rl_arg_* readers below refuse a key that is
+ * not declared or is read with another type, range or default (an internal
+ * error that fails the actor's init), and `manta help spec` prints them as
+ * the docs (docs/spec-keys.md). */
+/* model, rl, task, reward (MANTA_SPEC_IN_SETTINGS) and tools; {NULL}-ended. */
+extern const manta_spec_key rl_spec_sections[];
+/* A built-in group's own settings (controller, env_group, threads ...). */
+extern const manta_spec_key rl_settings_keys[];
+/* The declaration of section.key (section NULL: a group's own settings), or
+ * NULL when there is none. */
+const manta_spec_key *rl_key_find(const char *section, const char *key);
+
 /* ---- init arguments: one reader for the five classes ---------------------- *
  * The init argument is manta_spec_init_payload()'s map {job, group, class,
  * replica, replicas, settings, sections}. A setting is looked up in the
@@ -58,8 +74,10 @@ void rl_pack_kv_bin(msgpack_packer *pk, const char *k, const void *p, size_t n);
  * A value of the wrong type or out of range is an error that names the spec
  * key, e.g. `groups.learner.settings.model.n_layer: expected an integer,
  * got "two"`; so is an unknown key in the sections the RL classes own
- * (model, rl, task, reward) or in a group's settings. Readers after the
- * first error return their default; rl_args_close() reports the first. */
+ * (model, rl, task, reward: rl_spec_sections) or in a group's settings
+ * (`manta run` has found these already, with their file:line:col; this
+ * check covers jobs started from C). Readers after the first error return
+ * their default; rl_args_close() reports the first. */
 typedef struct rl_args {
     msgpack_unpacked u;
     const msgpack_object *root, *settings, *sections;
@@ -84,7 +102,14 @@ double rl_arg_num(rl_args *a, const char *section, const char *key, double def, 
 /* A string into out[cap]; longer than cap - 1 bytes is an error. */
 const char *rl_arg_str(rl_args *a, const char *section, const char *key, char *out, size_t cap,
                        const char *def);
-/* The raw value (after the same lookup), or NULL. */
+/* Check that section.key is declared with this type, range and default
+ * (def for INT and NUM, sdef for STR; a declared default in parentheses is
+ * not compared); else record an internal error naming actors/rl_keys.c. For
+ * readers that do not go through rl_arg_int/_num/_str (env.c's tools).
+ * Returns a->rc. */
+int rl_arg_declared(rl_args *a, const char *section, const char *key, manta_spec_ktype type,
+                    double def, const char *sdef, double lo, double hi);
+/* The raw value (after the same lookup), or NULL; the key must be declared. */
 const msgpack_object *rl_arg_get(rl_args *a, const char *section, const char *key);
 /* Record an error about the value at `key` (same path naming) unless one is
  * recorded already; returns a->rc. */

@@ -23,6 +23,7 @@
 #include "manta_spec.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -34,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t g_signal;
@@ -49,11 +51,13 @@ typedef struct cli {
     int nargs;
     manta_redis_addr redis_addr; /* --redis, parsed */
     const char *redis, *job, *log_dir, *host, *name, *cpu, *gpu, *memory, *transport, *log_level;
+    const char *run; /* --run RUN_DIR: logs and status of a run folder */
     const char *sets[64];
     int nsets;
     int detach, follow, verbose, json;
     double timeout_s;
     const manta_class *const *classes;
+    const manta_cli_builtins *b; /* classes, declared sections and settings */
 } cli;
 
 static const char *usage_text =
@@ -61,14 +65,15 @@ static const char *usage_text =
     "\n"
     "Commands:\n"
     "  run SPEC          launch the actor graph of a spec file, run its job, tear down\n"
-    "  status            nodes, groups (ready/wanted), restarts, message rates\n"
+    "  status [RUN_DIR]  nodes, groups (ready/wanted), restarts, message rates; after the\n"
+    "                    job: its run folder (runs, summary, logs)\n"
     "  scale GROUP N     grow or shrink a group of a running job to N replicas\n"
     "  stop              stop a running job (its driver tears everything down)\n"
-    "  logs ACTOR        print an actor's output (kept in RUN_DIR/logs/ACTOR.log)\n"
+    "  logs ACTOR        print an actor's output (RUN_DIR/logs/RUN_ID/ACTOR.log)\n"
     "  report RUN_DIR    (re)write the plots of a run folder from its metrics.jsonl\n"
     "  node              run a node agent for a job on this machine (multi-node)\n"
     "  version           print the version\n"
-    "  help [COMMAND]    this text, or a command's\n"
+    "  help [COMMAND]    this text, or a command's; `help spec`: every spec key\n"
     "\n"
     "Options:\n"
     "  --set PATH=VALUE  override a spec value (run, scale): rollout.replicas=4, rl.eta=2\n"
@@ -82,6 +87,7 @@ static const char *usage_text =
     "  --log-dir DIR     run: where run folders go (default: the spec's log_dir, else runs/)\n"
     "  --timeout SEC     run: readiness wait (60); scale: readiness (60) or drain (120) wait\n"
     "  --follow, -f      logs: keep printing what the actor writes\n"
+    "  --run DIR         logs, status: a run folder (RUN_DIR), or one run's logs folder\n"
     "  --verbose, -v     status: one line per actor and every series of its metrics\n"
     "  --host ADDR       node: address other machines reach this one at (tcp)\n"
     "  --name ID, --cpu N, --gpu N, --memory SIZE   node: identity and resources offered\n"
@@ -99,8 +105,10 @@ static const char *command_help(const char *cmd)
                "  spec or --redis names one, starts a node agent here, places every replica\n"
                "  (named GROUP-I) on a node with room, waits until all are ready, then calls\n"
                "  the spec's run: {group, method, timeout_s} on GROUP-0 and prints its answer.\n"
-               "  Without run: it serves until `manta stop` or Ctrl-C. Actors' output goes to\n"
-               "  RUN_DIR/logs/NAME.log; RUN_DIR (LOG_DIR/JOB) is in MANTA_RUN_DIR for them.\n"
+               "  Without run: it serves until `manta stop` or Ctrl-C. Each run's output goes\n"
+               "  to RUN_DIR/logs/RUN_ID/NAME.log (RUN_ID: its UTC start, YYYYMMDD-HHMMSS;\n"
+               "  RUN_DIR/logs/latest points at the last one; RUN_DIR is LOG_DIR/JOB, in\n"
+               "  MANTA_RUN_DIR for the actors). The last line names the run folder.\n"
                "  While it runs, a progress line (the job value `progress`): redrawn in place\n"
                "  on a terminal, a plain line every 10 s otherwise. At the end a short summary\n"
                "  (the whole answer with --json); the answer is kept in summary.json and the\n"
@@ -109,11 +117,14 @@ static const char *command_help(const char *cmd)
                "  served at http://ADDR:N/metrics in the Prometheus text format (bind:\n"
                "  127.0.0.1 unless given; port 0: any free one, printed).\n";
     if (!strcmp(cmd, "status"))
-        return "manta status [--job NAME] [-v]\n"
-               "  Shows the job's driver, nodes with their resources and heartbeat age,\n"
+        return "manta status [RUN_DIR | --run RUN_DIR] [--job NAME] [-v]\n"
+               "  Of a running job: its driver, nodes with their resources and heartbeat age,\n"
                "  groups with replicas ready/wanted, restarts and calls served per second,\n"
                "  and a table of every actor's metrics (calls served and made, mailbox,\n"
-               "  latency percentiles, and the class's own counters); -v: every series.\n";
+               "  latency percentiles, and the class's own counters); -v: every series.\n"
+               "  Of a finished job (the last one run here, --job's, or RUN_DIR): its run\n"
+               "  folder: the runs kept (RUN_ID, start, end, exit code), the summary of\n"
+               "  summary.json and the last run's logs.\n";
     if (!strcmp(cmd, "scale"))
         return "manta scale GROUP N [--job NAME] [--timeout SEC]\n"
                "  Grows GROUP with new replicas (placed on nodes with room, given the spec's\n"
@@ -121,8 +132,11 @@ static const char *command_help(const char *cmd)
                "  (finish or hand back their work), then stopped.\n";
     if (!strcmp(cmd, "stop")) return "manta stop [--job NAME]\n  Stops a running job cleanly.\n";
     if (!strcmp(cmd, "logs"))
-        return "manta logs ACTOR [--follow] [--json] [--job NAME]\n"
-               "  Prints RUN_DIR/logs/ACTOR.log: the actor's log lines (JSON: time, actor,\n"
+        return "manta logs ACTOR [--follow] [--json] [--job NAME | --run DIR]\n"
+               "  Prints RUN_DIR/logs/RUN_ID/ACTOR.log of the running job, else of the last\n"
+               "  run here (of --job's), or of --run DIR (a run folder: its latest run; or\n"
+               "  one run's folder RUN_DIR/logs/RUN_ID): the actor's log lines (JSON: time, "
+               "actor,\n"
                "  incarnation, level, message) as `HH:MM:SS.mmm LEVEL ACTOR#INCARNATION message`,\n"
                "  other output as it is; --json: the lines as they are; --follow: keep going.\n";
     if (!strcmp(cmd, "report"))
@@ -162,28 +176,41 @@ static void state_dir(char *out, size_t n)
         snprintf(out, n, "/tmp/manta-state-%d", (int)getuid());
 }
 
+/* What the state folder keeps of a job: JOB.job while it runs (removed at
+ * its end), JOB.last for its last run (kept, without the Redis URL), and
+ * the names of the current and the last job. */
 typedef struct job_state {
-    char job[64], redis[600], run_dir[PATH_MAX];
+    char job[64], redis[600], run_dir[PATH_MAX], logs[PATH_MAX + 64];
     int pid;
 } job_state;
 
+static int write_file(const char *dir, const char *name, const char *text)
+{
+    char path[PATH_MAX + 80];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(text, f);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
 static int state_write(const job_state *st)
 {
-    char dir[PATH_MAX], path[PATH_MAX + 80];
+    char dir[PATH_MAX], name[96], text[2 * PATH_MAX + 800];
     state_dir(dir, sizeof dir);
     if (mkdirs(dir) != 0) return -1;
     chmod(dir, 0700); /* the file holds the Redis password */
-    snprintf(path, sizeof path, "%s/%s.job", dir, st->job);
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    fprintf(f, "job=%s\nredis=%s\nrun_dir=%s\npid=%d\n", st->job, st->redis, st->run_dir, st->pid);
-    fclose(f);
-    snprintf(path, sizeof path, "%s/current", dir);
-    f = fopen(path, "w");
-    if (!f) return -1;
-    fprintf(f, "%s\n", st->job);
-    fclose(f);
-    return 0;
+    snprintf(text, sizeof text, "job=%s\nredis=%s\nrun_dir=%s\nlogs=%s\npid=%d\n", st->job,
+             st->redis, st->run_dir, st->logs, st->pid);
+    snprintf(name, sizeof name, "%s.job", st->job);
+    if (write_file(dir, name, text) != 0) return -1;
+    snprintf(text, sizeof text, "job=%s\nrun_dir=%s\nlogs=%s\npid=%d\n", st->job, st->run_dir,
+             st->logs, st->pid);
+    snprintf(name, sizeof name, "%s.last", st->job);
+    if (write_file(dir, name, text) != 0) return -1;
+    snprintf(text, sizeof text, "%s\n", st->job);
+    if (write_file(dir, "last", text) != 0) return -1;
+    return write_file(dir, "current", text);
 }
 
 static void state_remove(const char *job)
@@ -201,20 +228,22 @@ static void state_remove(const char *job)
     }
 }
 
-static int state_read(const char *job, job_state *st)
+/* A job's record: "job" (running) or "last" (its last run), of `job` or,
+ * when NULL, of the job the file `which` ("current" or "last") names. */
+static int record_read(const char *job, const char *which, const char *ext, job_state *st)
 {
     char dir[PATH_MAX], path[PATH_MAX + 80], name[80] = "";
     state_dir(dir, sizeof dir);
     memset(st, 0, sizeof *st);
     if (!job) {
-        snprintf(path, sizeof path, "%s/current", dir);
+        snprintf(path, sizeof path, "%s/%s", dir, which);
         FILE *f = fopen(path, "r");
         if (!f) return -1;
         if (fgets(name, sizeof name, f)) name[strcspn(name, "\n")] = 0;
         fclose(f);
         job = name;
     }
-    snprintf(path, sizeof path, "%s/%s.job", dir, job);
+    snprintf(path, sizeof path, "%s/%s.%s", dir, job, ext);
     FILE *f = fopen(path, "r");
     if (!f) return -1;
     char line[PATH_MAX + 64];
@@ -224,10 +253,42 @@ static int state_read(const char *job, job_state *st)
         if (!strncmp(line, "redis=", 6)) snprintf(st->redis, sizeof st->redis, "%s", line + 6);
         if (!strncmp(line, "run_dir=", 8))
             snprintf(st->run_dir, sizeof st->run_dir, "%s", line + 8);
+        if (!strncmp(line, "logs=", 5)) snprintf(st->logs, sizeof st->logs, "%s", line + 5);
         if (!strncmp(line, "pid=", 4)) st->pid = atoi(line + 4);
     }
     fclose(f);
+    if (!st->logs[0]) snprintf(st->logs, sizeof st->logs, "%s/logs", st->run_dir);
     return st->job[0] ? 0 : -1;
+}
+
+/* The running job (named, or the current one). */
+static int state_read(const char *job, job_state *st)
+{
+    return record_read(job, "current", "job", st);
+}
+
+/* The last run of a job (named, or the last one run here), kept after it
+ * ended. */
+static int last_read(const char *job, job_state *st)
+{
+    return record_read(job, "last", "last", st);
+}
+
+/* The logs folder of DIR: a run folder's latest run (DIR/logs/latest), a
+ * run folder of the layout before run ids (DIR/logs), or DIR itself (one
+ * run's folder, DIR/logs/RUN_ID). */
+static void run_logs_of(const char *dir, char *out, size_t cap)
+{
+    char p[PATH_MAX + 32];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/logs/latest", dir);
+    if (stat(p, &st) == 0 && S_ISDIR(st.st_mode) && realpath(p, out) && strlen(out) < cap) return;
+    snprintf(p, sizeof p, "%s/logs", dir);
+    if (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(out, cap, "%s", p);
+        return;
+    }
+    snprintf(out, cap, "%s", dir);
 }
 
 static bool cli_class_exists(const char *name, void *user)
@@ -268,14 +329,23 @@ static int attach(cli *c, manta_ctx **m, job_state *st)
     return 0;
 }
 
+/* How every command loads a spec: the built-in classes, the sections and
+ * settings they declare, these overrides. */
+static manta_spec_options spec_options(const cli *c, const char *const *sets, size_t nsets)
+{
+    return (manta_spec_options){.sets = sets,
+                                .n_sets = nsets,
+                                .class_exists = cli_class_exists,
+                                .user = (void *)c->classes,
+                                .sections = c->b->sections,
+                                .settings = c->b->settings};
+}
+
 static manta_spec *load_spec(cli *c, const char *path, const char *const *sets, size_t nsets)
 {
     manta_spec_errors errs;
     manta_spec_errors_init(&errs);
-    manta_spec_options so = {.sets = sets,
-                             .n_sets = nsets,
-                             .class_exists = cli_class_exists,
-                             .user = (void *)c->classes};
+    manta_spec_options so = spec_options(c, sets, nsets);
     manta_spec *s = manta_spec_load_file(path, &so, &errs);
     if (!s) manta_spec_errors_print(&errs, stderr);
     manta_spec_errors_destroy(&errs);
@@ -287,13 +357,16 @@ static manta_spec *load_spec(cli *c, const char *path, const char *const *sets, 
 /* What `manta run` prepares before the job starts. */
 typedef struct run_setup {
     manta_spec *spec;
-    char spec_path[PATH_MAX], run_dir[PATH_MAX], logs[PATH_MAX + 8];
-    int ready_pipe[2];        /* --detach: the driver tells its caller the verdict */
-    int64_t metrics_port;     /* the spec's metrics.port; -1: no endpoint */
-    const char *metrics_bind; /* metrics.bind, default 127.0.0.1 */
-    cli_httpd *httpd;         /* the endpoint while the job runs */
-    cli_progress *progress;   /* the progress line while the run method runs */
-    int64_t t0;               /* when `manta run` started (manta_now_ms) */
+    char spec_path[PATH_MAX], run_dir[PATH_MAX], logs[PATH_MAX + 64];
+    char run_id[40];           /* YYYYMMDD-HHMMSS[-N]: this run's logs folder */
+    char answer_dir[PATH_MAX]; /* where the answer was kept ("" : none) */
+    int plots;                 /* plots written there */
+    int ready_pipe[2];         /* --detach: the driver tells its caller the verdict */
+    int64_t metrics_port;      /* the spec's metrics.port; -1: no endpoint */
+    const char *metrics_bind;  /* metrics.bind, default 127.0.0.1 */
+    cli_httpd *httpd;          /* the endpoint while the job runs */
+    cli_progress *progress;    /* the progress line while the run method runs */
+    int64_t t0;                /* when `manta run` started (manta_now_ms) */
 } run_setup;
 
 /* The spec's optional `metrics: {port, bind}` section; errors like the
@@ -317,7 +390,58 @@ static int read_metrics_section(run_setup *r)
     return bad ? MANTA_EXIT_USAGE : 0;
 }
 
-/* Load the spec and make RUN_DIR/logs (RUN_DIR = LOG_DIR/JOB). */
+/* This run's own logs folder, RUN_DIR/logs/RUN_ID, RUN_ID its UTC start
+ * (a -2, -3 ... suffix when a run began in the same second), and
+ * RUN_DIR/logs/latest pointing at it; run.txt there says what ran. So a
+ * second run neither appends to nor mixes with the first's logs. */
+static int run_logs_dir(run_setup *r)
+{
+    char base[PATH_MAX + 8];
+    snprintf(base, sizeof base, "%s/logs", r->run_dir);
+    if (mkdirs(base) != 0) return -1;
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    for (int n = 1;; n++) {
+        if (n == 1)
+            snprintf(r->run_id, sizeof r->run_id, "%s", stamp);
+        else
+            snprintf(r->run_id, sizeof r->run_id, "%s-%d", stamp, n);
+        snprintf(r->logs, sizeof r->logs, "%s/%s", base, r->run_id);
+        if (mkdir(r->logs, 0755) == 0) break;
+        if (errno != EEXIST || n >= 1000) return -1;
+    }
+    char link[PATH_MAX + 32], tmp[PATH_MAX + 48];
+    snprintf(link, sizeof link, "%s/latest", base);
+    snprintf(tmp, sizeof tmp, "%s/.latest.%d", base, (int)getpid());
+    unlink(tmp);
+    if (symlink(r->run_id, tmp) != 0 || rename(tmp, link) != 0) unlink(tmp); /* a view only */
+    char started[40], text[PATH_MAX * 2 + 200];
+    strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    snprintf(text, sizeof text, "job=%s\nrun_id=%s\nspec=%s\nstarted=%s\npid=%d\n", r->spec->job,
+             r->run_id, r->spec_path, started, (int)getpid());
+    return write_file(r->logs, "run.txt", text);
+}
+
+/* The end of a run in its run.txt: when, and the exit code. */
+static void run_logs_end(const run_setup *r, int code)
+{
+    if (!r->run_id[0]) return;
+    char path[PATH_MAX + 80], ended[40];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(ended, sizeof ended, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    snprintf(path, sizeof path, "%s/run.txt", r->logs);
+    FILE *f = fopen(path, "a");
+    if (!f) return;
+    fprintf(f, "ended=%s\nexit=%d\n", ended, code);
+    fclose(f);
+}
+
+/* Load the spec and make RUN_DIR/logs/RUN_ID (RUN_DIR = LOG_DIR/JOB). */
 static int run_prepare(cli *c, run_setup *r)
 {
     if (c->nargs != 1) {
@@ -343,8 +467,10 @@ static int run_prepare(cli *c, run_setup *r)
         fprintf(stderr, "manta run: run folder %s: %s\n", rel_dir, strerror(errno));
         return MANTA_EXIT_USAGE;
     }
-    snprintf(r->logs, sizeof r->logs, "%s/logs", r->run_dir);
-    mkdirs(r->logs);
+    if (run_logs_dir(r) != 0) {
+        fprintf(stderr, "manta run: logs folder in %s/logs: %s\n", r->run_dir, strerror(errno));
+        return MANTA_EXIT_USAGE;
+    }
     char old[PATH_MAX + 32]; /* a previous run's answer must not pass for this one's */
     snprintf(old, sizeof old, "%s/summary.json", r->run_dir);
     unlink(old);
@@ -489,6 +615,7 @@ static int run_start(cli *c, run_setup *r, manta_ctx **m, manta_job_t **job)
     snprintf(st.job, sizeof st.job, "%s", s->job);
     snprintf(st.redis, sizeof st.redis, "%s", manta_redis_url(*m));
     snprintf(st.run_dir, sizeof st.run_dir, "%s", r->run_dir);
+    snprintf(st.logs, sizeof st.logs, "%s", r->logs);
     if (state_write(&st) != 0) fprintf(stderr, "manta run: warning: cannot write the state file\n");
     fprintf(stderr, "manta: job %s running; run folder %s\n", s->job, r->run_dir);
     return run_metrics_endpoint(*m, r);
@@ -525,17 +652,20 @@ static void answer_dir(const run_setup *r, const char *d, size_t n, char *out, s
  * the job wrote one there itself), the plots of metrics.jsonl, and on
  * stdout a short summary, or the whole answer with --json (or when it is
  * no run summary, one short line as it is). */
-static void run_answer(cli *c, const run_setup *r, const void *d, size_t n)
+static void run_answer(cli *c, run_setup *r, const void *d, size_t n)
 {
     char dir[PATH_MAX], path[PATH_MAX + 32];
     answer_dir(r, d, n, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/summary.json", dir);
     if (access(path, F_OK) != 0) keep_answer(dir, d, n);
+    keep_answer(r->logs, d, n); /* each run keeps its own answer beside its logs */
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     int plots = 0;
     char err[600] = "";
     if (access(path, F_OK) == 0 && cli_report_write(dir, &plots, err, sizeof err) != 0)
         fprintf(stderr, "manta run: report: %s\n", err);
+    snprintf(r->answer_dir, sizeof r->answer_dir, "%s", dir);
+    r->plots = plots;
     if (c->json || cli_report_summary(d, n, stdout) != 0) {
         bool short_line = n <= 300 && !memchr(d, '\n', n ? n - 1 : 0);
         if (c->json || short_line) {
@@ -545,10 +675,26 @@ static void run_answer(cli *c, const run_setup *r, const void *d, size_t n)
             printf("answer: %zu bytes, in %s/summary.json (--json prints it)\n", n, dir);
         }
     }
-    if (!c->json)
-        printf("run folder %s: summary.json%s%s\n", dir, plots ? ", metrics.jsonl, plots: " : "",
-               plots ? "reward.svg success.svg throughput.svg staleness.svg" : "");
     fflush(stdout);
+}
+
+/* The last line of `manta run`: where everything is, and how to look at it
+ * after the job (stdout; stderr with --json, whose stdout is the answer). */
+static void run_folder_line(const cli *c, const run_setup *r)
+{
+    FILE *out = c->json ? stderr : stdout;
+    if (r->answer_dir[0] && strcmp(r->answer_dir, r->run_dir))
+        fprintf(out, "answer in %s: summary.json%s%s\n", r->answer_dir,
+                r->plots ? ", metrics.jsonl, plots: " : "",
+                r->plots ? "reward.svg success.svg throughput.svg staleness.svg" : "");
+    fprintf(out, "run folder %s: %slogs/%s/ (manta status %s; manta logs ACTOR --run %s)\n",
+            r->run_dir,
+            !r->answer_dir[0] || strcmp(r->answer_dir, r->run_dir) ? ""
+            : r->plots ? "summary.json, metrics.jsonl, reward.svg success.svg throughput.svg "
+                         "staleness.svg, "
+                       : "summary.json, ",
+            r->run_id, r->run_dir, r->run_dir);
+    fflush(out);
 }
 
 /* Run the job: its run method (the answer goes to stdout), or serve until
@@ -591,6 +737,7 @@ static int cmd_run(cli *c)
     bool parent = false;
     if (rc == 0 && c->detach) rc = run_detach(&r, &parent);
     if (rc || parent) {
+        if (!parent) run_logs_end(&r, rc);
         manta_spec_free(r.spec);
         return rc;
     }
@@ -609,6 +756,8 @@ static int cmd_run(cli *c)
     manta_job_free(job);
     if (m && !manta_attached(m)) state_remove(r.spec->job);
     manta_shutdown(m);
+    run_logs_end(&r, rc);
+    if (r.run_id[0]) run_folder_line(c, &r);
     manta_spec_free(r.spec);
     return rc;
 }
@@ -720,10 +869,127 @@ static void status_values(manta_ctx *m)
     manta_reg_names_free(&keys);
 }
 
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* One run's line: RUN_ID, start, end, exit code (from its run.txt). */
+static void status_run_line(const char *logs_root, const char *id, bool latest)
+{
+    char path[PATH_MAX + 300], line[PATH_MAX + 64], started[64] = "?", ended[64] = "",
+                                                    code[16] = "";
+    snprintf(path, sizeof path, "%s/%s/run.txt", logs_root, id);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        if (!strncmp(line, "started=", 8)) snprintf(started, sizeof started, "%s", line + 8);
+        if (!strncmp(line, "ended=", 6)) snprintf(ended, sizeof ended, "%s", line + 6);
+        if (!strncmp(line, "exit=", 5)) snprintf(code, sizeof code, "%s", line + 5);
+    }
+    if (f) fclose(f);
+    printf("  %-20s started %s, %s%s%s%s\n", id, started, ended[0] ? "ended " : "not ended", ended,
+           code[0] ? ", exit code " : "", code);
+    (void)latest;
+}
+
+/* The actors' logs of one run: name, lines, warnings and errors. */
+static void status_run_logs(const char *logs)
+{
+    DIR *d = opendir(logs);
+    if (!d) return;
+    printf("logs in %s:\n", logs);
+    struct dirent *de;
+    char *names[512];
+    size_t n = 0;
+    while ((de = readdir(d)) && n < 512) {
+        size_t len = strlen(de->d_name);
+        if (len > 4 && !strcmp(de->d_name + len - 4, ".log") && (names[n] = strdup(de->d_name)))
+            n++;
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, by_name);
+    for (size_t i = 0; i < n; i++) {
+        char path[PATH_MAX + 300], line[4096];
+        snprintf(path, sizeof path, "%s/%s", logs, names[i]);
+        long lines = 0, warn = 0, err = 0;
+        FILE *f = fopen(path, "r");
+        while (f && fgets(line, sizeof line, f)) {
+            lines += strchr(line, '\n') != NULL;
+            warn += strstr(line, "\"level\":\"warn\"") != NULL;
+            err += strstr(line, "\"level\":\"error\"") != NULL;
+        }
+        if (f) fclose(f);
+        names[i][strlen(names[i]) - 4] = 0;
+        printf("  %-20s %6ld lines, %ld warnings, %ld errors\n", names[i], lines, warn, err);
+        free(names[i]);
+    }
+}
+
+/* A finished job's run folder: the runs kept, the last answer, the logs. */
+static int status_run_dir(const char *dir, const char *job)
+{
+    char logs_root[PATH_MAX + 8], latest[PATH_MAX + 64] = "", path[PATH_MAX + 32];
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "manta status: %s: not a run folder\n", dir);
+        return MANTA_EXIT_NOT_FOUND;
+    }
+    printf("run folder %s%s%s%s\n", dir, job ? " (job " : "", job ? job : "", job ? ")" : "");
+    snprintf(logs_root, sizeof logs_root, "%s/logs", dir);
+    run_logs_of(dir, latest, sizeof latest);
+    DIR *d = opendir(logs_root);
+    char *ids[512];
+    size_t n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)) && n < 512) {
+        char p[PATH_MAX + 300];
+        snprintf(p, sizeof p, "%s/%s/run.txt", logs_root, de->d_name);
+        if (de->d_name[0] != '.' && strcmp(de->d_name, "latest") && access(p, F_OK) == 0 &&
+            (ids[n] = strdup(de->d_name)))
+            n++;
+    }
+    if (d) closedir(d);
+    qsort(ids, n, sizeof *ids, by_name);
+    printf("runs: %zu\n", n);
+    for (size_t i = 0; i < n; i++) {
+        status_run_line(logs_root, ids[i], i + 1 == n);
+        free(ids[i]);
+    }
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        char *txt = NULL;
+        size_t len = 0;
+        fseek(f, 0, SEEK_END);
+        long sz = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        if (sz > 0 && (txt = malloc((size_t)sz + 1))) len = fread(txt, 1, (size_t)sz, f);
+        fclose(f);
+        printf("answer (summary.json):\n");
+        if (txt && cli_report_summary(txt, len, stdout) != 0)
+            printf("  %.*s\n", (int)(len > 300 ? 300 : len), txt);
+        free(txt);
+    }
+    status_run_logs(latest);
+    return 0;
+}
+
 static int cmd_status(cli *c)
 {
     manta_ctx *m;
     job_state st;
+    const char *dir = c->run ? c->run : c->nargs ? c->args[0] : NULL;
+    if (dir) return status_run_dir(dir, NULL);
+    if (state_read(c->job, &st) != 0 && !c->redis) {
+        if (last_read(c->job, &st) != 0) {
+            fprintf(stderr, "manta status: no job %s%sfound here; give a run folder\n",
+                    c->job ? c->job : "", c->job ? " " : "");
+            return MANTA_EXIT_NOT_FOUND;
+        }
+        printf("job %s is not running; it has finished\n", st.job);
+        return status_run_dir(st.run_dir, st.job);
+    }
     int rc = attach(c, &m, &st);
     if (rc) return rc;
     manta_reg_driver *d = malloc(sizeof *d);
@@ -770,10 +1036,7 @@ static int cmd_scale(cli *c)
     if (rc) return rc;
     /* The spec as launched (same overrides, then these), so new replicas
      * get the same init. */
-    manta_spec_options so = {.sets = c->sets,
-                             .n_sets = (size_t)c->nsets,
-                             .class_exists = cli_class_exists,
-                             .user = (void *)c->classes};
+    manta_spec_options so = spec_options(c, c->sets, (size_t)c->nsets);
     manta_spec_errors errs;
     manta_spec_errors_init(&errs);
     manta_job_t *job;
@@ -832,12 +1095,16 @@ static int cmd_logs(cli *c)
         return MANTA_EXIT_USAGE;
     }
     job_state st;
-    if (state_read(c->job, &st) != 0) {
-        fprintf(stderr, "manta logs: no job %s found here\n", c->job ? c->job : "");
+    if (c->run) {
+        memset(&st, 0, sizeof st);
+        run_logs_of(c->run, st.logs, sizeof st.logs);
+    } else if (state_read(c->job, &st) != 0 && last_read(c->job, &st) != 0) {
+        fprintf(stderr, "manta logs: no job %s%sfound here; give --run RUN_DIR\n",
+                c->job ? c->job : "", c->job ? " " : "");
         return MANTA_EXIT_NOT_FOUND;
     }
     char path[PATH_MAX + 200];
-    snprintf(path, sizeof path, "%s/logs/%s.log", st.run_dir, c->args[0]);
+    snprintf(path, sizeof path, "%s/%s.log", st.logs, c->args[0]);
     FILE *f = fopen(path, "r");
     if (!f) {
         fprintf(stderr, "manta logs: %s: %s\n", path, strerror(errno));
@@ -984,6 +1251,8 @@ static int parse(cli *c, int argc, char **argv)
             dst = &c->transport;
         else if (!strcmp(a, "--log-level"))
             dst = &c->log_level;
+        else if (!strcmp(a, "--run"))
+            dst = &c->run;
         if (dst) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "manta: %s needs a value\n", a);
@@ -1035,8 +1304,45 @@ static int parse(cli *c, int argc, char **argv)
     return 0;
 }
 
+/* `manta help spec`: every declared key as Markdown (docs/spec-keys.md is
+ * this output). */
+static int help_spec(const cli *c)
+{
+    printf("# Spec keys\n\n"
+           "Generated by `manta help spec` from the declarations the spec loader checks\n"
+           "(runtime/spec/spec.c for the runtime's sections, actors/rl_keys.c for the RL\n"
+           "classes'). An unknown key, a wrong type or a value out of range is an error at\n"
+           "its file:line:col, with a \"did you mean\" when a key is one or two edits from\n"
+           "a declared one. A null value (`key:` or `key: ~`) means the default. The fixed\n"
+           "keys (job, redis, log_dir, groups, nodes) are described in runtime/spec/README.md.\n"
+           "\n## Sections the runtime reads\n\n");
+    int rc = manta_spec_keys_markdown(manta_spec_runtime_sections, stdout);
+    if (!rc && c->b->sections) {
+        printf("## Sections the built-in classes read\n\n");
+        rc = manta_spec_keys_markdown(c->b->sections, stdout);
+    }
+    if (!rc && c->b->settings) {
+        printf("## A built-in group's settings\n\n");
+        const manta_spec_key set[] = {
+            {"groups.GROUP.settings", MANTA_SPEC_K_MAP, 0, 0, NULL,
+             "keys of a group whose class is built in; besides these, the keys of the sections "
+             "above marked so, nested or flat",
+             NULL, c->b->settings, 0},
+            {NULL, 0, 0, 0, NULL, NULL, NULL, NULL, 0}};
+        rc = manta_spec_keys_markdown(set, stdout);
+    }
+    return rc ? MANTA_EXIT_RUNTIME : 0;
+}
+
 int manta_cli_main(int argc, char **argv, const manta_class *const *classes)
 {
+    const manta_cli_builtins b = {classes, NULL, NULL};
+    return manta_cli_run(argc, argv, &b);
+}
+
+int manta_cli_run(int argc, char **argv, const manta_cli_builtins *b)
+{
+    const manta_class *const *classes = b->classes;
     if (getenv("MANTA_ROLE")) { /* started by a node agent as an actor or agent */
         manta_ctx *m;
         manta_init(&m, &(manta_options){.classes = classes});
@@ -1050,7 +1356,7 @@ int manta_cli_main(int argc, char **argv, const manta_class *const *classes)
             return 0;
         }
     }
-    cli c = {.classes = classes};
+    cli c = {.classes = classes, .b = b};
     if (parse(&c, argc, argv) != 0) return MANTA_EXIT_USAGE;
     if (!c.cmd) {
         fputs(usage_text, stderr);
@@ -1069,6 +1375,7 @@ int manta_cli_main(int argc, char **argv, const manta_class *const *classes)
         return 0;
     }
     if (!strcmp(c.cmd, "help")) {
+        if (c.nargs && !strcmp(c.args[0], "spec")) return help_spec(&c);
         const char *h = c.nargs ? command_help(c.args[0]) : NULL;
         fputs(h ? h : usage_text, stdout);
         return 0;

@@ -11,6 +11,7 @@
 #define MANTA_CLI_H
 
 #include "manta.h"
+#include "manta_spec.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,8 +28,20 @@ enum {
     MANTA_EXIT_INTERRUPTED = 130 /* Ctrl-C / SIGTERM: torn down cleanly */
 };
 
-/* Run the CLI. `classes` is the NULL-terminated list of built-in classes.
- * Returns the exit code. Not thread-safe (installs signal handlers). */
+/* What a program builds into its `manta`. */
+typedef struct manta_cli_builtins {
+    const manta_class *const *classes; /* NULL-terminated built-in classes */
+    /* The spec sections those classes read and the keys of their groups'
+     * settings (manta_spec_options.sections and .settings): specs are
+     * checked against them, and `manta help spec` prints them. May be NULL. */
+    const manta_spec_key *sections;
+    const manta_spec_key *settings;
+} manta_cli_builtins;
+
+/* Run the CLI with these built-ins. Returns the exit code. Not thread-safe
+ * (installs signal handlers). */
+int manta_cli_run(int argc, char **argv, const manta_cli_builtins *b);
+/* The same with classes only (no declared sections). */
 int manta_cli_main(int argc, char **argv, const manta_class *const *classes);
 /* `manta keys ...` (keys.c): argv[0] is "keys". Returns the exit code. */
 int manta_cli_keys(int argc, char **argv);

@@ -249,6 +249,69 @@ typedef struct manta_spec {
     const manta_spec_node *root; /* the whole document, overrides applied */
 } manta_spec;
 
+/* ---- Declared sections ----------------------------------------------------- *
+ *
+ * A program that reads top-level sections of its own (the RL classes read
+ * model:, rl:, task:, reward:, tools:) declares each key it reads, once, in
+ * a table of manta_spec_key; the loader then checks those sections like the
+ * fixed schema: an unknown key is an error at its file:line:col with a
+ * "did you mean" (or the list of keys), a value of the wrong type or out of
+ * range is an error at the value, a missing required key an error at the
+ * section. The same table gives the readers their key names and defaults
+ * and the documentation its tables (manta_spec_keys_markdown), so the
+ * three cannot drift apart. Sections not declared stay free-form.
+ *
+ * The runtime declares its own sections (services, metrics, security, run;
+ * manta_spec_runtime_sections) and the loader always checks them. */
+typedef enum manta_spec_ktype {
+    MANTA_SPEC_K_ANY = 0,  /* anything (not checked) */
+    MANTA_SPEC_K_INT = 1,  /* an integer, within [lo, hi] */
+    MANTA_SPEC_K_NUM = 2,  /* an integer or a float, finite, within [lo, hi] */
+    MANTA_SPEC_K_STR = 3,  /* a string (not a number, boolean or null); one of
+                              `choices` when given */
+    MANTA_SPEC_K_BOOL = 4, /* true or false */
+    MANTA_SPEC_K_SIZE = 5, /* a byte count, as manta_spec_get_size */
+    MANTA_SPEC_K_MAP = 6,  /* a mapping of `keys` (any keys when NULL) */
+    MANTA_SPEC_K_LIST = 7, /* a sequence of mappings of `keys` */
+} manta_spec_ktype;
+
+/* manta_spec_key.flags */
+#define MANTA_SPEC_REQUIRED 1u /* must be given (in a mapping that is given) */
+#define MANTA_SPEC_IN_SETTINGS                                                                     \
+    2u /* a section whose keys a built-in group's settings                                         \
+          may also give, nested (settings.rl.lr) or flat                                           \
+          (settings.lr); see manta_spec_options.settings */
+
+typedef struct manta_spec_key {
+    const char *name; /* NULL ends a table */
+    manta_spec_ktype type;
+    double lo, hi;                     /* INT and NUM: the inclusive range; lo == hi: any value */
+    const char *def;                   /* the default as the docs write it ("8", "0.001", "auto");
+                                          in parentheses a default computed at run time
+                                          ("(rl.lr)"); NULL: no default */
+    const char *doc;                   /* what it means, one sentence */
+    const char *choices;               /* STR: the allowed values, "|"-separated, or NULL */
+    const struct manta_spec_key *keys; /* MAP, LIST: the mapping's keys */
+    unsigned flags;
+} manta_spec_key;
+
+/* The sections the runtime itself reads: services (job.c), metrics,
+ * security and run (the CLI). Ends with a {NULL} entry. */
+extern const manta_spec_key manta_spec_runtime_sections[];
+
+/* The entry of `table` named `name` (up to `len` bytes), or NULL. */
+const manta_spec_key *manta_spec_key_find(const manta_spec_key *table, const char *name,
+                                          size_t len);
+/* Check one node against one declaration (as the loader does for declared
+ * sections), appending an error per problem to `errs`. 0 when clean, else
+ * MANTA_ESPEC. */
+int manta_spec_check_key(const manta_spec_key *k, const manta_spec_node *value,
+                         manta_spec_errors *errs);
+/* The documentation of a table of sections as Markdown: per section a
+ * heading and a table (key, type, default, meaning), nested mappings as
+ * their own tables. Returns 0, or MANTA_ESYS when writing failed. */
+int manta_spec_keys_markdown(const manta_spec_key *sections, FILE *out);
+
 /* Options for loading; a NULL options pointer means all defaults. */
 typedef struct manta_spec_options {
     /* Overrides, each "path=value", applied in order after parsing and
@@ -264,6 +327,14 @@ typedef struct manta_spec_options {
      * returns true; otherwise class names are only checked for syntax. */
     bool (*class_exists)(const char *name, void *user);
     void *user;
+    /* Sections the program's classes read, each a MAP or LIST declaration,
+     * ending with {NULL}: checked as described above. NULL: none. */
+    const manta_spec_key *sections;
+    /* The keys of a built-in group's settings (a group whose class
+     * class_exists accepts and that has no library); with the keys of the
+     * MANTA_SPEC_IN_SETTINGS sections, which may come nested or flat. NULL:
+     * settings are not checked. */
+    const manta_spec_key *settings;
 } manta_spec_options;
 
 /* Read and load a spec file (at most MANTA_SPEC_MAX_FILE bytes). Returns the

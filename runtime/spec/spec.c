@@ -285,6 +285,7 @@ typedef struct ctx {
      * the parse ends. */
     struct manta_spec_node **dead;
     size_t n_dead, cap_dead;
+    const manta_spec_options *opts; /* declared sections (NULL: none) */
 } ctx;
 
 static void node_free(manta_spec_node *n)
@@ -1182,6 +1183,235 @@ static void unknown_key(manta_spec_errors *e, const manta_spec_node *key, const 
         node_err(e, key, "unknown key; expected one of %s", list);
 }
 
+/* ---- Declared sections ------------------------------------------------------------------ */
+
+#define MAX_CANDS 512 /* names offered to suggest() at once */
+
+/* Append the names of a key table (or a NULL-ended list) to cands[]. */
+static void add_cands(const char **cands, size_t *n, const manta_spec_key *t,
+                      const char *const *list)
+{
+    for (size_t i = 0; t && t[i].name && *n < MAX_CANDS - 1; i++) cands[(*n)++] = t[i].name;
+    for (size_t i = 0; list && list[i] && *n < MAX_CANDS - 1; i++) cands[(*n)++] = list[i];
+    cands[*n] = NULL;
+}
+
+const manta_spec_key *manta_spec_key_find(const manta_spec_key *t, const char *name, size_t len)
+{
+    for (size_t i = 0; t && name && t[i].name; i++)
+        if (strlen(t[i].name) == len && !memcmp(t[i].name, name, len)) return &t[i];
+    return NULL;
+}
+
+/* A range bound for messages: integers as integers. */
+static const char *bound(double x, char *buf, size_t len)
+{
+    if (x == floor(x) && fabs(x) < 1e15)
+        snprintf(buf, len, "%.0f", x);
+    else
+        snprintf(buf, len, "%g", x);
+    return buf;
+}
+
+/* What a declaration expects, for "expected ..., got ..." messages. */
+static const char *expected(const manta_spec_key *k, char *buf, size_t len)
+{
+    char lo[32], hi[32];
+    bool ranged = k->lo < k->hi;
+    switch (k->type) {
+    case MANTA_SPEC_K_INT:
+    case MANTA_SPEC_K_NUM:
+        snprintf(buf, len, "%s%s%s%s%s", k->type == MANTA_SPEC_K_INT ? "an integer" : "a number",
+                 ranged ? " from " : "", ranged ? bound(k->lo, lo, sizeof lo) : "",
+                 ranged ? " to " : "", ranged ? bound(k->hi, hi, sizeof hi) : "");
+        break;
+    case MANTA_SPEC_K_STR:
+        if (!k->choices) {
+            snprintf(buf, len, "a string");
+            break;
+        }
+        size_t o = (size_t)snprintf(buf, len, "one of ");
+        for (const char *p = k->choices; *p && o + 3 < len; p++)
+            if (*p == '|')
+                buf[o++] = ',', buf[o++] = ' ';
+            else
+                buf[o++] = *p;
+        buf[o < len ? o : len - 1] = '\0';
+        break;
+    case MANTA_SPEC_K_BOOL:
+        snprintf(buf, len, "true or false");
+        break;
+    case MANTA_SPEC_K_SIZE:
+        snprintf(buf, len, "a size such as 512MiB or 2GiB");
+        break;
+    case MANTA_SPEC_K_MAP:
+        snprintf(buf, len, "a mapping");
+        break;
+    case MANTA_SPEC_K_LIST:
+        snprintf(buf, len, "a sequence of mappings");
+        break;
+    default:
+        snprintf(buf, len, "anything");
+        break;
+    }
+    return buf;
+}
+
+/* Whether text (len bytes) is one of the "|"-separated choices. */
+static bool one_of(const char *choices, const char *text, size_t len)
+{
+    for (const char *p = choices; *p;) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        if (n == len && !memcmp(p, text, n)) return true;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return false;
+}
+
+static bool scalar_fits(const manta_spec_key *k, const manta_spec_node *v)
+{
+    bool ranged = k->lo < k->hi;
+    int64_t i;
+    uint64_t sz;
+    if (v->kind != MANTA_SPEC_SCALAR) return k->type == MANTA_SPEC_K_ANY;
+    switch (k->type) {
+    case MANTA_SPEC_K_INT:
+        return resolve(v) == MANTA_SPEC_T_INT && int_value(v->text, &i) == 0 &&
+               (!ranged || ((double)i >= k->lo && (double)i <= k->hi));
+    case MANTA_SPEC_K_NUM: {
+        manta_spec_type t = resolve(v);
+        double d = t == MANTA_SPEC_T_INT ? strtod(v->text, NULL) : float_value(v->text);
+        if (t == MANTA_SPEC_T_INT && int_value(v->text, &i) == 0) d = (double)i;
+        return (t == MANTA_SPEC_T_INT || t == MANTA_SPEC_T_FLOAT) && isfinite(d) &&
+               (!ranged || (d >= k->lo && d <= k->hi));
+    }
+    case MANTA_SPEC_K_STR:
+        return resolve(v) == MANTA_SPEC_T_STR && strlen(v->text) == v->len &&
+               (!k->choices || one_of(k->choices, v->text, v->len));
+    case MANTA_SPEC_K_BOOL:
+        return resolve(v) == MANTA_SPEC_T_BOOL;
+    case MANTA_SPEC_K_SIZE:
+        return size_of(v, &sz);
+    case MANTA_SPEC_K_ANY:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static void check_value(manta_spec_errors *e, const manta_spec_key *k, const manta_spec_node *v);
+
+/* An unknown key of a declared mapping: the closest name, or the list. */
+static void unknown_declared(manta_spec_errors *e, const manta_spec_node *key, const char **cands)
+{
+    const char *s = suggest(key->text, cands, 2);
+    if (s) {
+        node_err(e, key, "unknown key (did you mean \"%s\"?)", s);
+        return;
+    }
+    char list[400] = "";
+    size_t o = 0;
+    for (size_t i = 0; cands[i] && o < sizeof list - 40; i++)
+        o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", cands[i]);
+    if (o >= sizeof list - 40) snprintf(list + o, sizeof list - o, ", ...");
+    node_err(e, key, "unknown key; expected one of %s", list);
+}
+
+/* The entries of mapping m against the declared keys; then the required. */
+static void check_keyed(manta_spec_errors *e, const manta_spec_key *keys, const manta_spec_node *m)
+{
+    const char *cands[MAX_CANDS];
+    size_t nc = 0;
+    add_cands(cands, &nc, keys, NULL);
+    for (size_t i = 0; i < m->count; i++) {
+        const manta_spec_node *key = m->keys[i];
+        const manta_spec_key *d = manta_spec_key_find(keys, key->text, key->len);
+        if (d)
+            check_value(e, d, m->items[i]);
+        else
+            unknown_declared(e, key, cands);
+    }
+    for (size_t i = 0; keys[i].name; i++) {
+        const manta_spec_node *v = map_get(m, keys[i].name);
+        if ((keys[i].flags & MANTA_SPEC_REQUIRED) && (!v || is_null_node(v)))
+            manta_spec_errors_add(e, m->file, m->line, m->col, m->path,
+                                  "missing required key \"%s\"%s%s%s", keys[i].name,
+                                  keys[i].doc ? " (" : "", keys[i].doc ? keys[i].doc : "",
+                                  keys[i].doc ? ")" : "");
+    }
+}
+
+static void check_value(manta_spec_errors *e, const manta_spec_key *k, const manta_spec_node *v)
+{
+    char gotbuf[128], want[160];
+    if (is_null_node(v) || k->type == MANTA_SPEC_K_ANY) return; /* null is absent */
+    if (k->type == MANTA_SPEC_K_MAP) {
+        if (v->kind != MANTA_SPEC_MAP)
+            node_err(e, v, "expected a mapping, got %s", GOT(v));
+        else if (k->keys)
+            check_keyed(e, k->keys, v);
+        return;
+    }
+    if (k->type == MANTA_SPEC_K_LIST) {
+        if (v->kind != MANTA_SPEC_SEQ) {
+            node_err(e, v, "expected a sequence of mappings, got %s", GOT(v));
+            return;
+        }
+        for (size_t i = 0; i < v->count; i++) {
+            const manta_spec_node *it = v->items[i];
+            if (it->kind != MANTA_SPEC_MAP)
+                node_err(e, it, "expected a mapping, got %s", GOT(it));
+            else if (k->keys)
+                check_keyed(e, k->keys, it);
+        }
+        return;
+    }
+    if (!scalar_fits(k, v))
+        node_err(e, v, "expected %s, got %s", expected(k, want, sizeof want), GOT(v));
+}
+
+int manta_spec_check_key(const manta_spec_key *k, const manta_spec_node *value,
+                         manta_spec_errors *errs)
+{
+    if (!k || !errs) return MANTA_EINVAL;
+    size_t before = errs->count + errs->dropped;
+    if (value) check_value(errs, k, value);
+    return errs->count + errs->dropped == before ? 0 : MANTA_ESPEC;
+}
+
+/* A built-in group's settings: its own keys, a MANTA_SPEC_IN_SETTINGS
+ * section nested by name, or one of such a section's keys flat. */
+static void check_settings(manta_spec_errors *e, const manta_spec_node *set,
+                           const manta_spec_options *o)
+{
+    const char *cands[MAX_CANDS];
+    size_t nc = 0;
+    add_cands(cands, &nc, o->settings, NULL);
+    for (size_t s = 0; o->sections && o->sections[s].name; s++)
+        if (o->sections[s].flags & MANTA_SPEC_IN_SETTINGS) {
+            add_cands(cands, &nc, NULL, (const char *const[]){o->sections[s].name, NULL});
+            add_cands(cands, &nc, o->sections[s].keys, NULL);
+        }
+    for (size_t i = 0; i < set->count; i++) {
+        const manta_spec_node *key = set->keys[i], *v = set->items[i];
+        const manta_spec_key *d = manta_spec_key_find(o->settings, key->text, key->len);
+        for (size_t s = 0; !d && o->sections && o->sections[s].name; s++) {
+            const manta_spec_key *sec = &o->sections[s];
+            if (!(sec->flags & MANTA_SPEC_IN_SETTINGS)) continue;
+            if (!strcmp(sec->name, key->text) && v->kind == MANTA_SPEC_MAP)
+                d = sec;
+            else
+                d = manta_spec_key_find(sec->keys, key->text, key->len);
+        }
+        if (d)
+            check_value(e, d, v);
+        else
+            unknown_declared(e, key, cands);
+    }
+}
+
 /* ---- Overrides ------------------------------------------------------------------------- */
 
 static const char *const TOP_KEYS[] = {"job", "redis", "log_dir", "groups", "nodes", NULL};
@@ -1189,11 +1419,72 @@ static const char *const GROUP_KEYS[] = {"class",        "library",  "replicas",
                                          "max_restarts", "settings", NULL};
 static const char *const RES_KEYS[] = {"cpu", "gpu", "memory", NULL};
 
+/* The sections the runtime reads itself (README "Spec keys"). */
+static const manta_spec_key SERVICE_KEYS[] = {
+    {"name", MANTA_SPEC_K_STR, 0, 0, NULL, "the service's name; its output goes to LOGS/NAME.log",
+     NULL, NULL, MANTA_SPEC_REQUIRED},
+    {"command", MANTA_SPEC_K_STR, 0, 0, NULL,
+     "the command, run with /bin/sh -c in the current folder, in its own process group", NULL, NULL,
+     MANTA_SPEC_REQUIRED},
+    {"port", MANTA_SPEC_K_INT, 0, 65535, "0",
+     "the TCP port on 127.0.0.1 the job waits for before starting actors (0: do not wait); "
+     "taken by another process before the start: an error",
+     NULL, NULL, 0},
+    {"ready_timeout_s", MANTA_SPEC_K_NUM, 0, 1e9, "20",
+     "seconds to wait for the port to accept connections", NULL, NULL, 0},
+    {NULL, 0, 0, 0, NULL, NULL, NULL, NULL, 0}};
+static const manta_spec_key METRICS_KEYS[] = {
+    {"port", MANTA_SPEC_K_INT, 0, 65535, "(none)",
+     "serve the job's metrics at http://BIND:PORT/metrics (Prometheus text format); 0: any free "
+     "port, printed",
+     NULL, NULL, 0},
+    {"bind", MANTA_SPEC_K_STR, 0, 0, "127.0.0.1", "the address to listen on", NULL, NULL, 0},
+    {NULL, 0, 0, 0, NULL, NULL, NULL, NULL, 0}};
+static const manta_spec_key SECURITY_KEYS[] = {
+    {"curve", MANTA_SPEC_K_STR, 0, 0, "auto",
+     "CURVE encryption of the job's sockets: auto (on for tcp or with a key file), on, off; "
+     "MANTA_CURVE wins",
+     "auto|on|off", NULL, 0},
+    {"keys", MANTA_SPEC_K_STR, 0, 0, "(a fresh pair in RUN_DIR/curve.key)",
+     "the job's key file (manta keys new); MANTA_KEYS wins", NULL, NULL, 0},
+    {NULL, 0, 0, 0, NULL, NULL, NULL, NULL, 0}};
+static const manta_spec_key RUN_KEYS[] = {
+    {"group", MANTA_SPEC_K_STR, 0, 0, NULL, "the group whose replica 0 is called", NULL, NULL,
+     MANTA_SPEC_REQUIRED},
+    {"method", MANTA_SPEC_K_STR, 0, 0, "run", "the method called; its answer is printed", NULL,
+     NULL, 0},
+    {"timeout_s", MANTA_SPEC_K_NUM, 0, 1e9, "3600", "seconds the call may take", NULL, NULL, 0},
+    {NULL, 0, 0, 0, NULL, NULL, NULL, NULL, 0}};
+
+const manta_spec_key manta_spec_runtime_sections[] = {
+    {"services", MANTA_SPEC_K_LIST, 0, 0, NULL,
+     "processes the job needs that are not actors (tool servers): started first, stopped at the "
+     "end",
+     NULL, SERVICE_KEYS, 0},
+    {"metrics", MANTA_SPEC_K_MAP, 0, 0, NULL, "the Prometheus endpoint of `manta run`", NULL,
+     METRICS_KEYS, 0},
+    {"security", MANTA_SPEC_K_MAP, 0, 0, NULL, "who may talk to the job's sockets", NULL,
+     SECURITY_KEYS, 0},
+    {"run", MANTA_SPEC_K_MAP, 0, 0, NULL,
+     "the method `manta run` calls once every actor is ready; without it the job serves until "
+     "`manta stop`",
+     NULL, RUN_KEYS, 0},
+    {NULL, 0, 0, 0, NULL, NULL, NULL, NULL, 0}};
+
 static bool is_top_key(const char *k)
 {
     for (size_t i = 0; TOP_KEYS[i]; i++)
         if (!strcmp(k, TOP_KEYS[i])) return true;
     return false;
+}
+
+/* The declaration of top-level section `k`: the runtime's, then the
+ * program's (options.sections); NULL when it is free-form. */
+static const manta_spec_key *declared_section(const manta_spec_options *o, const char *k)
+{
+    const manta_spec_key *d = manta_spec_key_find(manta_spec_runtime_sections, k, strlen(k));
+    if (!d && o && o->sections) d = manta_spec_key_find(o->sections, k, strlen(k));
+    return d;
 }
 
 /* Split the path of a --set (a copy, cut in place) into comps[]; "groups"
@@ -1206,7 +1497,7 @@ static bool split_set_path(ctx *c, const manta_spec_node *root, char *path, cons
     size_t hl = dot ? (size_t)(dot - path) : strlen(path);
     char save = head[hl];
     head[hl] = '\0';
-    bool top = is_top_key(head) || map_get(root, head);
+    bool top = is_top_key(head) || map_get(root, head) || declared_section(c->opts, head);
     bool group = !top && map_get(groups, head);
     if (group) comps[(*nc)++] = "groups";
     if (!top && !group) {
@@ -1441,7 +1732,7 @@ static void check_group(ctx *c, spec_impl *si, manta_spec_group *g, const manta_
                  GOT(v));
         return;
     }
-    const manta_spec_node *cls = NULL;
+    const manta_spec_node *cls = NULL, *settings = NULL;
     for (size_t i = 0; i < v->count; i++) {
         const char *k = v->keys[i]->text;
         const manta_spec_node *x = v->items[i];
@@ -1463,6 +1754,7 @@ static void check_group(ctx *c, spec_impl *si, manta_spec_group *g, const manta_
                 node_err(e, x, "expected a mapping, got %s", GOT(x));
             else
                 g->settings = x;
+            settings = g->settings;
         } else {
             unknown_key(e, v->keys[i], GROUP_KEYS,
                         "class, library, replicas, resources, max_restarts, settings");
@@ -1484,6 +1776,8 @@ static void check_group(ctx *c, spec_impl *si, manta_spec_group *g, const manta_
                      "unknown class \"%s\": not a built-in class, and the group has no "
                      "library",
                      cls->text);
+        } else if (!g->library && o && o->class_exists && o->settings && settings) {
+            check_settings(e, settings, o);
         }
     }
     if (g->library && !g->library[0]) {
@@ -1690,11 +1984,19 @@ static void validate(ctx *c, spec_impl *si, const manta_spec_options *o)
             if (!groups) check_groups(c, si, groups = v, o);
         } else if (!strcmp(k->text, "nodes")) {
             if (!nodes && !is_null_node(v)) check_nodes(c, si, nodes = v), nodes_key = k;
+        } else if (declared_section(o, k->text)) {
+            check_value(e, declared_section(o, k->text), v);
         } else {
             /* Free-form section. A scalar is almost surely a typo of a
-             * fixed key, as is a collection named one edit away from one. */
+             * fixed key or a declared section, as is a collection named one
+             * edit away from one. */
             bool scalar = v->kind == MANTA_SPEC_SCALAR;
-            const char *sug = suggest(k->text, TOP_KEYS, scalar ? 2 : 1);
+            const char *cands[MAX_CANDS];
+            size_t nc = 0;
+            add_cands(cands, &nc, NULL, TOP_KEYS);
+            add_cands(cands, &nc, manta_spec_runtime_sections, NULL);
+            if (o) add_cands(cands, &nc, o->sections, NULL);
+            const char *sug = suggest(k->text, cands, scalar ? 2 : 1);
             if (sug)
                 node_err(e, k, "unknown top-level key (did you mean \"%s\"?)", sug);
             else if (scalar)
@@ -1761,7 +2063,7 @@ manta_spec *manta_spec_load_buffer(const char *buf, size_t len, const char *name
     const char *slash = strrchr(name, '/');
     si->dir = slash ? strndup(name, slash == name ? 1 : (size_t)(slash - name)) : strdup(".");
     si->pub.file = si->file;
-    ctx c = {.errs = errs, .file = si->file};
+    ctx c = {.errs = errs, .file = si->file, .opts = opts};
     if (!si->dir) {
         manta_spec_errors_add(errs, name, 0, 0, "", "out of memory");
     } else {

@@ -1,0 +1,192 @@
+/*
+ * rl_keys.c - every spec key the RL classes read, declared once.
+ *
+ * One table per section (model, rl, task, reward, tools) and one for a
+ * group's own settings. The same tables serve three readers:
+ *   - the spec loader (runtime/spec, manta_spec_options.sections), which
+ *     checks a spec against them before anything starts: an unknown key or
+ *     a wrong type is an error at file:line:col with a "did you mean";
+ *   - the arg readers of rl_util.c (rl_arg_int ...), which refuse to read a
+ *     key that is not declared here, or with another type, default or range
+ *     than declared (an internal error, so a test fails on the first run);
+ *   - the documentation: `manta help spec` prints them as Markdown, and
+ *     docs/spec-keys.md is that output (tests/spec checks it is current).
+ * A default in parentheses is computed at run time and described, not
+ * compared. To add a key: add a row here, read it with rl_arg_*, and
+ * regenerate the docs (`./build/manta help spec > docs/spec-keys.md`).
+ */
+#include "rl_util.h"
+
+#include <math.h>
+#include <stdint.h>
+
+#define END                                                                                        \
+    {                                                                                              \
+        NULL, 0, 0, 0, NULL, NULL, NULL, NULL, 0                                                   \
+    }
+#define I MANTA_SPEC_K_INT
+#define N MANTA_SPEC_K_NUM
+#define S MANTA_SPEC_K_STR
+#define B MANTA_SPEC_K_BOOL
+#define M MANTA_SPEC_K_MAP
+#define L MANTA_SPEC_K_LIST
+
+/* The policy (policy.c). Two ways to name it: model.path, or the size of a
+ * fresh GPT-2 (n_layer ... seed); the two are exclusive. */
+static const manta_spec_key model_keys[] = {
+    {"path", S, 0, 0, NULL,
+     "a Hugging Face model folder (config.json and safetensors) to start from; exclusive with "
+     "n_layer, n_head, n_embd, block_size and seed",
+     NULL, NULL, 0},
+    {"tokenizer", S, 0, 0, "auto",
+     "bytes (the byte-level vocabulary), a tokenizer.json path, or auto (the folder's "
+     "tokenizer.json when it has one, else bytes)",
+     NULL, NULL, 0},
+    {"chat_format", S, 0, 0, "auto",
+     "the chat template of a tokenizer: auto (from its special tokens), chatml or llama3", NULL,
+     NULL, 0},
+    {"context", I, 4, 1 << 24, "(min(block_size, 2048))",
+     "KV-cache positions per rollout slot (prompt and answer); at most the model's block_size",
+     NULL, NULL, 0},
+    {"max_seq", I, 2, 1 << 24, "(model.context)",
+     "the learner's longest training sequence; at most the model's block_size", NULL, NULL, 0},
+    {"n_layer", I, 1, 1024, "2", "fresh GPT-2: transformer layers", NULL, NULL, 0},
+    {"n_head", I, 1, 1024, "4", "fresh GPT-2: attention heads (n_embd must be a multiple)", NULL,
+     NULL, 0},
+    {"n_embd", I, 1, 1 << 16, "64", "fresh GPT-2: embedding width", NULL, NULL, 0},
+    {"block_size", I, 4, 1 << 20, "64", "fresh GPT-2: longest sequence (positions)", NULL, NULL, 0},
+    {"seed", I, 0, (double)INT64_MAX, "1", "fresh GPT-2: the initialisation seed", NULL, NULL, 0},
+    END};
+
+/* rl.warmup: until when the supervised warm-up on task.demos runs. */
+static const manta_spec_key warmup_keys[] = {
+    {"until_loss", N, 0, INFINITY, NULL, "stop once the demonstrations' mean loss is at most this",
+     NULL, NULL, 0},
+    {"until_success", N, 0, 1, NULL,
+     "stop once this share of the demonstrations is reproduced by greedy decoding", NULL, NULL, 0},
+    {"max_steps", I, 1, 1 << 30, "1000", "stop after this many steps whatever the rule says", NULL,
+     NULL, 0},
+    END};
+
+/* The training loop (controller.c, learner.c, rollout.c). */
+static const manta_spec_key rl_keys[] = {
+    {"group_size", I, 1, 1 << 16, "8", "episodes sampled per prompt (a GRPO group)", NULL, NULL, 0},
+    {"batch_episodes", I, 1, 1 << 24, "64",
+     "episodes per training batch (a multiple of group_size)", NULL, NULL, 0},
+    {"eta", I, 0, 1 << 20, "2",
+     "staleness bound: an episode sampled with policy version v trains version <= v + eta", NULL,
+     NULL, 0},
+    {"lr", N, 0, 1e3, "0.001", "AdamW learning rate of the RL steps", NULL, NULL, 0},
+    {"beta1", N, 0, 1, "0.9", "AdamW beta1", NULL, NULL, 0},
+    {"beta2", N, 0, 1, "0.99", "AdamW beta2", NULL, NULL, 0},
+    {"weight_decay", N, 0, 1e3, "0", "AdamW weight decay", NULL, NULL, 0},
+    {"grad_clip", N, 0, 1e9, "1", "clip the gradient's global norm to this (0: no clipping)", NULL,
+     NULL, 0},
+    {"clip_low", N, 0, 1, "0.2", "PPO ratio clip below 1 (1 - clip_low)", NULL, NULL, 0},
+    {"clip_high", N, 0, 1e3, "0.28", "PPO ratio clip above 1 (1 + clip_high; DAPO's clip-higher)",
+     NULL, NULL, 0},
+    {"ratio_cap", N, 0, 1e9, "3",
+     "dual-clip constant: with a negative advantage the loss is at most -ratio_cap * A (0: none)",
+     NULL, NULL, 0},
+    {"entropy_coef", N, -1e3, 1e3, "0", "entropy bonus coefficient", NULL, NULL, 0},
+    {"bucket_mb", N, 1e-3, 1 << 20, "4", "gradient all-reduce bucket size in MiB (learners)", NULL,
+     NULL, 0},
+    {"warmup", M, 0, 0, "({until_success: 0.1})",
+     "supervised warm-up on task.demos until a rule holds; the default applies when "
+     "neither warmup nor warmup_steps is given",
+     NULL, warmup_keys, 0},
+    {"warmup_steps", I, 0, 1 << 30, "(none)",
+     "a fixed number of warm-up steps instead of a rule (wins over warmup)", NULL, NULL, 0},
+    {"warmup_lr", N, 0, 1e3, "(rl.lr)", "learning rate of the warm-up steps", NULL, NULL, 0},
+    {"warmup_batch", I, 1, 1 << 24, "64", "demonstrations per warm-up step", NULL, NULL, 0},
+    {"dynamic_sampling", B, 0, 0, "true",
+     "drop groups whose rewards are all equal (no signal) and fill the batch with others", NULL,
+     NULL, 0},
+    {"no_reward_warn_versions", I, 0, 1 << 30, "50",
+     "warn when this many versions in a row saw no reward (0: never)", NULL, NULL, 0},
+    {"temperature", N, 0, 1e3, "1", "sampling temperature of the rollouts", NULL, NULL, 0},
+    {"top_p", N, 0, 1, "1", "nucleus sampling: keep the smallest set of tokens with this mass",
+     NULL, NULL, 0},
+    {"max_new_tokens", I, 1, 1 << 20, "32", "tokens the policy may write per turn", NULL, NULL, 0},
+    {"max_turns", I, 0, 1 << 20, "2", "tool calls per episode (one more ends it)", NULL, NULL, 0},
+    {"slots", I, 1, 1 << 16, "32", "episodes a rollout actor decodes at once", NULL, NULL, 0},
+    {"max_versions", I, 0, 1 << 30, "100", "stop after this many policy versions", NULL, NULL, 0},
+    {"max_time_s", N, 0, 1e9, "600", "stop after this many seconds", NULL, NULL, 0},
+    {"eval_every", I, 0, 1 << 30, "10",
+     "measure held-out success every N versions (0: only at "
+     "the start and the end)",
+     NULL, NULL, 0},
+    {"eval_problems", I, 0, 1 << 30, "200", "held-out problems per measurement", NULL, NULL, 0},
+    {"stop_at", N, 0, 1e9, "2", "stop once held-out success reaches this (above 1: never)", NULL,
+     NULL, 0},
+    {"max_missing_s", N, 0, 1e9, "30",
+     "give up on an actor that has not answered for this many seconds", NULL, NULL, 0},
+    {"max_step_failures", I, 1, 1 << 30, "10",
+     "stop after this many failed training steps in a "
+     "row",
+     NULL, NULL, 0},
+    {"run_dir", S, 0, 0, "(runs/JOB)",
+     "where summary.json, metrics.jsonl, the ledger and checkpoints go", NULL, NULL, 0},
+    END};
+
+/* The task's data (controller.c). */
+static const manta_spec_key task_keys[] = {
+    {"train", S, 0, 0, NULL, "training problems, one JSON object a line: {prompt, answer}", NULL,
+     NULL, 0},
+    {"heldout", S, 0, 0, NULL, "held-out problems, same format, never trained on", NULL, NULL, 0},
+    {"demos", S, 0, 0, NULL,
+     "demonstrations for the warm-up: {prompt, segments: [[policy|tool, text] ...]} a line", NULL,
+     NULL, 0},
+    END};
+
+/* How an answer is scored (reward.c). */
+static const manta_spec_key reward_keys[] = {
+    {"rule", S, 0, 0, "exact",
+     "exact (the answer text equals the reference), numeric (within tolerance) or http (POST "
+     "to url)",
+     "exact|numeric|http", NULL, 0},
+    {"tolerance", N, 0, 1e300, "1e-06", "numeric: the largest difference that scores 1", NULL, NULL,
+     0},
+    {"url", S, 0, 0, NULL, "http: where to POST {answer, reference}", NULL, NULL, 0},
+    END};
+
+/* One tool (env.c, mcp.c; policy.c renders them for a chat template). */
+static const manta_spec_key tool_keys[] = {
+    {"url", S, 0, 0, NULL, "the MCP server's streamable-HTTP endpoint", NULL, NULL,
+     MANTA_SPEC_REQUIRED},
+    {"name", S, 0, 0, "calc", "the name the policy calls the tool by (<call> tag, chat template)",
+     NULL, NULL, 0},
+    {"tool", S, 0, 0, "(name)", "the MCP tool to call on the server", NULL, NULL, 0},
+    {"arg", S, 0, 0, "(from inputSchema)",
+     "the argument the call's text goes to; absent: the tool's one required string property", NULL,
+     NULL, 0},
+    {"timeout_ms", I, 0, 3600000, "10000", "one call's deadline", NULL, NULL, 0},
+    {"max_connections", I, 1, 1024, "16", "connections to the server at once (kept alive)", NULL,
+     NULL, 0},
+    {"retries", I, 0, 100, "5",
+     "retries of a failure that is not the policy's (refused, reset, timeout, 5xx)", NULL, NULL, 0},
+    {"backoff_ms", I, 1, 600000, "250", "first retry delay, doubled each time", NULL, NULL, 0},
+    {"backoff_max_ms", I, 1, 3600000, "4000", "the longest retry delay", NULL, NULL, 0},
+    END};
+
+const manta_spec_key rl_spec_sections[] = {
+    {"model", M, 0, 0, NULL, "the policy: a Hugging Face folder, or a fresh GPT-2 of a given size",
+     NULL, model_keys, MANTA_SPEC_IN_SETTINGS},
+    {"rl", M, 0, 0, NULL, "the training loop: sampling, optimiser, warm-up, stopping", NULL,
+     rl_keys, MANTA_SPEC_IN_SETTINGS},
+    {"task", M, 0, 0, NULL, "the task's data files (relative to the current folder)", NULL,
+     task_keys, MANTA_SPEC_IN_SETTINGS},
+    {"reward", M, 0, 0, NULL, "how the reward actor scores an answer", NULL, reward_keys,
+     MANTA_SPEC_IN_SETTINGS},
+    {"tools", L, 0, 0, NULL, "the MCP tools the env actors call (at most 8)", NULL, tool_keys, 0},
+    END};
+
+const manta_spec_key rl_settings_keys[] = {
+    {"controller", S, 0, 0, "controller-0", "rollout: the controller actor's name", NULL, NULL, 0},
+    {"env_group", S, 0, 0, "env", "rollout: the group of env actors", NULL, NULL, 0},
+    {"reward_group", S, 0, 0, "reward", "rollout: the group of reward actors", NULL, NULL, 0},
+    {"learner_group", S, 0, 0, "learner", "controller: the group of learner shards", NULL, NULL, 0},
+    {"learners", I, 0, 1024, "0", "controller: learner shards to use (0: every replica)", NULL,
+     NULL, 0},
+    {"threads", I, 0, 4096, "1", "rollout, learner: kernel threads (0: all cores)", NULL, NULL, 0},
+    END};
