@@ -204,13 +204,23 @@ static int state_write(const job_state *st)
              st->redis, st->run_dir, st->logs, st->pid);
     snprintf(name, sizeof name, "%s.job", st->job);
     if (write_file(dir, name, text) != 0) return -1;
-    snprintf(text, sizeof text, "job=%s\nrun_dir=%s\nlogs=%s\npid=%d\n", st->job, st->run_dir,
-             st->logs, st->pid);
+    snprintf(text, sizeof text, "%s\n", st->job);
+    return write_file(dir, "current", text);
+}
+
+/* The record of a job's last run, written as it begins (so that a run
+ * whose start failed can be looked at too) and kept after it ended. */
+static int last_write(const job_state *st)
+{
+    char dir[PATH_MAX], name[96], text[2 * PATH_MAX + 800];
+    state_dir(dir, sizeof dir);
+    if (mkdirs(dir) != 0) return -1;
+    chmod(dir, 0700);
+    snprintf(text, sizeof text, "job=%s\nrun_dir=%s\nlogs=%s\n", st->job, st->run_dir, st->logs);
     snprintf(name, sizeof name, "%s.last", st->job);
     if (write_file(dir, name, text) != 0) return -1;
     snprintf(text, sizeof text, "%s\n", st->job);
-    if (write_file(dir, "last", text) != 0) return -1;
-    return write_file(dir, "current", text);
+    return write_file(dir, "last", text);
 }
 
 static void state_remove(const char *job)
@@ -471,6 +481,12 @@ static int run_prepare(cli *c, run_setup *r)
         fprintf(stderr, "manta run: logs folder in %s/logs: %s\n", r->run_dir, strerror(errno));
         return MANTA_EXIT_USAGE;
     }
+    job_state last = {.pid = 0};
+    snprintf(last.job, sizeof last.job, "%s", r->spec->job);
+    snprintf(last.run_dir, sizeof last.run_dir, "%s", r->run_dir);
+    snprintf(last.logs, sizeof last.logs, "%s", r->logs);
+    if (last_write(&last) != 0)
+        fprintf(stderr, "manta run: warning: cannot write the state file\n");
     char old[PATH_MAX + 32]; /* a previous run's answer must not pass for this one's */
     snprintf(old, sizeof old, "%s/summary.json", r->run_dir);
     unlink(old);

@@ -51,11 +51,29 @@ out=$("$MANTA" run --log-dir $work/runs "$RUN_SPEC" 2>$work/run.err); rc=$?
 check "run exits 0 (got $rc; $(tail -2 $work/run.err))" test $rc -eq 0
 check "run prints the job's answer ($out)" grep -q '"sum": 2666466670000, "failed": 0' <<<"$out"
 check "no process of the job is left" test "$(procs_of_job user-class-demo)" -eq 0
-check "the actors' logs are kept" test -f $work/runs/user-class-demo/logs/squarer-0.log
+first=$(readlink $work/runs/user-class-demo/logs/latest)
+check "the actors' logs are kept in logs/RUN_ID ($first)" \
+    test -f $work/runs/user-class-demo/logs/$first/squarer-0.log
+check "the last line names the run folder ($out)" \
+    grep -q "^run folder $work/runs/user-class-demo: .*logs/$first/" <<<"$(tail -1 <<<"$out")"
 
 # 4. --set overrides reach the actors
 out=$("$MANTA" run --log-dir $work/runs --set summer.settings.items=10 "$RUN_SPEC" 2>$work/set.err)
 check "--set reaches init ($out $(tail -3 $work/set.err))" grep -q '"sum": 285,' <<<"$out"
+second=$(readlink $work/runs/user-class-demo/logs/latest)
+check "a second run has its own logs folder ($first, $second)" \
+    test -n "$first" -a "$first" != "$second" -a -f $work/runs/user-class-demo/logs/$second/run.txt
+check "each run keeps its own answer" \
+    grep -q '"sum": 2666466670000' $work/runs/user-class-demo/logs/$first/summary.json
+st=$("$MANTA" status $work/runs/user-class-demo); rc=$?
+check "status RUN_DIR of a finished job exits 0 (got $rc)" test $rc -eq 0
+check "status RUN_DIR lists both runs with their exit codes ($st)" \
+    bash -c "grep -q 'runs: 2' <<<'$st' && grep -q '$first .*exit code 0' <<<'$st' && grep -q '$second .*exit code 0' <<<'$st'"
+check "status RUN_DIR shows the answer and the actors' logs ($st)" \
+    bash -c "grep -q '\"sum\": 285' <<<'$st' && grep -q 'squarer-0 .* lines' <<<'$st'"
+st=$("$MANTA" status 2>&1); rc=$?
+check "status after the job shows the last run (rc $rc: $st)" \
+    bash -c "test $rc -eq 0 && grep -q 'user-class-demo is not running' <<<'$st' && grep -q 'runs: 2' <<<'$st'"
 
 # 5. services the spec names are started first and stopped at the end
 lib=$(awk '/library:/ {print $2; exit}' "$RUN_SPEC")
@@ -63,7 +81,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 cat > $work/svc.yaml <<YAML
 job: svc-demo
 services:
-  - {name: web, command: "exec python3 -m http.server $port --bind 127.0.0.1", port: $port}
+  - {name: web, command: "exec python3 -u -m http.server $port --bind 127.0.0.1", port: $port}
 groups:
   squarer: {class: squarer, library: $lib, replicas: 1, resources: {cpu: 0.1}}
   summer: {class: summer, library: $lib, resources: {cpu: 0.1}, settings: {workers: 1, items: 5}}
@@ -79,6 +97,16 @@ for t in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; 
 "$MANTA" run --log-dir $work/runs $work/svc.yaml >/dev/null 2>$work/svc2.err; rc=$?
 kill $squatter
 check "a service port taken by a stranger is refused (rc $rc)" grep -q "already taken" $work/svc2.err
+lg=$("$MANTA" logs web 2>&1); rc=$?
+latest=$(readlink $work/runs/svc-demo/logs/latest)
+check "logs after the job look in the last run, which started no service (rc $rc: $lg)" \
+    bash -c "test $rc -eq 5 && grep -q 'svc-demo/logs/$latest/web.log' <<<'$lg'"
+lg=$("$MANTA" logs web --run $work/runs/svc-demo/logs/$(ls $work/runs/svc-demo/logs | head -1) 2>&1)
+check "logs --run RUN_DIR/logs/RUN_ID: that run's ($lg)" grep -q "Serving HTTP on 127.0.0.1 port $port" <<<"$lg"
+st=$("$MANTA" status --run $work/runs/svc-demo)
+check "status --run: the refused run's exit code ($st)" grep -q "runs: 2" <<<"$st"
+check "... one ended with 0, the other not ($st)" \
+    bash -c "grep -q 'exit code 0' <<<'$st' && grep -q 'exit code [1-9]' <<<'$st'"
 
 # 6. a detached service: status, scale up and down, logs, stop
 "$MANTA" run --detach --log-dir $work/runs "$SERVICE_SPEC" > $work/detach.out 2>&1; rc=$?
@@ -99,8 +127,12 @@ check "scale of an unknown group exits 5 (got $rc)" test $rc -eq 5
 check "logs of an actor" "$MANTA" logs squarer-0 --job user-service-demo
 check "stop" "$MANTA" stop --job user-service-demo
 check "no process of the service is left" test "$(procs_of_job user-service-demo)" -eq 0
-"$MANTA" status --job user-service-demo >/dev/null 2>&1; rc=$?
-check "status of a stopped job exits 5 (got $rc)" test $rc -eq 5
+st=$("$MANTA" status --job user-service-demo 2>&1); rc=$?
+check "status of a stopped job shows its run folder (rc $rc: $st)" \
+    bash -c "test $rc -eq 0 && grep -q 'user-service-demo is not running' <<<'$st'"
+"$MANTA" status --job never-ran >/dev/null 2>&1; rc=$?
+check "status of a job never run here exits 5 (got $rc)" test $rc -eq 5
+check "logs after stop" "$MANTA" logs squarer-0 --job user-service-demo
 
 rm -rf "$work"
 echo "$fails failure(s)"
