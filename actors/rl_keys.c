@@ -50,7 +50,8 @@ static const manta_spec_key model_keys[] = {
      NULL, NULL, 0},
     {"max_seq", I, 2, 1 << 24, "(model.context)",
      "the learner's longest training sequence; at most the model's block_size", NULL, NULL, 0},
-    {"n_layer", I, 1, 1024, "2", "fresh GPT-2: transformer layers", NULL, NULL, 0},
+    {"n_layer", I, 1, 1024, "2",
+     "fresh GPT-2 (vocabulary 260, or the tokenizer's size): transformer layers", NULL, NULL, 0},
     {"n_head", I, 1, 1024, "4", "fresh GPT-2: attention heads (n_embd must be a multiple)", NULL,
      NULL, 0},
     {"n_embd", I, 1, 1 << 16, "64", "fresh GPT-2: embedding width", NULL, NULL, 0},
@@ -89,22 +90,33 @@ static const manta_spec_key rl_keys[] = {
      "dual-clip constant: with a negative advantage the loss is at most -ratio_cap * A (0: none)",
      NULL, NULL, 0},
     {"entropy_coef", N, -1e3, 1e3, "0", "entropy bonus coefficient", NULL, NULL, 0},
-    {"bucket_mb", N, 1e-3, 1 << 20, "4", "gradient all-reduce bucket size in MiB (learners)", NULL,
-     NULL, 0},
+    {"bucket_mb", N, 1e-3, 1 << 20, "4",
+     "largest weight bucket (MiB): a learner shard publishes its slice of the weights in buckets "
+     "of this size",
+     NULL, NULL, 0},
     {"warmup", M, 0, 0, "({until_success: 0.1})",
-     "supervised warm-up on task.demos until a rule holds; the default applies when "
-     "neither warmup nor warmup_steps is given",
+     "supervised warm-up on task.demos until the demo loss is <= until_loss and/or the share of "
+     "demonstrations reproduced is >= until_success (both given: both), at most max_steps; with "
+     "neither threshold exactly max_steps; the default applies when task.demos is given and "
+     "neither warmup nor warmup_steps is (actors/README.md, \"Choosing the settings for a new "
+     "task\")",
      NULL, warmup_keys, 0},
     {"warmup_steps", I, 0, 1 << 30, "(none)",
-     "a fixed number of warm-up steps instead of a rule (wins over warmup)", NULL, NULL, 0},
+     "exactly this many warm-up steps (0: none); when given, rl.warmup is not used (the log says "
+     "so)",
+     NULL, NULL, 0},
     {"warmup_lr", N, 0, 1e3, "(rl.lr)", "learning rate of the warm-up steps", NULL, NULL, 0},
     {"warmup_batch", I, 1, 1 << 24, "64", "demonstrations per warm-up step", NULL, NULL, 0},
     {"dynamic_sampling", B, 0, 0, "true",
-     "drop groups whose rewards are all equal (no signal) and fill the batch with others", NULL,
-     NULL, 0},
+     "drop groups whose rewards are all equal (ledger reason no_signal) and fill the batch with "
+     "others; false trains on them with advantage 0",
+     NULL, NULL, 0},
     {"no_reward_warn_versions", I, 0, 1 << 30, "50",
-     "warn when this many versions in a row saw no reward (0: never)", NULL, NULL, 0},
-    {"temperature", N, 0, 1e3, "1", "sampling temperature of the rollouts", NULL, NULL, 0},
+     "warn once N x batch_episodes training episodes in a row were scored with reward <= 0, on the "
+     "terminal, in metrics.jsonl and summary.json (0: never)",
+     NULL, NULL, 0},
+    {"temperature", N, 0, 1e3, "1",
+     "sampling temperature of the rollouts (evaluation episodes are greedy)", NULL, NULL, 0},
     {"top_p", N, 0, 1, "1", "nucleus sampling: keep the smallest set of tokens with this mass",
      NULL, NULL, 0},
     {"max_new_tokens", I, 1, 1 << 20, "32", "tokens the policy may write per turn", NULL, NULL, 0},
@@ -117,10 +129,12 @@ static const manta_spec_key rl_keys[] = {
      "the start and the end)",
      NULL, NULL, 0},
     {"eval_problems", I, 0, 1 << 30, "200", "held-out problems per measurement", NULL, NULL, 0},
-    {"stop_at", N, 0, 1e9, "2", "stop once held-out success reaches this (above 1: never)", NULL,
-     NULL, 0},
+    {"stop_at", N, 0, 1e9, "2", "stop once held-out success reaches this (the default 2: never)",
+     NULL, NULL, 0},
     {"max_missing_s", N, 0, 1e9, "30",
-     "give up on an actor that has not answered for this many seconds", NULL, NULL, 0},
+     "how long episodes may be dropped for \"no reward actor\" or \"no env actor\" with no actor "
+     "of that group at work before the run fails naming the group",
+     NULL, NULL, 0},
     {"max_step_failures", I, 1, 1 << 30, "10",
      "stop after this many failed training steps in a "
      "row",
@@ -142,12 +156,14 @@ static const manta_spec_key task_keys[] = {
 /* How an answer is scored (reward.c). */
 static const manta_spec_key reward_keys[] = {
     {"rule", S, 0, 0, "exact",
-     "exact (the answer text equals the reference), numeric (within tolerance) or http (POST "
+     "exact (the answer equals the reference), numeric (within a relative tolerance) or http (POST "
      "to url)",
      "exact|numeric|http", NULL, 0},
     {"tolerance", N, 0, 1e300, "1e-06", "numeric: the largest difference that scores 1", NULL, NULL,
      0},
-    {"url", S, 0, 0, NULL, "http: where to POST {answer, reference}", NULL, NULL, 0},
+    {"url", S, 0, 0, NULL,
+     "http: where to POST {\"response\", \"reference\"}; the answer is {\"reward\": x}", NULL, NULL,
+     0},
     END};
 
 /* One tool (env.c, mcp.c; policy.c renders them for a chat template). */
@@ -161,10 +177,12 @@ static const manta_spec_key tool_keys[] = {
      "the argument the call's text goes to; absent: the tool's one required string property", NULL,
      NULL, 0},
     {"timeout_ms", I, 0, 3600000, "10000", "one call's deadline", NULL, NULL, 0},
-    {"max_connections", I, 1, 1024, "16", "connections to the server at once (kept alive)", NULL,
-     NULL, 0},
+    {"max_connections", I, 1, 1024, "16",
+     "requests on the wire at once to this server (kept-alive connections)", NULL, NULL, 0},
     {"retries", I, 0, 100, "5",
-     "retries of a failure that is not the policy's (refused, reset, timeout, 5xx)", NULL, NULL, 0},
+     "retries of a transport failure (refused, reset, timeout, HTTP 5xx), with back-off from "
+     "backoff_ms doubling up to backoff_max_ms; then the episode is dropped with its reason",
+     NULL, NULL, 0},
     {"backoff_ms", I, 1, 600000, "250", "first retry delay, doubled each time", NULL, NULL, 0},
     {"backoff_max_ms", I, 1, 3600000, "4000", "the longest retry delay", NULL, NULL, 0},
     END};
