@@ -650,6 +650,22 @@ static void keep_answer(const char *dir, const void *d, size_t n)
     }
 }
 
+/* Copy file `from` (when it exists) to DIR/NAME; a failure is only said. */
+static void copy_file(const char *from, const char *dir, const char *name)
+{
+    FILE *in = fopen(from, "rb");
+    if (!in) return;
+    char to[PATH_MAX + 80], buf[65536];
+    snprintf(to, sizeof to, "%s/%s", dir, name);
+    FILE *out = fopen(to, "wb");
+    size_t n;
+    int bad = !out;
+    while (out && (n = fread(buf, 1, sizeof buf, in)) > 0) bad |= fwrite(buf, 1, n, out) != n;
+    if (out && fclose(out) != 0) bad = 1;
+    fclose(in);
+    if (bad) fprintf(stderr, "manta run: cannot write %s: %s\n", to, strerror(errno));
+}
+
 /* The run folder the answer names ("run_dir": an RL controller writes its
  * files there), else the job's own. */
 static void answer_dir(const run_setup *r, const char *d, size_t n, char *out, size_t cap)
@@ -676,6 +692,7 @@ static void run_answer(cli *c, run_setup *r, const void *d, size_t n)
     if (access(path, F_OK) != 0) keep_answer(dir, d, n);
     keep_answer(r->logs, d, n); /* each run keeps its own answer beside its logs */
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    copy_file(path, r->logs, "metrics.jsonl"); /* and its metrics (RUN_DIR's are the last run's) */
     int plots = 0;
     char err[600] = "";
     if (access(path, F_OK) == 0 && cli_report_write(dir, &plots, err, sizeof err) != 0)

@@ -10,6 +10,7 @@
 
 #include <manta_actors.h>
 #include <manta_job.h>
+#include <rl_util.h>
 
 #include <signal.h>
 #include <stdio.h>
@@ -63,7 +64,8 @@ static int run(manta_ctx *m, const args *a)
 {
     manta_spec_errors errs;
     manta_spec_errors_init(&errs);
-    manta_spec_options so = {.sets = a->sets, .n_sets = a->n_sets};
+    /* checked against the keys the RL classes declare, as `manta run` does */
+    manta_spec_options so = {.sets = a->sets, .n_sets = a->n_sets, .sections = rl_spec_sections};
     manta_spec *spec = manta_spec_load_file(a->spec, &so, &errs);
     manta_spec_errors_print(&errs, stderr);
     manta_spec_errors_destroy(&errs);
