@@ -908,7 +908,7 @@ static int by_name(const void *a, const void *b)
 }
 
 /* One run's line: RUN_ID, start, end, exit code (from its run.txt). */
-static void status_run_line(const char *logs_root, const char *id, bool latest)
+static void status_run_line(const char *logs_root, const char *id)
 {
     char path[PATH_MAX + 300], line[PATH_MAX + 64], started[64] = "?", ended[64] = "",
                                                     code[16] = "";
@@ -923,7 +923,6 @@ static void status_run_line(const char *logs_root, const char *id, bool latest)
     if (f) fclose(f);
     printf("  %-20s started %s, %s%s%s%s\n", id, started, ended[0] ? "ended " : "not ended", ended,
            code[0] ? ", exit code " : "", code);
-    (void)latest;
 }
 
 /* The actors' logs of one run: name, lines, warnings and errors. */
@@ -986,7 +985,7 @@ static int status_run_dir(const char *dir, const char *job)
     qsort(ids, n, sizeof *ids, by_name);
     printf("runs: %zu\n", n);
     for (size_t i = 0; i < n; i++) {
-        status_run_line(logs_root, ids[i], i + 1 == n);
+        status_run_line(logs_root, ids[i]);
         free(ids[i]);
     }
     snprintf(path, sizeof path, "%s/summary.json", dir);

@@ -328,7 +328,10 @@ typedef struct manta_spec_options {
     bool (*class_exists)(const char *name, void *user);
     void *user;
     /* Sections the program's classes read, each a MAP or LIST declaration,
-     * ending with {NULL}: checked as described above. NULL: none. */
+     * ending with {NULL}: checked as described above when some group runs
+     * a built-in class (class_exists accepts it and the group has no
+     * library), or always when class_exists is NULL; a spec of library
+     * classes only may use these names freely. NULL: none. */
     const manta_spec_key *sections;
     /* The keys of a built-in group's settings (a group whose class
      * class_exists accepts and that has no library); with the keys of the

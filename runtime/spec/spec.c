@@ -1480,11 +1480,30 @@ static bool is_top_key(const char *k)
 
 /* The declaration of top-level section `k`: the runtime's, then the
  * program's (options.sections); NULL when it is free-form. */
-static const manta_spec_key *declared_section(const manta_spec_options *o, const char *k)
+static const manta_spec_key *declared_section(const manta_spec_options *o, const char *k,
+                                              bool program)
 {
     const manta_spec_key *d = manta_spec_key_find(manta_spec_runtime_sections, k, strlen(k));
-    if (!d && o && o->sections) d = manta_spec_key_find(o->sections, k, strlen(k));
+    if (!d && program && o && o->sections) d = manta_spec_key_find(o->sections, k, strlen(k));
     return d;
+}
+
+/* Whether the program's sections apply: they are its built-in classes'
+ * sections, so a spec that runs only classes from libraries may use those
+ * names for its own. Without class_exists they always apply. */
+static bool program_sections(const manta_spec_node *root, const manta_spec_options *o)
+{
+    if (!o || !o->sections) return false;
+    if (!o->class_exists) return true;
+    const manta_spec_node *groups = map_get(root, "groups");
+    for (size_t i = 0; groups && groups->kind == MANTA_SPEC_MAP && i < groups->count; i++) {
+        const manta_spec_node *g = groups->items[i], *cls = map_get(g, "class");
+        const manta_spec_node *lib = map_get(g, "library");
+        if (g->kind == MANTA_SPEC_MAP && cls && cls->kind == MANTA_SPEC_SCALAR &&
+            (!lib || is_null_node(lib)) && o->class_exists(cls->text, o->user))
+            return true;
+    }
+    return false;
 }
 
 /* Split the path of a --set (a copy, cut in place) into comps[]; "groups"
@@ -1497,7 +1516,7 @@ static bool split_set_path(ctx *c, const manta_spec_node *root, char *path, cons
     size_t hl = dot ? (size_t)(dot - path) : strlen(path);
     char save = head[hl];
     head[hl] = '\0';
-    bool top = is_top_key(head) || map_get(root, head) || declared_section(c->opts, head);
+    bool top = is_top_key(head) || map_get(root, head) || declared_section(c->opts, head, true);
     bool group = !top && map_get(groups, head);
     if (group) comps[(*nc)++] = "groups";
     if (!top && !group) {
@@ -1968,6 +1987,7 @@ static void validate(ctx *c, spec_impl *si, const manta_spec_options *o)
         return;
     }
     size_t before = e->count + e->dropped;
+    bool program = program_sections(root, o);
     const manta_spec_node *job = NULL, *groups = NULL, *nodes = NULL, *nodes_key = NULL;
     s->redis_url = "embedded";
     manta_redis_url_parse("embedded", &s->redis, NULL, 0);
@@ -1984,8 +2004,8 @@ static void validate(ctx *c, spec_impl *si, const manta_spec_options *o)
             if (!groups) check_groups(c, si, groups = v, o);
         } else if (!strcmp(k->text, "nodes")) {
             if (!nodes && !is_null_node(v)) check_nodes(c, si, nodes = v), nodes_key = k;
-        } else if (declared_section(o, k->text)) {
-            check_value(e, declared_section(o, k->text), v);
+        } else if (declared_section(o, k->text, program)) {
+            check_value(e, declared_section(o, k->text, program), v);
         } else {
             /* Free-form section. A scalar is almost surely a typo of a
              * fixed key or a declared section, as is a collection named one
@@ -1995,7 +2015,7 @@ static void validate(ctx *c, spec_impl *si, const manta_spec_options *o)
             size_t nc = 0;
             add_cands(cands, &nc, NULL, TOP_KEYS);
             add_cands(cands, &nc, manta_spec_runtime_sections, NULL);
-            if (o) add_cands(cands, &nc, o->sections, NULL);
+            if (program) add_cands(cands, &nc, o->sections, NULL);
             const char *sug = suggest(k->text, cands, scalar ? 2 : 1);
             if (sug)
                 node_err(e, k, "unknown top-level key (did you mean \"%s\"?)", sug);

@@ -205,6 +205,25 @@ static void test_sets_and_clean(void **state)
     manta_spec_errors_destroy(&e);
 }
 
+/* A spec of library classes only may use the names for its own sections;
+ * the runtime's sections are checked whatever the classes. */
+static void test_library_only(void **state)
+{
+    (void)state;
+    static const char text[] = "job: t\n"
+                               "groups:\n"
+                               "  u: {class: mine, library: ./libx.so}\n"
+                               "rl: {my_own_key: 1}\n"
+                               "run: {group: u, methd: go}\n";
+    manta_spec_errors e;
+    manta_spec_errors_init(&e);
+    manta_spec_options o = options(NULL, 0);
+    assert_null(manta_spec_load_buffer(text, strlen(text), "lib.yaml", &o, &e));
+    const char *const want[] = {"lib.yaml:5:17: run.methd: unknown key (did you mean \"method\"?)"};
+    expect_errors(&e, want, 1);
+    manta_spec_errors_destroy(&e);
+}
+
 /* ---- the examples load against the declarations ---- */
 
 static void test_examples(void **state)
@@ -412,11 +431,9 @@ static void test_readers_refuse(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_declarations),
-        cmocka_unit_test(test_errors_located),
-        cmocka_unit_test(test_sets_and_clean),
-        cmocka_unit_test(test_examples),
-        cmocka_unit_test(test_readers_use_declared_keys),
+        cmocka_unit_test(test_declarations),   cmocka_unit_test(test_errors_located),
+        cmocka_unit_test(test_sets_and_clean), cmocka_unit_test(test_library_only),
+        cmocka_unit_test(test_examples),       cmocka_unit_test(test_readers_use_declared_keys),
         cmocka_unit_test(test_readers_refuse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
