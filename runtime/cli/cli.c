@@ -138,7 +138,8 @@ static const char *command_help(const char *cmd)
                "  one run's folder RUN_DIR/logs/RUN_ID): the actor's log lines (JSON: time, "
                "actor,\n"
                "  incarnation, level, message) as `HH:MM:SS.mmm LEVEL ACTOR#INCARNATION message`,\n"
-               "  other output as it is; --json: the lines as they are; --follow: keep going.\n";
+               "  other output as it is; --json: the lines as they are; --follow: keep going\n"
+               "  while the job runs.\n";
     if (!strcmp(cmd, "report"))
         return "manta report RUN_DIR\n"
                "  Writes reward.svg, success.svg, throughput.svg and staleness.svg in RUN_DIR\n"
@@ -1127,10 +1128,11 @@ static int cmd_logs(cli *c)
         return MANTA_EXIT_USAGE;
     }
     job_state st;
+    bool running = false; /* --follow only follows a running job */
     if (c->run) {
         memset(&st, 0, sizeof st);
         run_logs_of(c->run, st.logs, sizeof st.logs);
-    } else if (state_read(c->job, &st) != 0 && last_read(c->job, &st) != 0) {
+    } else if (!(running = state_read(c->job, &st) == 0) && last_read(c->job, &st) != 0) {
         fprintf(stderr, "manta logs: no job %s%sfound here; give --run RUN_DIR\n",
                 c->job ? c->job : "", c->job ? " " : "");
         return MANTA_EXIT_NOT_FOUND;
@@ -1167,7 +1169,7 @@ static int cmd_logs(cli *c)
             }
         }
         fflush(stdout);
-        if (!c->follow || g_signal) break;
+        if (!c->follow || !running || g_signal) break;
         if (st.pid > 0 && kill(st.pid, 0) != 0) break; /* the job ended */
         clearerr(f);
         usleep(200000); /* follow by polling the file, as tail -f does */
