@@ -1282,10 +1282,14 @@ static bool scalar_fits(const manta_spec_key *k, const manta_spec_node *v)
                (!ranged || ((double)i >= k->lo && (double)i <= k->hi));
     case MANTA_SPEC_K_NUM: {
         manta_spec_type t = resolve(v);
-        double d = t == MANTA_SPEC_T_INT ? strtod(v->text, NULL) : float_value(v->text);
-        if (t == MANTA_SPEC_T_INT && int_value(v->text, &i) == 0) d = (double)i;
-        return (t == MANTA_SPEC_T_INT || t == MANTA_SPEC_T_FLOAT) && isfinite(d) &&
-               (!ranged || (d >= k->lo && d <= k->hi));
+        double d;
+        if (t == MANTA_SPEC_T_INT && int_value(v->text, &i) == 0)
+            d = (double)i;
+        else if (t == MANTA_SPEC_T_FLOAT)
+            d = float_value(v->text);
+        else
+            return false;
+        return isfinite(d) && (!ranged || (d >= k->lo && d <= k->hi));
     }
     case MANTA_SPEC_K_STR:
         return resolve(v) == MANTA_SPEC_T_STR && strlen(v->text) == v->len &&
@@ -1313,9 +1317,13 @@ static void unknown_declared(manta_spec_errors *e, const manta_spec_node *key, c
     }
     char list[400] = "";
     size_t o = 0;
-    for (size_t i = 0; cands[i] && o < sizeof list - 40; i++)
+    for (size_t i = 0; cands[i]; i++) {
+        if (o + strlen(cands[i]) + 8 >= sizeof list) { /* room for ", ..." */
+            snprintf(list + o, sizeof list - o, ", ...");
+            break;
+        }
         o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", cands[i]);
-    if (o >= sizeof list - 40) snprintf(list + o, sizeof list - o, ", ...");
+    }
     node_err(e, key, "unknown key; expected one of %s", list);
 }
 
