@@ -496,7 +496,7 @@ static int read_model(const char *group, void (*settings)(msgpack_packer *),
     rl_args a;
     rl_args_open(&a, m.sb.data, m.sb.size);
     rl_model_read(&a, ms);
-    (void)rl_arg_num(&a, "rl", "lr", 1e-3, 0, 10);
+    (void)rl_arg_num(&a, "rl", "lr", 1e-3, 0, 1e3); /* as declared in rl_keys.c */
     snprintf(why, wl, "%s", a.err);
     int rc = rl_args_close(&a, NULL);
     msgpack_sbuffer_destroy(&m.sb);
