@@ -365,6 +365,8 @@ static void test_readers_use_declared_keys(void **state)
 
 /* ---- the arg readers refuse what is not declared ---- */
 
+static char *args_buf; /* the payload of the rl_args open now */
+
 static void open_args(rl_args *a)
 {
     manta_spec_errors e;
@@ -375,13 +377,15 @@ static void open_args(rl_args *a)
     size_t len;
     assert_int_equal(manta_spec_init_payload(s, 0, 0, &buf, &len), 0);
     assert_int_equal(rl_args_open(a, buf, len), 0);
-    free(buf);
+    args_buf = buf; /* the unpacked strings point into it */
     manta_spec_free(s);
 }
 
 static void close_args(rl_args *a)
 {
     msgpack_unpacked_destroy(&a->u);
+    free(args_buf);
+    args_buf = NULL;
 }
 
 static void test_readers_refuse(void **state)
