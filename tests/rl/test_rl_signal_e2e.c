@@ -13,7 +13,7 @@
  * (success after the warm-up is about 0.2: it must rise by 0.3 or more), the
  * warm-up stopped by its own rule (until_success), two tool calls an episode
  * on average (multi-turn), and a balanced ledger. A Release build takes
- * 35-75 s on two loaded cores (README "The warehouse task").
+ * 35-95 s on two loaded cores (actors/README.md "The warehouse task").
  */
 #include <manta_actors.h>
 #include <manta_job.h>
