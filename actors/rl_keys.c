@@ -94,7 +94,7 @@ static const manta_spec_key rl_keys[] = {
      "largest weight bucket (MiB): a learner shard publishes its slice of the weights in buckets "
      "of this size",
      NULL, NULL, 0},
-    {"warmup", M, 0, 0, "({until_success: 0.1})",
+    {"warmup", M, 0, 0, "({until_success: 0.9})",
      "supervised warm-up on task.demos until the demo loss is <= until_loss and/or the share of "
      "demonstrations reproduced is >= until_success (both given: both), at most max_steps; with "
      "neither threshold exactly max_steps; the default applies when task.demos is given and "

@@ -4,12 +4,18 @@
  * examples/warehouse_server.py, a shelf code as the answer), the whole
  * actor graph, the server on a free port.
  *
- * Shortened for CI: at most 60 versions or 200 s instead of stop_at (the
- * full run reaches 0.9 held-out success in about 100 versions, 65-90 s, on
- * two cores; README "The warehouse task"). It asserts that it learns at
- * all: the warm-up stopped by its own rule (until_success), held-out
- * success rose by 0.2 or more (0.06 -> 0.73 in 60 versions here), episodes
- * made two tool calls on average (multi-turn), and the ledger balances.
+ * Only the paths, the tool URLs, the run folder and the time limit are set
+ * here; every rl: setting is the example's (the calculator's), the run stops
+ * when an evaluation reaches stop_at (0.95) as `manta run` does, and the
+ * final evaluation covers the whole held-out set (200 items). It asserts the
+ * issue's bar: held-out success >= 0.9 at the end, reached within
+ * rl.max_time_s (360 s here, room for the sanitizer build on a loaded
+ * machine; the example allows 600), RL doing the work (success after the
+ * warm-up is about 0.2: it must rise by 0.3 or more), the warm-up stopped by
+ * its own rule (until_success), two tool calls an episode on average
+ * (multi-turn), and a balanced ledger. It takes 35-95 s in a Release build
+ * on two loaded cores, 175 s under ASan+UBSan (actors/README.md "The
+ * warehouse task"); ctest allows it 480 s.
  */
 #include <manta_actors.h>
 #include <manta_job.h>
@@ -53,10 +59,8 @@ static void test_warehouse_learns(void **st)
                           url0,
                           url1,
                           dir,
-                          "rl.max_versions=60",
-                          "rl.max_time_s=200",
-                          "rl.eval_every=0",
-                          "rl.eval_problems=100"};
+                          "rl.max_time_s=360",
+                          "rl.eval_problems=200"};
     manta_spec_errors errs;
     manta_spec_errors_init(&errs);
     manta_spec_options so = {.sets = sets, .n_sets = sizeof sets / sizeof *sets};
@@ -80,12 +84,14 @@ static void test_warehouse_learns(void **st)
     assert_non_null(j);
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(j, "warmup");
     assert_string_equal(cJSON_GetObjectItemCaseSensitive(w, "stopped")->valuestring, "met");
-    assert_true(num(w, "demo_reproduced", NULL) >= 0.1);
+    assert_true(num(w, "demo_reproduced", NULL) >= num(w, "until_success", NULL));
     double before = num(j, "heldout_success_initial", NULL);
     double after = num(j, "heldout_success_final", NULL);
-    printf("held-out success %.3f -> %.3f in %.0f versions\n", before, after,
-           num(j, "versions", NULL));
-    assert_true(after >= before + 0.2);
+    printf("held-out success %.3f -> %.3f in %.0f versions, %.0f s (warm-up %.0f s)\n", before,
+           after, num(j, "versions", NULL), num(j, "wall_s", NULL), num(j, "warmup_s", NULL));
+    assert_int_equal((int)num(j, "heldout_problems", NULL), 200);
+    assert_true(after >= 0.9);          /* the issue's bar */
+    assert_true(after >= before + 0.3); /* learned by RL, not by the warm-up alone */
     const cJSON *l = cJSON_GetObjectItemCaseSensitive(j, "ledger");
     assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "balanced")));
     double episodes = num(l, "admitted", NULL) - num(l, "in_flight", NULL);
