@@ -425,7 +425,7 @@ static void run_tick(manta_job_t *job, double elapsed_s, void *arg)
     cli_progress_tick(r->progress, (double)(manta_now_ms() - r->t0) / 1000);
 }
 
-/* The metrics endpoint, when the spec asks for one. */
+/* The HTTP endpoint (dashboard, API, metrics), when the spec asks for one. */
 static int run_metrics_endpoint(manta_ctx *m, run_setup *r)
 {
     if (r->metrics_port < 0) return 0;
@@ -435,9 +435,16 @@ static int run_metrics_endpoint(manta_ctx *m, run_setup *r)
         fprintf(stderr, "manta run: %s\n", err);
         return rc == MANTA_EINVAL ? MANTA_EXIT_USAGE : MANTA_EXIT_RUNTIME;
     }
-    const char *b = r->metrics_bind;
-    fprintf(stderr, "manta: metrics at http://%s%s%s:%d/metrics\n", strchr(b, ':') ? "[" : "", b,
-            strchr(b, ':') ? "]" : "", cli_httpd_port(r->httpd));
+    if (cli_httpd_dashboard(r->httpd, r->spec, r->run_dir, r->logs, err, sizeof err) != 0) {
+        fprintf(stderr, "manta run: %s\n", err);
+        return MANTA_EXIT_RUNTIME;
+    }
+    const char *b = r->metrics_bind, *tok = cli_httpd_token(r->httpd);
+    char url[400];
+    snprintf(url, sizeof url, "http://%s%s%s:%d/", strchr(b, ':') ? "[" : "", b,
+             strchr(b, ':') ? "]" : "", cli_httpd_port(r->httpd));
+    fprintf(stderr, "manta: dashboard at %s%s%s, metrics at %smetrics\n", url, tok ? "?token=" : "",
+            tok ? tok : "", url);
     return 0;
 }
 
