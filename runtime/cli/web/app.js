@@ -45,7 +45,9 @@ function fmt(v, unit) {
 
 function dur(s) {
   if (s === null || s === undefined || !isFinite(s)) return '-';
-  return s < 1 ? (s * 1000).toPrecision(2) + 'ms' : s.toPrecision(3) + 's';
+  if (s < 1e-3) return Math.round(s * 1e6) + 'µs';
+  if (s < 1) return (s * 1e3).toFixed(s < 0.01 ? 1 : 0) + 'ms';
+  return s.toFixed(s < 10 ? 2 : 1) + 's';
 }
 
 // ---- the actor graph: one column per group, in the spec's order ----
