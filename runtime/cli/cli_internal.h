@@ -71,7 +71,9 @@ extern const size_t cli_n_assets;
 /* ---- progress.c: the live progress line of `manta run` ---- *
  * A job publishes its progress as the job value `progress` (manta_kv_set),
  * a JSON object: {"unit": "version", "step": N, "steps": M, "time_s": T,
- * "time_limit_s": L, "fields": [["reward", "0.41"], ...]} (all optional).
+ * "time_limit_s": L, "fields": [["reward", "0.41"], ...], "stop_early":
+ * "held-out >= 95%"} (all optional; stop_early: the goal that may end the
+ * job before its last step, which makes the ETA a bound).
  * On a terminal the line is redrawn in place (at most 4 times a second);
  * elsewhere a plain line is written when the step moved and at least
  * `interval_s` passed since the last one. */

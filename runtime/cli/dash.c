@@ -14,9 +14,9 @@
  * dropped, so a long run keeps its whole shape in bounded memory.
  *
  * Recent errors are the tool error counts by kind (the metric
- * tool_errors_total) and the last warn/error lines of the actors' logs
- * (RUN_DIR/logs/ *.log, JSON lines of runtime/core/log.c), each file read
- * from its last TAIL_BYTES only.
+ * tool_errors_total) and the last lines of the actors' logs (RUN_DIR/logs/
+ * *.log, JSON lines of runtime/core/log.c) at level warn or error, or whose
+ * message mentions an error, each file read from its last TAIL_BYTES only.
  */
 #include "cli_internal.h"
 #include "manta_schema.h"
@@ -319,7 +319,20 @@ static cJSON *actors(const cli_dash *d, int all)
     return j;
 }
 
-/* The last lines of a log file at level warn or error, into recent. */
+/* A log line worth showing: level warn or error, or a message that
+ * mentions an error (a tool error an env logs at info). */
+static int notable(const cJSON *j)
+{
+    const cJSON *lv = cJSON_GetObjectItemCaseSensitive(j, "level"),
+                *msg = cJSON_GetObjectItemCaseSensitive(j, "msg");
+    if (cJSON_IsString(lv) &&
+        (!strcmp(lv->valuestring, "warn") || !strcmp(lv->valuestring, "error")))
+        return 1;
+    return cJSON_IsString(msg) && strcasestr(msg->valuestring, "error");
+}
+
+/* The notable lines among the last TAIL_BYTES of a log file, into recent
+ * (at most 4 * MAX_RECENT: the newest). */
 static void log_tail(const char *path, cJSON *recent)
 {
     FILE *f = fopen(path, "r");
@@ -333,11 +346,10 @@ static void log_tail(const char *path, cJSON *recent)
     }
     char line[4096];
     while (fgets(line, sizeof line, f)) {
-        if (line[0] != '{') continue;
+        /* most lines are neither: skip them before parsing */
+        if (line[0] != '{' || (!strcasestr(line, "error") && !strstr(line, "\"warn\""))) continue;
         cJSON *j = cJSON_Parse(line);
-        const cJSON *lv = cJSON_GetObjectItemCaseSensitive(j, "level");
-        if (cJSON_IsString(lv) &&
-            (!strcmp(lv->valuestring, "warn") || !strcmp(lv->valuestring, "error"))) {
+        if (notable(j)) {
             cJSON_AddItemToArray(recent, j);
             if (cJSON_GetArraySize(recent) > 4 * MAX_RECENT) cJSON_DeleteItemFromArray(recent, 0);
         } else {

@@ -107,8 +107,10 @@ if [ "$PART" = api ]; then
     v=$(json /api/metrics "any(m['name'] == 'tokens_generated_total' and m['value'] > 0 \
         for a in d['actors'] if a['group'] == 'rollout' for m in a['metrics'])")
     check "/api/metrics: the rollouts' tokens" test "$v" = True
-    v=$(json /api/errors "type(d['tool_errors']).__name__, type(d['recent']).__name__")
-    check "/api/errors: tool errors and recent lines ($v)" test "$v" = "list list"
+    # the policy writes malformed expressions early on: the calc tool refuses them
+    v=$(json /api/errors "sum(e['count'] for e in d['tool_errors'] if e['kind'] == 'ETOOL') > 0, \
+        any('tool error' in l['msg'] and l['actor'].startswith('env-') for l in d['recent'])")
+    check "/api/errors: tool errors by kind, and their recent lines ($v)" test "$v" = "True True"
     check "an unknown document is 404" test "$(code "$base/api/nope")" = 404
     check "../ is 404" test "$(code --path-as-is "$base/../../../../etc/passwd")" = 404
     check "%2e%2e is 404" test "$(code --path-as-is "$base/%2e%2e/%2e%2e/etc/passwd")" = 404

@@ -670,6 +670,12 @@ static void test_progress_format(void **unused)
     const char *capped = "{\"step\":1,\"steps\":1000,\"time_s\":770,\"time_limit_s\":780}";
     cli_progress_format(capped, strlen(capped), 775, 0, 0, line, sizeof line);
     assert_string_equal(line, "step 1/1000  12:55 elapsed  ETA 0:10");
+    /* a goal may end it sooner: the ETA is a bound, the goal ends the line */
+    const char *goal = "{\"unit\":\"version\",\"step\":10,\"steps\":40,\"fields\":[[\"reward\","
+                       "\"0.4\"]],\"stop_early\":\"held-out >= 95.0%\"}";
+    cli_progress_format(goal, strlen(goal), 25, 5, 0, line, sizeof line);
+    assert_string_equal(line, "version 10/40  0:25 elapsed  ETA at most 1:00  reward 0.4  stops at "
+                              "held-out >= 95.0%");
     cli_progress_format(NULL, 0, 3661, -1, -1, line, sizeof line);
     assert_string_equal(line, "starting  1:01:01 elapsed");
 }
