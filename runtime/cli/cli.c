@@ -51,7 +51,7 @@ typedef struct cli {
     const char *redis, *job, *log_dir, *host, *name, *cpu, *gpu, *memory, *transport, *log_level;
     const char *sets[64];
     int nsets;
-    int detach, follow, verbose, json;
+    int detach, follow, verbose, json, dashboard;
     double timeout_s;
     const manta_class *const *classes;
 } cli;
@@ -76,6 +76,7 @@ static const char *usage_text =
     "                    the embedded one (IPv6 as [addr], %XX escapes in user and password)\n"
     "  --job NAME        which job (status, scale, stop, logs); default: the last one run here\n"
     "  --detach          run: return once every actor is ready; the job keeps running\n"
+    "  --dashboard       run: serve the web dashboard (the spec's metrics.port, else a free one)\n"
     "  --json            run: print the run method's whole answer (JSON) instead of a summary;\n"
     "                    logs: print the log lines as they are (JSON) instead of pretty\n"
     "  --log-level LVL   run: debug, info (default), warn or error: what actors log\n"
@@ -94,7 +95,7 @@ static const char *command_help(const char *cmd)
 {
     if (!strcmp(cmd, "run"))
         return "manta run SPEC [--set PATH=VALUE]... [--redis URL] [--detach] [--log-dir DIR]\n"
-               "               [--json]\n"
+               "               [--json] [--dashboard]\n"
                "  Loads SPEC (errors name file:line:col), starts the embedded Redis unless the\n"
                "  spec or --redis names one, starts a node agent here, places every replica\n"
                "  (named GROUP-I) on a node with room, waits until all are ready, then calls\n"
@@ -105,9 +106,11 @@ static const char *command_help(const char *cmd)
                "  on a terminal, a plain line every 10 s otherwise. At the end a short summary\n"
                "  (the whole answer with --json); the answer is kept in summary.json and the\n"
                "  plots of metrics.jsonl are written beside it (see `manta help report`).\n"
-               "  With `metrics: {port: N, bind: ADDR}` in the spec the job's metrics are\n"
-               "  served at http://ADDR:N/metrics in the Prometheus text format (bind:\n"
-               "  127.0.0.1 unless given; port 0: any free one, printed).\n";
+               "  With `metrics: {port: N, bind: ADDR}` in the spec (or --dashboard) the head\n"
+               "  serves a web dashboard at http://ADDR:N/ (actors, curves, errors; live) and\n"
+               "  the metrics at /metrics in the Prometheus text format (bind: 127.0.0.1\n"
+               "  unless given; port 0: any free one; the URL is printed). Off loopback, the\n"
+               "  data needs the token in RUN_DIR/dashboard.token (?token= or Bearer).\n";
     if (!strcmp(cmd, "status"))
         return "manta status [--job NAME] [-v]\n"
                "  Shows the job's driver, nodes with their resources and heartbeat age,\n"
@@ -336,6 +339,7 @@ static int run_prepare(cli *c, run_setup *r)
     if (c->log_level) setenv("MANTA_LOG_LEVEL", c->log_level, 1); /* the actors inherit it */
     if (!(r->spec = load_spec(c, r->spec_path, c->sets, (size_t)c->nsets))) return MANTA_EXIT_USAGE;
     if (read_metrics_section(r)) return MANTA_EXIT_USAGE;
+    if (c->dashboard && r->metrics_port < 0) r->metrics_port = 0; /* a free port */
     const char *log_root = c->log_dir ? c->log_dir : r->spec->log_dir ? r->spec->log_dir : "runs";
     char rel_dir[PATH_MAX];
     snprintf(rel_dir, sizeof rel_dir, "%s/%s", log_root, r->spec->job);
@@ -1023,6 +1027,8 @@ static int parse(cli *c, int argc, char **argv)
             c->detach = 1;
         } else if (!strcmp(a, "--json")) {
             c->json = 1;
+        } else if (!strcmp(a, "--dashboard")) {
+            c->dashboard = 1;
         } else if (!strcmp(a, "--follow") || !strcmp(a, "-f")) {
             c->follow = 1;
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {

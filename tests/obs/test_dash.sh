@@ -37,19 +37,29 @@ free_port() {
     done
 }
 calc_port=$(free_port)
-port=$(free_port)
-while [ "$port" = "$calc_port" ]; do port=$(free_port); done
-base=http://127.0.0.1:$port
 job=dash-$PART-$$
 sed -e "s/^job: .*/job: $job/" -e "s/8000/$calc_port/g" -e "s#run_dir: .*#run_dir: $work/run#" \
     "$SRC/examples/calc_agent.yaml" > "$work/spec.yaml"
-printf 'metrics: {port: %s}\n' "$port" >> "$work/spec.yaml"
+# api: the spec's metrics.port; chromium: --dashboard on a free port it prints
+opts=(--dashboard)
+if [ "$PART" = api ]; then
+    spec_port=$(free_port)
+    while [ "$spec_port" = "$calc_port" ]; do spec_port=$(free_port); done
+    printf 'metrics: {port: %s}\n' "$spec_port" >> "$work/spec.yaml"
+    opts=()
+fi
 cd "$SRC"
 # long enough to watch; the test interrupts it when done
 "$MANTA" run --log-dir "$work/runs" --set rl.max_versions=400 --set rl.max_time_s=120 \
-    --set rl.stop_at=2 --set rl.eval_every=5 --set rl.eval_problems=60 "$work/spec.yaml" \
-    > "$work/out" 2> "$work/err" &
+    --set rl.stop_at=2 --set rl.eval_every=5 --set rl.eval_problems=60 ${opts[@]+"${opts[@]}"} \
+    "$work/spec.yaml" > "$work/out" 2> "$work/err" &
 driver=$!
+for _ in $(seq 120); do
+    base=$(sed -n 's#^manta: dashboard at \(http://127\.0\.0\.1:[0-9]*\)/, metrics at .*#\1#p' "$work/err")
+    [ -n "$base" ] && break
+    sleep 0.5
+done
+port=${base##*:}
 finish() {
     kill -INT $driver 2>/dev/null
     wait $driver; local rc=$?
@@ -76,6 +86,7 @@ for _ in $(seq 240); do
 done
 check "the dashboard is announced ($(grep dashboard "$work/err"))" \
     grep -q "^manta: dashboard at $base/, metrics at $base/metrics" "$work/err"
+[ "$PART" = chromium ] || check "on the spec's port" test "$port" = "$spec_port"
 check "held-out success rose while the test watched ($(tail -2 "$work/err"))" test -n "$rose"
 [ -n "$rose" ] || finish
 
