@@ -1,7 +1,8 @@
 /*
  * cli_internal.h -- what the files of the `manta` command share (and its
- * tests use): a growing text buffer, the Prometheus exposition and its HTTP
- * endpoint, the live progress line, and the run reports (plots).
+ * tests use): a growing text buffer, the Prometheus exposition, the HTTP
+ * endpoint and the dashboard's documents and compiled-in files, the live
+ * progress line, and the run reports (plots).
  *
  * Threads: everything here belongs to the thread of the ctx it is given.
  */
