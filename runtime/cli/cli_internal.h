@@ -48,7 +48,7 @@ void cli_httpd_free(cli_httpd *s);               /* NULL is a no-op */
 
 /* ---- dash.c: the dashboard's JSON documents ---- */
 typedef struct cli_dash cli_dash;
-/* Sample the job value `progress` every 250 ms on m's loop (m NULL: no
+/* Sample the job value `progress` every 100 ms on m's loop (m NULL: no
  * sampling, for the tests). NULL when out of memory. */
 cli_dash *cli_dash_new(manta_ctx *m, const struct manta_spec *spec, const char *run_dir,
                        const char *logs_dir);

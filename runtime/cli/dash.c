@@ -31,7 +31,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define SAMPLE_MS  250
+#define SAMPLE_MS  100
 #define MAX_POINTS 2048
 #define MAX_SERIES 16
 #define TAIL_BYTES (64 * 1024)
@@ -46,7 +46,8 @@ struct cli_dash {
     manta_ctx *m;
     const manta_spec *spec;
     char run_dir[PATH_MAX], logs[PATH_MAX];
-    int64_t t0; /* manta_now_ms when the job started */
+    int64_t t0;                 /* manta_now_ms when the job started */
+    double first_s, first_step; /* the first step seen, and when: for the ETA */
     uint64_t timer;
     char unit[32];
     double *step, *time_s; /* MAX_POINTS each */
@@ -117,6 +118,8 @@ void cli_dash_record(cli_dash *d, const char *text, size_t len)
     snprintf(d->unit, sizeof d->unit, "%s", cJSON_IsString(unit) ? unit->valuestring : "step");
     if (!d->n || d->step[d->n - 1] != step->valuedouble) {
         if (d->n && step->valuedouble < d->step[d->n - 1]) d->n = 0; /* a new run */
+        if (!d->n)
+            d->first_s = (double)(manta_now_ms() - d->t0) / 1000, d->first_step = step->valuedouble;
         if (d->n == MAX_POINTS) thin(d);
         d->n++;
         for (size_t i = 0; i < d->ns; i++) d->s[i].v[d->n - 1] = NAN;
@@ -218,7 +221,8 @@ static cJSON *job(const cli_dash *d)
     int rc = manta_kv_get(d->m, "progress", &v, &n);
     cJSON *rec = rc == 0 ? cJSON_ParseWithLength(v, n) : NULL;
     char line[1024];
-    cli_progress_format(rc == 0 ? v : NULL, n, elapsed, -1, -1, line, sizeof line);
+    cli_progress_format(rc == 0 ? v : NULL, n, elapsed, d->n ? d->first_s : -1, d->first_step, line,
+                        sizeof line);
     cJSON_AddStringToObject(j, "line", line);
     cJSON_AddItemToObject(j, "progress", rec ? rec : cJSON_CreateNull());
     free(v);
