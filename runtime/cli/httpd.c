@@ -282,9 +282,13 @@ int cli_httpd_dashboard(cli_httpd *s, const struct manta_spec *spec, const char 
         snprintf(err, errlen, "dashboard: out of memory");
         return MANTA_ENOMEM;
     }
-    if (!s->token[0] || !run_dir) return 0;
+    if (!run_dir) return 0;
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/dashboard.token", run_dir);
+    if (!s->token[0]) { /* on loopback: no token, and none of an earlier run left to mislead */
+        unlink(path);
+        return 0;
+    }
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     ssize_t w = fd >= 0 ? write(fd, s->token, 32) : -1;
     if (fd < 0 || w != 32 || close(fd) != 0) {
