@@ -1451,11 +1451,11 @@ static void record_version(ctl_state *s, const batch *b, const rl_step_reply *o,
     if (rc) rl_log(s->m, "controller: policy record: %s", manta_last_error());
     rl_progress_publish(
         s->m,
-        &(rl_progress){s->version, s->max_versions, now - s->t_start, s->max_time_s,
-                       b->rsum / b->nq, s->eval_active || !s->eval_total ? -1 : eval_success(s),
-                       o->tokens / rate, s->v_gen_tokens / rate, b->hist,
-                       s->eta + 2 < STALE_BINS ? s->eta + 2 : STALE_BINS,
-                       l.dropped_stale + l.dropped_error, s->tool_calls, s->tool_errors});
+        &(rl_progress){
+            s->version, s->max_versions, now - s->t_start, s->max_time_s, b->rsum / b->nq,
+            s->eval_active || !s->eval_total ? -1 : eval_success(s), o->tokens / rate,
+            s->v_gen_tokens / rate, b->hist, s->eta + 2 < STALE_BINS ? s->eta + 2 : STALE_BINS,
+            l.dropped_stale + l.dropped_error, s->tool_calls, s->tool_errors, s->stop_at});
     if (!s->metrics) return;
     fprintf(s->metrics,
             "{\"version\":%lld,\"time_s\":%.2f,\"episodes\":%d,\"reward\":%.4f,"

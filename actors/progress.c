@@ -33,15 +33,18 @@ void rl_progress_publish(manta_ctx *m, const rl_progress *p)
     rate(gt, sizeof gt, p->gen_tps);
     if (last_heldout >= 0)
         snprintf(held, sizeof held, "[\"held-out\",\"%.1f%%\"],", 100 * last_heldout);
+    char early[64] = ""; /* the CLI shows the ETA as a bound then */
+    if (p->stop_at <= 1)
+        snprintf(early, sizeof early, "\"stop_early\":\"held-out >= %.1f%%\",", 100 * p->stop_at);
     char buf[1024];
     int len = snprintf(buf, sizeof buf,
-                       "{\"unit\":\"version\",\"step\":%lld,\"steps\":%lld,\"time_s\":%.2f,"
+                       "{%s\"unit\":\"version\",\"step\":%lld,\"steps\":%lld,\"time_s\":%.2f,"
                        "\"time_limit_s\":%.2f,\"fields\":[[\"reward\",\"%.3f\"],%s"
                        "[\"train\",\"%s tok/s\"],[\"gen\",\"%s tok/s\"],[\"stale\",\"%.2f\"],"
                        "[\"drops\",\"%lld\"],[\"tool errors\",\"%lld of %lld\"]]}",
-                       (long long)p->version, (long long)p->max_versions, p->time_s, p->max_time_s,
-                       p->reward, held, tt, gt, n > 0 ? sum / n : 0.0, (long long)p->dropped,
-                       (long long)p->tool_errors, (long long)p->tool_calls);
+                       early, (long long)p->version, (long long)p->max_versions, p->time_s,
+                       p->max_time_s, p->reward, held, tt, gt, n > 0 ? sum / n : 0.0,
+                       (long long)p->dropped, (long long)p->tool_errors, (long long)p->tool_calls);
     if (len < 0 || (size_t)len >= sizeof buf) return;
     if (manta_kv_set(m, "progress", buf, (size_t)len) != 0)
         rl_log(m, "controller: progress record: %s", manta_last_error());

@@ -206,6 +206,7 @@ typedef struct rl_progress {
     const int64_t *stale_hist; /* the batch's staleness histogram: bins 0.. */
     int stale_bins;
     int64_t dropped, tool_calls, tool_errors;
+    double stop_at; /* held-out success that ends the run early; > 1: none */
 } rl_progress;
 
 /* Publish p as the job value `progress` (a failed write is logged, not

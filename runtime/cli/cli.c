@@ -54,7 +54,7 @@ typedef struct cli {
     const char *run; /* --run RUN_DIR: logs and status of a run folder */
     const char *sets[64];
     int nsets;
-    int detach, follow, verbose, json;
+    int detach, follow, verbose, json, dashboard;
     double timeout_s;
     const manta_class *const *classes;
     const manta_cli_builtins *b; /* classes, declared sections and settings */
@@ -81,6 +81,7 @@ static const char *usage_text =
     "                    the embedded one (IPv6 as [addr], %XX escapes in user and password)\n"
     "  --job NAME        which job (status, scale, stop, logs); default: the last one run here\n"
     "  --detach          run: return once every actor is ready; the job keeps running\n"
+    "  --dashboard       run: serve the web dashboard (the spec's metrics.port, else a free one)\n"
     "  --json            run: print the run method's whole answer (JSON) instead of a summary;\n"
     "                    logs: print the log lines as they are (JSON) instead of pretty\n"
     "  --log-level LVL   run: debug, info (default), warn or error: what actors log\n"
@@ -100,7 +101,7 @@ static const char *command_help(const char *cmd)
 {
     if (!strcmp(cmd, "run"))
         return "manta run SPEC [--set PATH=VALUE]... [--redis URL] [--detach] [--log-dir DIR]\n"
-               "               [--json]\n"
+               "               [--json] [--dashboard]\n"
                "  Loads SPEC (errors name file:line:col), starts the embedded Redis unless the\n"
                "  spec or --redis names one, starts a node agent here, places every replica\n"
                "  (named GROUP-I) on a node with room, waits until all are ready, then calls\n"
@@ -113,9 +114,11 @@ static const char *command_help(const char *cmd)
                "  on a terminal, a plain line every 10 s otherwise. At the end a short summary\n"
                "  (the whole answer with --json); the answer is kept in summary.json and the\n"
                "  plots of metrics.jsonl are written beside it (see `manta help report`).\n"
-               "  With `metrics: {port: N, bind: ADDR}` in the spec the job's metrics are\n"
-               "  served at http://ADDR:N/metrics in the Prometheus text format (bind:\n"
-               "  127.0.0.1 unless given; port 0: any free one, printed).\n";
+               "  With `metrics: {port: N, bind: ADDR}` in the spec (or --dashboard) the head\n"
+               "  serves a web dashboard at http://ADDR:N/ (actors, curves, errors; live) and\n"
+               "  the metrics at /metrics in the Prometheus text format (bind: 127.0.0.1\n"
+               "  unless given; port 0: any free one; the URL is printed). Off loopback, the\n"
+               "  data needs the token in RUN_DIR/dashboard.token (?token= or Bearer).\n";
     if (!strcmp(cmd, "status"))
         return "manta status [RUN_DIR | --run RUN_DIR] [--job NAME] [-v]\n"
                "  Of a running job: its driver, nodes with their resources and heartbeat age,\n"
@@ -471,6 +474,7 @@ static int run_prepare(cli *c, run_setup *r)
     if (c->log_level) setenv("MANTA_LOG_LEVEL", c->log_level, 1); /* the actors inherit it */
     if (!(r->spec = load_spec(c, r->spec_path, c->sets, (size_t)c->nsets))) return MANTA_EXIT_USAGE;
     if (read_metrics_section(r)) return MANTA_EXIT_USAGE;
+    if (c->dashboard && r->metrics_port < 0) r->metrics_port = 0; /* a free port */
     const char *log_root = c->log_dir ? c->log_dir : r->spec->log_dir ? r->spec->log_dir : "runs";
     char rel_dir[PATH_MAX];
     snprintf(rel_dir, sizeof rel_dir, "%s/%s", log_root, r->spec->job);
@@ -568,7 +572,7 @@ static void run_tick(manta_job_t *job, double elapsed_s, void *arg)
     cli_progress_tick(r->progress, (double)(manta_now_ms() - r->t0) / 1000);
 }
 
-/* The metrics endpoint, when the spec asks for one. */
+/* The HTTP endpoint (dashboard, API, metrics), when the spec asks for one. */
 static int run_metrics_endpoint(manta_ctx *m, run_setup *r)
 {
     if (r->metrics_port < 0) return 0;
@@ -578,9 +582,16 @@ static int run_metrics_endpoint(manta_ctx *m, run_setup *r)
         fprintf(stderr, "manta run: %s\n", err);
         return rc == MANTA_EINVAL ? MANTA_EXIT_USAGE : MANTA_EXIT_RUNTIME;
     }
-    const char *b = r->metrics_bind;
-    fprintf(stderr, "manta: metrics at http://%s%s%s:%d/metrics\n", strchr(b, ':') ? "[" : "", b,
-            strchr(b, ':') ? "]" : "", cli_httpd_port(r->httpd));
+    if (cli_httpd_dashboard(r->httpd, r->spec, r->run_dir, r->logs, err, sizeof err) != 0) {
+        fprintf(stderr, "manta run: %s\n", err);
+        return MANTA_EXIT_RUNTIME;
+    }
+    const char *b = r->metrics_bind, *tok = cli_httpd_token(r->httpd);
+    char url[400];
+    snprintf(url, sizeof url, "http://%s%s%s:%d/", strchr(b, ':') ? "[" : "", b,
+             strchr(b, ':') ? "]" : "", cli_httpd_port(r->httpd));
+    fprintf(stderr, "manta: dashboard at %s%s%s, metrics at %smetrics\n", url, tok ? "?token=" : "",
+            tok ? tok : "", url);
     return 0;
 }
 
@@ -1319,6 +1330,8 @@ static int parse(cli *c, int argc, char **argv)
             c->detach = 1;
         } else if (!strcmp(a, "--json")) {
             c->json = 1;
+        } else if (!strcmp(a, "--dashboard")) {
+            c->dashboard = 1;
         } else if (!strcmp(a, "--follow") || !strcmp(a, "-f")) {
             c->follow = 1;
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {

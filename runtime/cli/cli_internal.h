@@ -1,7 +1,8 @@
 /*
  * cli_internal.h -- what the files of the `manta` command share (and its
- * tests use): a growing text buffer, the Prometheus exposition and its HTTP
- * endpoint, the live progress line, and the run reports (plots).
+ * tests use): a growing text buffer, the Prometheus exposition, the HTTP
+ * endpoint and the dashboard's documents and compiled-in files, the live
+ * progress line, and the run reports (plots).
  *
  * Threads: everything here belongs to the thread of the ctx it is given.
  */
@@ -26,20 +27,54 @@ void cli_buf_printf(cli_buf *b, const char *fmt, ...) __attribute__((format(prin
  * registry's error (EREDIS), ENOMEM. */
 int cli_prom_render(manta_ctx *m, cli_buf *b);
 
-/* ---- httpd.c: GET /metrics on the driver's loop ---- */
+/* ---- httpd.c: the head's HTTP endpoint (libmicrohttpd on the driver's loop) ---- */
 typedef struct cli_httpd cli_httpd;
-/* Listen on bind_addr:port (port 0: any free one) and serve on m's loop.
- * 0, or EINVAL (a bad address) / ESYS (the port is taken...) / ENOMEM with
- * the reason in err. */
+/* Listen on bind_addr:port (port 0: any free one) and serve GET /metrics on
+ * m's loop. An address other than loopback gets a token (cli_httpd_token)
+ * that every request must carry. 0, or EINVAL (a bad address) / ESYS (the
+ * port is taken...) / ENOMEM with the reason in err. */
 int cli_httpd_start(manta_ctx *m, const char *bind_addr, int port, cli_httpd **out, char *err,
                     size_t errlen);
-int cli_httpd_port(const cli_httpd *s); /* the port it listens on */
-void cli_httpd_free(cli_httpd *s);      /* NULL is a no-op */
+/* Serve the dashboard too (/, /app.js, /style.css, /api/...): spec (may be
+ * NULL; kept, not copied) gives the groups in order, logs_dir the actors'
+ * log files; a token is written to RUN_DIR/dashboard.token (0600). 0, or
+ * ENOMEM / ESYS with the reason in err. */
+struct manta_spec;
+int cli_httpd_dashboard(cli_httpd *s, const struct manta_spec *spec, const char *run_dir,
+                        const char *logs_dir, char *err, size_t errlen);
+const char *cli_httpd_token(const cli_httpd *s); /* NULL on loopback */
+int cli_httpd_port(const cli_httpd *s);          /* the port it listens on */
+void cli_httpd_free(cli_httpd *s);               /* NULL is a no-op */
+
+/* ---- dash.c: the dashboard's JSON documents ---- */
+typedef struct cli_dash cli_dash;
+/* Sample the job value `progress` every 100 ms on m's loop (m NULL: no
+ * sampling, for the tests). NULL when out of memory. */
+cli_dash *cli_dash_new(manta_ctx *m, const struct manta_spec *spec, const char *run_dir,
+                       const char *logs_dir);
+void cli_dash_free(cli_dash *d); /* NULL is a no-op */
+/* Add one progress record (JSON text[len]) to the curves. */
+void cli_dash_record(cli_dash *d, const char *text, size_t len);
+/* Append the document at path ("/api/job", "/api/actors", "/api/metrics",
+ * "/api/curves", "/api/errors") to out. 0, ENOTFOUND (no such path),
+ * ENOMEM. */
+int cli_dash_api(cli_dash *d, const char *path, cli_buf *out);
+
+/* ---- dash_assets.c (generated from web/ at build time) ---- */
+typedef struct cli_asset {
+    const char *path, *type; /* "/index.html", "text/html; charset=utf-8" */
+    const unsigned char *data;
+    size_t len;
+} cli_asset;
+extern const cli_asset cli_assets[];
+extern const size_t cli_n_assets;
 
 /* ---- progress.c: the live progress line of `manta run` ---- *
  * A job publishes its progress as the job value `progress` (manta_kv_set),
  * a JSON object: {"unit": "version", "step": N, "steps": M, "time_s": T,
- * "time_limit_s": L, "fields": [["reward", "0.41"], ...]} (all optional).
+ * "time_limit_s": L, "fields": [["reward", "0.41"], ...], "stop_early":
+ * "held-out >= 95%"} (all optional; stop_early: the goal that may end the
+ * job before its last step, which makes the ETA a bound).
  * On a terminal the line is redrawn in place (at most 4 times a second);
  * elsewhere a plain line is written when the step moved and at least
  * `interval_s` passed since the last one. */

@@ -1,196 +1,215 @@
 /*
- * httpd.c -- the head's metrics endpoint: a small HTTP/1.1 server on the
- * driver's event loop (manta_watch_fd), so it needs no thread and reads the
- * registry on the ctx's own thread.
+ * httpd.c -- the head's HTTP endpoint: the web dashboard, its JSON API and
+ * the Prometheus metrics, served by libmicrohttpd on the driver's event
+ * loop.
  *
- * GET /metrics answers the Prometheus text exposition of the job (prom.c),
- * rendered at each request; GET / a line pointing there; HEAD the same
- * without a body. Anything else is 404 or 405. Each connection serves one
- * request and closes (Connection: close), which is what scrapers expect of
- * a plain exporter. Bounds: a request (line and headers) over
- * REQUEST_MAX bytes is answered 431 and closed; at most MAX_CONNS
- * connections at once (more wait in the listen queue); a connection idle
- * for IDLE_MS is closed. The address is the spec's metrics.bind, by
- * default 127.0.0.1: the metrics name actors and hosts, so exposing them
- * beyond this machine is the user's explicit choice.
+ * libmicrohttpd runs without a thread of its own (MHD_USE_EPOLL, no
+ * internal polling thread): its epoll descriptor joins the ctx's loop
+ * (manta_watch_fd) and a timer follows MHD_get_timeout, so every request is
+ * answered on the ctx's thread, where the registry may be read.
+ *
+ *   GET /                 the dashboard page (web/index.html)
+ *   GET /app.js, /style.css
+ *                         its script and style sheet; all three are compiled
+ *                         into the program (dash_assets.c, generated from
+ *                         web/ at build time), so nothing is read from disk
+ *                         and no path can reach outside that table
+ *   GET /api/job, /api/actors, /api/metrics, /api/curves, /api/errors
+ *                         the JSON the page polls (dash.c)
+ *   GET /metrics          the Prometheus text exposition (prom.c)
+ *
+ * HEAD is answered like GET without a body, other methods get 405, other
+ * paths 404. Bounds: a request's line and headers share CONN_MEMORY bytes
+ * (more: 431, from libmicrohttpd), MAX_CONNS connections at once, an idle
+ * connection is closed after IDLE_S seconds; requests carry no body.
+ *
+ * The address is the spec's metrics.bind, 127.0.0.1 by default: the pages
+ * name actors, hosts and log lines. On any other address every path needs
+ * the job's token, made here at start (128 random bits, hex): as
+ * "Authorization: Bearer TOKEN" (a Prometheus scrape config's
+ * `authorization: {credentials_file: RUN_DIR/dashboard.token}`) or as the
+ * query argument ?token=TOKEN (the dashboard's URL, which its script passes
+ * on to the API). The token is written to RUN_DIR/dashboard.token (0600).
  */
 #include "cli_internal.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <microhttpd.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define REQUEST_MAX 8192
+#define CONN_MEMORY (16 * 1024)
 #define MAX_CONNS   16
-#define IDLE_MS     10000
-
-typedef struct conn {
-    int fd;
-    int64_t since;
-    char req[REQUEST_MAX];
-    size_t req_len;
-    cli_buf out;
-    size_t sent;
-    int writing;
-    struct cli_httpd *srv;
-} conn;
+#define IDLE_S      10
 
 struct cli_httpd {
     manta_ctx *m;
-    int fd, port;
-    conn *conns[MAX_CONNS];
+    struct MHD_Daemon *d;
+    int epfd, port;
     uint64_t timer;
-    uint64_t requests;
+    char token[33]; /* "" on loopback: no token asked */
+    cli_dash *dash; /* NULL until cli_httpd_dashboard */
 };
 
-static void on_conn(void *arg, int fd, int revents);
-static void on_listen(void *arg, int fd, int revents);
+static const char CSP[] = "default-src 'self'; script-src 'self'; style-src 'self'; "
+                          "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'";
 
-static void conn_close(conn *c)
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type,
+                             const void *body, size_t len, enum MHD_ResponseMemoryMode mode)
 {
-    cli_httpd *s = c->srv;
-    manta_watch_fd(s->m, c->fd, 0, NULL, NULL);
-    close(c->fd);
-    for (int i = 0; i < MAX_CONNS; i++)
-        if (s->conns[i] == c) s->conns[i] = NULL;
-    free(c->out.p);
-    free(c);
-    /* a slot is free again: take connections waiting in the listen queue */
-    manta_watch_fd(s->m, s->fd, MANTA_POLLIN, on_listen, s);
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, mode);
+    if (!r) {
+        if (mode == MHD_RESPMEM_MUST_FREE) free((void *)body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+    MHD_add_response_header(r, "Content-Security-Policy", CSP);
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED) MHD_add_response_header(r, "Allow", "GET, HEAD");
+    if (status == MHD_HTTP_UNAUTHORIZED) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    enum MHD_Result rc = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return rc;
 }
 
-static void respond(conn *c, int status, const char *reason, const char *type, const char *body,
-                    size_t body_len, int head)
+static enum MHD_Result text(struct MHD_Connection *c, unsigned status, const char *msg)
 {
-    cli_buf_printf(&c->out,
-                   "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                   "Connection: close\r\n\r\n",
-                   status, reason, type, body_len);
-    if (!head && body_len) {
-        size_t at = c->out.len;
-        cli_buf_printf(&c->out, "%*s", (int)body_len, "");
-        if (!c->out.oom) memcpy(c->out.p + at, body, body_len);
-    }
-    c->writing = 1;
-    manta_watch_fd(c->srv->m, c->fd, MANTA_POLLOUT, on_conn, c);
+    return reply(c, status, "text/plain; charset=utf-8", msg, strlen(msg), MHD_RESPMEM_PERSISTENT);
 }
 
-static void text(conn *c, int status, const char *reason, const char *msg, int head)
+/* A cli_buf handed over as the body (freed by libmicrohttpd). */
+static enum MHD_Result buf_reply(struct MHD_Connection *c, const char *type, cli_buf *b)
 {
-    respond(c, status, reason, "text/plain; charset=utf-8", msg, strlen(msg), head);
+    return reply(c, MHD_HTTP_OK, type, b->p ? b->p : "", b->len,
+                 b->p ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
 }
 
-/* A complete request head is in c->req: answer it. */
-static void handle(conn *c)
+/* Equal strings, in time that depends on the length only. */
+static int same(const char *a, const char *b)
 {
-    char method[16], target[256], version[16];
-    if (sscanf(c->req, "%15s %255s %15s", method, target, version) != 3 ||
-        strncmp(version, "HTTP/1.", 7)) {
-        text(c, 400, "Bad Request", "bad request line\n", 0);
-        return;
-    }
-    int head = !strcmp(method, "HEAD");
-    if (strcmp(method, "GET") && !head) {
-        text(c, 405, "Method Not Allowed", "only GET and HEAD\n", 0);
-        return;
-    }
-    char *q = strchr(target, '?');
-    if (q) *q = 0;
-    c->srv->requests++;
-    if (!strcmp(target, "/metrics")) {
-        cli_buf body = {0};
-        int rc = cli_prom_render(c->srv->m, &body);
-        if (rc) {
+    size_t n = strlen(a);
+    if (n != strlen(b)) return 0;
+    unsigned char d = 0;
+    for (size_t i = 0; i < n; i++) d |= (unsigned char)(a[i] ^ b[i]);
+    return d == 0;
+}
+
+static int authorized(cli_httpd *s, struct MHD_Connection *c)
+{
+    if (!s->token[0]) return 1;
+    const char *q = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "token");
+    if (q && same(q, s->token)) return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    return h && !strncmp(h, "Bearer ", 7) && same(h + 7, s->token);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_len, void **con_cls)
+{
+    cli_httpd *s = cls;
+    (void)version, (void)upload, (void)upload_len, (void)con_cls;
+    if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
+        return text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD\n");
+    /* the page, script and style sheet hold no data of the job: no token */
+    const char *name = !strcmp(url, "/") ? "/index.html" : url;
+    for (size_t i = 0; s->dash && i < cli_n_assets; i++)
+        if (!strcmp(name, cli_assets[i].path))
+            return reply(c, MHD_HTTP_OK, cli_assets[i].type, cli_assets[i].data, cli_assets[i].len,
+                         MHD_RESPMEM_PERSISTENT);
+    if (!strcmp(url, "/"))
+        return text(c, MHD_HTTP_OK, "manta: the job's metrics are at /metrics\n");
+    if (!authorized(s, c))
+        return text(c, MHD_HTTP_UNAUTHORIZED,
+                    "this job is not on loopback: give its token (RUN_DIR/dashboard.token) as "
+                    "?token=TOKEN or Authorization: Bearer TOKEN\n");
+    if (!strcmp(url, "/metrics")) {
+        cli_buf b = {0};
+        if (cli_prom_render(s->m, &b) != 0) {
+            free(b.p);
             char msg[300];
             snprintf(msg, sizeof msg, "registry: %s\n", manta_last_error());
-            text(c, 503, "Service Unavailable", msg, head);
-        } else {
-            respond(c, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", body.p, body.len,
-                    head);
+            char *body = strdup(msg);
+            return body ? reply(c, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", body,
+                                strlen(body), MHD_RESPMEM_MUST_FREE)
+                        : MHD_NO;
         }
-        free(body.p);
-        return;
+        return buf_reply(c, "text/plain; version=0.0.4; charset=utf-8", &b);
     }
-    if (!strcmp(target, "/")) {
-        text(c, 200, "OK", "manta: the job's metrics are at /metrics (Prometheus text format)\n",
-             head);
-        return;
+    if (!strncmp(url, "/api/", 5) && s->dash) {
+        cli_buf b = {0};
+        int rc = cli_dash_api(s->dash, url, &b);
+        if (rc == 0) return buf_reply(c, "application/json", &b);
+        free(b.p);
+        return rc == MANTA_ENOTFOUND ? text(c, MHD_HTTP_NOT_FOUND, "no such document\n")
+                                     : text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "out of memory\n");
     }
-    text(c, 404, "Not Found", "not found; the metrics are at /metrics\n", head);
+    return text(c, MHD_HTTP_NOT_FOUND, "not found\n");
 }
 
-static void on_conn(void *arg, int fd, int revents)
-{
-    conn *c = arg;
-    if (c->writing) {
-        if (!(revents & MANTA_POLLOUT)) return;
-        ssize_t n = send(fd, c->out.p + c->sent, c->out.len - c->sent, MSG_NOSIGNAL);
-        if (n > 0) c->sent += (size_t)n;
-        if ((n < 0 && errno != EAGAIN && errno != EINTR) || c->sent >= c->out.len || c->out.oom)
-            conn_close(c);
-        return;
-    }
-    if (!(revents & MANTA_POLLIN)) return;
-    ssize_t n = recv(fd, c->req + c->req_len, sizeof c->req - 1 - c->req_len, 0);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-        conn_close(c);
-        return;
-    }
-    if (n < 0) return;
-    c->req_len += (size_t)n;
-    c->req[c->req_len] = 0;
-    if (strstr(c->req, "\r\n\r\n") || strstr(c->req, "\n\n"))
-        handle(c);
-    else if (c->req_len >= sizeof c->req - 1)
-        text(c, 431, "Request Header Fields Too Large", "request over 8 KiB\n", 0);
-}
+/* ---- on the loop ---- */
 
-static void on_listen(void *arg, int fd, int revents)
+static void on_timer(void *arg);
+
+/* Let libmicrohttpd do what is ready, then wake it when it asks to be. */
+static void pump(cli_httpd *s)
 {
-    cli_httpd *s = arg;
-    (void)revents;
-    for (;;) {
-        int slot = -1;
-        for (int i = 0; i < MAX_CONNS && slot < 0; i++)
-            if (!s->conns[i]) slot = i;
-        if (slot < 0) { /* full: stop accepting until one closes */
-            manta_watch_fd(s->m, fd, 0, NULL, NULL);
-            return;
-        }
-        int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (cfd < 0) return;
-        conn *c = calloc(1, sizeof *c);
-        if (!c) {
-            close(cfd);
-            return;
-        }
-        c->fd = cfd, c->srv = s, c->since = manta_now_ms();
-        if (manta_watch_fd(s->m, cfd, MANTA_POLLIN, on_conn, c) != 0) {
-            close(cfd);
-            free(c);
-            return;
-        }
-        s->conns[slot] = c;
-    }
+    MHD_run(s->d);
+    MHD_UNSIGNED_LONG_LONG to = 1000;
+    if (MHD_get_timeout(s->d, &to) != MHD_YES || to > 1000) to = 1000;
+    if (s->timer) manta_timer_cancel(s->m, s->timer);
+    s->timer = manta_timer_add(s->m, (int64_t)to, on_timer, s);
 }
 
 static void on_timer(void *arg)
 {
     cli_httpd *s = arg;
-    int64_t now = manta_now_ms();
-    for (int i = 0; i < MAX_CONNS; i++)
-        if (s->conns[i] && now - s->conns[i]->since > IDLE_MS) conn_close(s->conns[i]);
-    s->timer = manta_timer_add(s->m, 1000, on_timer, s);
+    s->timer = 0;
+    pump(s);
 }
 
-int cli_httpd_start(manta_ctx *m, const char *bind_addr, int port, cli_httpd **out, char *err,
-                    size_t errlen)
+static void on_epoll(void *arg, int fd, int revents)
 {
-    *out = NULL;
+    (void)fd, (void)revents;
+    pump(arg);
+}
+
+/* ---- start and stop ---- */
+
+static int is_loopback(const struct sockaddr_storage *sa)
+{
+    if (sa->ss_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->ss_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return 0;
+}
+
+static int make_token(char out[33])
+{
+    unsigned char r[16];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) return -1;
+    for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", r[i]);
+    return 0;
+}
+
+/* A listening socket on bind_addr:port; -1 with the reason in err. */
+static int listen_on(const char *bind_addr, int port, struct sockaddr_storage *sa, char *err,
+                     size_t errlen, int *rc)
+{
     char service[16];
     snprintf(service, sizeof service, "%d", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
@@ -200,7 +219,8 @@ int cli_httpd_start(manta_ctx *m, const char *bind_addr, int port, cli_httpd **o
     int grc = getaddrinfo(bind_addr, service, &hints, &ai);
     if (grc) {
         snprintf(err, errlen, "metrics.bind '%s': %s", bind_addr, gai_strerror(grc));
-        return MANTA_EINVAL;
+        *rc = MANTA_EINVAL;
+        return -1;
     }
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
     if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -208,26 +228,79 @@ int cli_httpd_start(manta_ctx *m, const char *bind_addr, int port, cli_httpd **o
         snprintf(err, errlen, "metrics endpoint %s:%d: %s", bind_addr, port, strerror(errno));
         if (fd >= 0) close(fd);
         freeaddrinfo(ai);
-        return MANTA_ESYS;
+        *rc = MANTA_ESYS;
+        return -1;
     }
     freeaddrinfo(ai);
-    struct sockaddr_storage sa;
-    socklen_t sl = sizeof sa;
-    getsockname(fd, (struct sockaddr *)&sa, &sl);
-    char host[64], serv[16];
-    getnameinfo((struct sockaddr *)&sa, sl, host, sizeof host, serv, sizeof serv,
-                NI_NUMERICHOST | NI_NUMERICSERV);
+    socklen_t sl = sizeof *sa;
+    getsockname(fd, (struct sockaddr *)sa, &sl);
+    return fd;
+}
+
+int cli_httpd_start(manta_ctx *m, const char *bind_addr, int port, cli_httpd **out, char *err,
+                    size_t errlen)
+{
+    *out = NULL;
+    struct sockaddr_storage sa = {0};
+    int rc = 0, fd = listen_on(bind_addr, port, &sa, err, errlen, &rc);
+    if (fd < 0) return rc;
     cli_httpd *s = calloc(1, sizeof *s);
-    if (!s || manta_watch_fd(m, fd, MANTA_POLLIN, on_listen, s) != 0) {
-        snprintf(err, errlen, "metrics endpoint: out of memory");
+    if (!s || (!is_loopback(&sa) && make_token(s->token) != 0)) {
+        snprintf(err, errlen, "metrics endpoint: %s", s ? "no random bytes" : "out of memory");
         free(s);
         close(fd);
-        return MANTA_ENOMEM;
+        return s ? MANTA_ESYS : MANTA_ENOMEM;
     }
-    s->m = m, s->fd = fd, s->port = atoi(serv);
-    s->timer = manta_timer_add(m, 1000, on_timer, s);
+    s->m = m, s->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                                                       : ((struct sockaddr_in *)&sa)->sin_port);
+    /* libmicrohttpd owns fd from here: MHD_stop_daemon closes it */
+    s->d = MHD_start_daemon(
+        MHD_USE_EPOLL, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNS, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)IDLE_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY, MHD_OPTION_END);
+    const union MHD_DaemonInfo *ei =
+        s->d ? MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
+    if (!ei || manta_watch_fd(m, ei->epoll_fd, MANTA_POLLIN, on_epoll, s) != 0) {
+        snprintf(err, errlen, "metrics endpoint: libmicrohttpd did not start");
+        if (s->d)
+            MHD_stop_daemon(s->d);
+        else
+            close(fd);
+        free(s);
+        return MANTA_ESYS;
+    }
+    s->epfd = ei->epoll_fd;
+    pump(s);
     *out = s;
     return 0;
+}
+
+int cli_httpd_dashboard(cli_httpd *s, const struct manta_spec *spec, const char *run_dir,
+                        const char *logs_dir, char *err, size_t errlen)
+{
+    if (!(s->dash = cli_dash_new(s->m, spec, run_dir, logs_dir))) {
+        snprintf(err, errlen, "dashboard: out of memory");
+        return MANTA_ENOMEM;
+    }
+    if (!run_dir) return 0;
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/dashboard.token", run_dir);
+    if (!s->token[0]) { /* on loopback: no token, and none of an earlier run left to mislead */
+        unlink(path);
+        return 0;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    ssize_t w = fd >= 0 ? write(fd, s->token, 32) : -1;
+    if (fd < 0 || w != 32 || close(fd) != 0) {
+        snprintf(err, errlen, "dashboard token %s: %s", path, strerror(errno));
+        return MANTA_ESYS;
+    }
+    return 0;
+}
+
+const char *cli_httpd_token(const cli_httpd *s)
+{
+    return s && s->token[0] ? s->token : NULL;
 }
 
 int cli_httpd_port(const cli_httpd *s)
@@ -238,10 +311,9 @@ int cli_httpd_port(const cli_httpd *s)
 void cli_httpd_free(cli_httpd *s)
 {
     if (!s) return;
-    for (int i = 0; i < MAX_CONNS; i++)
-        if (s->conns[i]) conn_close(s->conns[i]);
-    manta_watch_fd(s->m, s->fd, 0, NULL, NULL);
-    close(s->fd);
+    manta_watch_fd(s->m, s->epfd, 0, NULL, NULL);
     if (s->timer) manta_timer_cancel(s->m, s->timer);
+    MHD_stop_daemon(s->d);
+    cli_dash_free(s->dash);
     free(s);
 }

@@ -9,7 +9,11 @@
  * moved and at least interval_s passed, so logs stay readable.
  *
  * The ETA is the rate of steps since the first one this process saw,
- * applied to the steps left, and never past the job's time limit.
+ * applied to the steps left, and never past the job's time limit. A job
+ * that may stop before its last step (a goal such as a held-out success to
+ * reach) names the goal in "stop_early"; the ETA is then shown as a bound
+ * ("ETA at most 1:10") and the goal ends the line ("stops at held-out >=
+ * 95%"), since no rate of steps predicts when a goal is met.
  */
 #include "cli_internal.h"
 
@@ -82,9 +86,13 @@ void cli_progress_format(const char *text, size_t len, double elapsed_s, double 
         left = (steps - step) * (elapsed_s - first_s) / (step - first_step);
     if (isfinite(limit) && isfinite(t) && (!isfinite(left) || left > limit - t))
         left = limit - t > 0 ? limit - t : 0;
+    /* a job that may end early (a goal reached) says so: its ETA is then
+     * a bound, and the goal ends the line */
+    const cJSON *early = rec ? cJSON_GetObjectItemCaseSensitive(j, "stop_early") : NULL;
+    int bound = cJSON_IsString(early) && early->valuestring[0];
     if (isfinite(left)) {
         clock_text(eta, sizeof eta, left);
-        cli_buf_printf(&b, "  ETA %s", eta);
+        cli_buf_printf(&b, "  ETA %s%s", bound ? "at most " : "", eta);
     }
     const cJSON *fields = rec ? cJSON_GetObjectItemCaseSensitive(j, "fields") : NULL;
     for (const cJSON *f = cJSON_IsArray(fields) ? fields->child : NULL; f; f = f->next) {
@@ -92,6 +100,7 @@ void cli_progress_format(const char *text, size_t len, double elapsed_s, double 
         if (cJSON_IsString(k) && cJSON_IsString(v))
             cli_buf_printf(&b, "  %s %s", k->valuestring, v->valuestring);
     }
+    if (bound) cli_buf_printf(&b, "  stops at %s", early->valuestring);
     cJSON_Delete(j);
     snprintf(out, n, "%s", b.p ? b.p : "");
     free(b.p);

@@ -2,8 +2,9 @@
  * test_obs.c -- observability without Python: an actor's metrics (the
  * table, its record in Redis, parsing it back), the Prometheus text
  * exposition checked line by line against the format's rules, the HTTP
- * endpoint (200, 404, 405, 431, many connections), the progress line, and
- * the report's SVG files checked as XML-shaped text.
+ * endpoint (200, 404, 405, 431, many connections), the dashboard's pages,
+ * JSON documents, token and paths, the progress line, and the report's SVG
+ * files checked as XML-shaped text.
  *
  * This program is also its actors: the node agent starts it again with
  * MANTA_ROLE set, and main() hands over to manta_init() at once.
@@ -13,6 +14,7 @@
 #include "testutil.h"
 
 #include <arpa/inet.h>
+#include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -490,6 +492,167 @@ static void test_http(void **unused)
     manta_shutdown(m);
 }
 
+/* ---- the dashboard ---- */
+
+/* The status code of a reply, and its body (after the blank line). */
+static int status_of(const client *c)
+{
+    return !strncmp(c->reply, "HTTP/1.1 ", 9) ? atoi(c->reply + 9) : -1;
+}
+
+static const char *body_of(const client *c)
+{
+    const char *b = strstr(c->reply, "\r\n\r\n");
+    return b ? b + 4 : "";
+}
+
+static int get(manta_ctx *m, client *c, const char *target, const char *extra)
+{
+    static char req[1024];
+    snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s\r\n", target,
+             extra ? extra : "");
+    c->request = req;
+    c->request_len = strlen(req);
+    fetch(m, c);
+    return status_of(c);
+}
+
+/* Off loopback, the job's data needs the token; the page does not; no path
+ * reaches outside the compiled-in table. */
+static void test_dash_http(void **unused)
+{
+    (void)unused;
+    manta_ctx *m = job_with_worker();
+    cli_httpd *h;
+    char err[300], dir[] = "/tmp/manta-dash-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(cli_httpd_start(m, "0.0.0.0", 0, &h, err, sizeof err), 0);
+    const char *tok = cli_httpd_token(h);
+    assert_non_null(tok);
+    assert_int_equal(strlen(tok), 32);
+    assert_int_equal(strspn(tok, "0123456789abcdef"), 32);
+    assert_int_equal(cli_httpd_dashboard(h, NULL, dir, dir, err, sizeof err), 0);
+    char path[128], saved[64] = "";
+    snprintf(path, sizeof path, "%s/dashboard.token", dir);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(saved, sizeof saved, f));
+    fclose(f);
+    assert_string_equal(saved, tok);
+
+    static client c;
+    c.port = cli_httpd_port(h);
+    assert_int_equal(get(m, &c, "/", NULL), 200);
+    assert_non_null(strstr(c.reply, "Content-Type: text/html"));
+    assert_non_null(strstr(c.reply, "Content-Security-Policy: default-src 'self'"));
+    assert_non_null(strstr(body_of(&c), "<script src=\"app.js\"></script>"));
+    assert_int_equal(get(m, &c, "/app.js", NULL), 200);
+    assert_non_null(strstr(c.reply, "Content-Type: text/javascript"));
+    assert_int_equal(get(m, &c, "/style.css", NULL), 200);
+    /* the job's data: 401 without the token or with a wrong one */
+    assert_int_equal(get(m, &c, "/api/actors", NULL), 401);
+    assert_int_equal(get(m, &c, "/metrics", NULL), 401);
+    assert_int_equal(get(m, &c, "/api/actors?token=00000000000000000000000000000000", NULL), 401);
+    assert_int_equal(get(m, &c, "/metrics", "Authorization: Bearer nope\r\n"), 401);
+    char q[128], auth[128];
+    snprintf(q, sizeof q, "/api/actors?token=%s", tok);
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", tok);
+    assert_int_equal(get(m, &c, q, NULL), 200);
+    assert_non_null(strstr(c.reply, "Content-Type: application/json"));
+    cJSON *j = cJSON_Parse(body_of(&c));
+    const cJSON *a = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "actors"), 0);
+    assert_string_equal(cJSON_GetObjectItem(a, "name")->valuestring, "w-0");
+    assert_string_equal(cJSON_GetObjectItem(a, "state")->valuestring, "alive");
+    assert_true(cJSON_GetObjectItem(a, "calls_served")->valuedouble >= 5);
+    cJSON_Delete(j);
+    assert_int_equal(get(m, &c, "/metrics", auth), 200);
+    assert_non_null(strstr(body_of(&c), "manta_actor_up{"));
+    assert_int_equal(get(m, &c, "/api/metrics", auth), 200);
+    assert_non_null(strstr(body_of(&c), "\"name\":\"widgets_total\""));
+    assert_int_equal(get(m, &c, "/api/errors", auth), 200);
+    assert_non_null(strstr(body_of(&c), "\"recent\":[]"));
+    /* paths: nothing but the table */
+    assert_int_equal(get(m, &c, "/../../../../etc/passwd", auth), 404);
+    assert_int_equal(get(m, &c, "/%2e%2e/%2e%2e/etc/passwd", auth), 404);
+    assert_int_equal(get(m, &c, "/app.js/../../etc/passwd", auth), 404);
+    assert_int_equal(get(m, &c, "/api/../metrics", auth), 404);
+    assert_int_equal(get(m, &c, "/api/nope", auth), 404);
+    assert_null(strstr(c.reply, "root:"));
+
+    /* the curves: the head samples the job value `progress` */
+    const char *r1 = "{\"unit\":\"version\",\"step\":1,\"fields\":[[\"reward\",\"0.25\"]]}",
+               *r2 = "{\"unit\":\"version\",\"step\":2,\"fields\":[[\"reward\",\"0.5\"]]}";
+    assert_int_equal(manta_kv_set(m, "progress", r1, strlen(r1)), 0);
+    manta_poll(m, 600);
+    assert_int_equal(manta_kv_set(m, "progress", r2, strlen(r2)), 0);
+    manta_poll(m, 600);
+    snprintf(q, sizeof q, "/api/curves?token=%s", tok);
+    assert_int_equal(get(m, &c, q, NULL), 200);
+    assert_non_null(strstr(body_of(&c), "\"steps\":[1,2]"));
+    assert_non_null(strstr(body_of(&c), "\"values\":[0.25,0.5],\"label\":\"reward\""));
+    snprintf(q, sizeof q, "/api/job?token=%s", tok);
+    assert_int_equal(get(m, &c, q, NULL), 200);
+    assert_non_null(strstr(body_of(&c), "\"line\":\"version 2  "));
+    cli_httpd_free(h);
+    unlink(path);
+    rmdir(dir);
+    manta_shutdown(m);
+}
+
+/* The curves from progress records: numbers read from the fields' text,
+ * one point per step, a step that goes back starts over, bounded points. */
+static void test_dash_curves(void **unused)
+{
+    (void)unused;
+    cli_dash *d = cli_dash_new(NULL, NULL, NULL, NULL);
+    assert_non_null(d);
+    const char *recs[] = {
+        "{\"step\":1,\"time_s\":2,\"fields\":[[\"held-out\",\"84.0%\"],[\"gen\",\"12.3k tok/s\"],"
+        "[\"tool errors\",\"3 of 40\"],[\"note\",\"warming up\"]]}",
+        "{\"step\":1,\"time_s\":2.5,\"fields\":[[\"held-out\",\"85.5%\"]]}", /* same step */
+        "not json",
+        "{\"fields\":[]}", /* no step */
+        "{\"step\":2,\"time_s\":3,\"fields\":[[\"gen\",\"1.5M tok/s\"]]}",
+    };
+    for (size_t i = 0; i < sizeof recs / sizeof recs[0]; i++)
+        cli_dash_record(d, recs[i], strlen(recs[i]));
+    cli_buf b = {0};
+    assert_int_equal(cli_dash_api(d, "/api/curves", &b), 0);
+    assert_string_equal(b.p, "{\"steps\":[1,2],\"time_s\":[2.5,3],\"series\":["
+                             "{\"values\":[85.5,null],\"label\":\"held-out\",\"unit\":\"%\"},"
+                             "{\"values\":[12300,1500000],\"label\":\"gen\",\"unit\":\"tok/s\"},"
+                             "{\"values\":[3,null],\"label\":\"tool errors\",\"unit\":\"\"}],"
+                             "\"unit\":\"step\"}\n");
+    free(b.p);
+    b = (cli_buf){0};
+    assert_int_equal(cli_dash_api(d, "/api/../../etc/passwd", &b), MANTA_ENOTFOUND);
+    free(b.p);
+    /* many steps: bounded, the first and the last kept */
+    char rec[128];
+    for (int s = 1; s <= 5000; s++) {
+        snprintf(rec, sizeof rec, "{\"unit\":\"version\",\"step\":%d,\"fields\":[[\"r\",\"%d\"]]}",
+                 s, s);
+        cli_dash_record(d, rec, strlen(rec));
+    }
+    b = (cli_buf){0};
+    assert_int_equal(cli_dash_api(d, "/api/curves", &b), 0);
+    cJSON *j = cJSON_Parse(b.p);
+    const cJSON *steps = cJSON_GetObjectItem(j, "steps");
+    int n = cJSON_GetArraySize(steps);
+    assert_true(n > 1000 && n <= 2048);
+    assert_int_equal(cJSON_GetArrayItem(steps, 0)->valueint, 1);
+    assert_int_equal(cJSON_GetArrayItem(steps, n - 1)->valueint, 5000);
+    for (int i = 1; i < n; i++)
+        assert_true(cJSON_GetArrayItem(steps, i)->valueint >
+                    cJSON_GetArrayItem(steps, i - 1)->valueint);
+    cJSON_Delete(j);
+    free(b.p);
+    cli_dash_free(d);
+}
+
 /* ---- the progress line ---- */
 
 static void test_progress_format(void **unused)
@@ -507,6 +670,12 @@ static void test_progress_format(void **unused)
     const char *capped = "{\"step\":1,\"steps\":1000,\"time_s\":770,\"time_limit_s\":780}";
     cli_progress_format(capped, strlen(capped), 775, 0, 0, line, sizeof line);
     assert_string_equal(line, "step 1/1000  12:55 elapsed  ETA 0:10");
+    /* a goal may end it sooner: the ETA is a bound, the goal ends the line */
+    const char *goal = "{\"unit\":\"version\",\"step\":10,\"steps\":40,\"fields\":[[\"reward\","
+                       "\"0.4\"]],\"stop_early\":\"held-out >= 95.0%\"}";
+    cli_progress_format(goal, strlen(goal), 25, 5, 0, line, sizeof line);
+    assert_string_equal(line, "version 10/40  0:25 elapsed  ETA at most 1:00  reward 0.4  stops at "
+                              "held-out >= 95.0%");
     cli_progress_format(NULL, 0, 3661, -1, -1, line, sizeof line);
     assert_string_equal(line, "starting  1:01:01 elapsed");
 }
@@ -672,6 +841,8 @@ int main(void)
         cmocka_unit_test(test_check_exposition_rejects),
         cmocka_unit_test(test_exposition),
         cmocka_unit_test(test_http),
+        cmocka_unit_test(test_dash_http),
+        cmocka_unit_test(test_dash_curves),
         cmocka_unit_test(test_progress_format),
         cmocka_unit_test(test_report),
         cmocka_unit_test(test_logs),
