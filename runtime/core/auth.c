@@ -394,38 +394,49 @@ static void *zap_thread(void *arg)
     return NULL;
 }
 
-/* Bind the handler in the calling thread (so that it is in place before the
- * server socket that needs it binds), then hand the socket to a detached
- * thread (pthread_create is the memory barrier ZeroMQ asks for). */
+/* Bind a handler in ZeroMQ context `zctx` in the calling thread (so that it
+ * is in place before the server socket that needs it binds), then hand the
+ * socket to a detached thread (pthread_create is the memory barrier ZeroMQ
+ * asks for). The thread ends at zmq_ctx_term of that context. With
+ * `taken_ok`, a handler already bound there (by an earlier call) is fine. */
+static int zap_bind(manta_ctx *m, void *zctx, bool taken_ok)
+{
+    int rc = 0;
+    zap_arg *a = malloc(sizeof *a);
+    void *sock = zmq_socket(zctx, ZMQ_REP);
+    int zero = 0;
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (!a || !sock) {
+        rc = mn_fail(MANTA_EZMQ, "ZAP handler: %s", a ? zmq_strerror(zmq_errno()) : "no memory");
+    } else if (zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+               zmq_bind(sock, ZAP_ENDPOINT) != 0) {
+        if (!taken_ok || zmq_errno() != EADDRINUSE)
+            rc = mn_fail(MANTA_EZMQ, "ZAP handler: bind %s: %s", ZAP_ENDPOINT,
+                         zmq_strerror(zmq_errno()));
+    } else {
+        *a = (zap_arg){m, sock};
+        if (pthread_create(&t, &attr, zap_thread, a) != 0)
+            rc = mn_fail(MANTA_ESYS, "ZAP handler: cannot start its thread");
+        else
+            a = NULL, sock = NULL;
+    }
+    pthread_attr_destroy(&attr);
+    free(a);
+    if (sock) zmq_close(sock);
+    return rc;
+}
+
+/* The handler of this process's own context, once. */
 static int zap_start(manta_ctx *m)
 {
     int rc = 0;
     pthread_mutex_lock(&zap_lock);
     if (!m->zap_started) {
-        zap_arg *a = malloc(sizeof *a);
-        void *sock = zmq_socket(m->zmq, ZMQ_REP);
-        int zero = 0;
-        pthread_t t;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        if (!a || !sock) {
-            rc =
-                mn_fail(MANTA_EZMQ, "ZAP handler: %s", a ? zmq_strerror(zmq_errno()) : "no memory");
-        } else if (zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
-                   zmq_bind(sock, ZAP_ENDPOINT) != 0) {
-            rc = mn_fail(MANTA_EZMQ, "ZAP handler: bind %s: %s", ZAP_ENDPOINT,
-                         zmq_strerror(zmq_errno()));
-        } else {
-            *a = (zap_arg){m, sock};
-            if (pthread_create(&t, &attr, zap_thread, a) != 0)
-                rc = mn_fail(MANTA_ESYS, "ZAP handler: cannot start its thread");
-            else
-                a = NULL, sock = NULL, m->zap_started = true;
-        }
-        pthread_attr_destroy(&attr);
-        free(a);
-        if (sock) zmq_close(sock);
+        rc = zap_bind(m, m->zmq, false);
+        m->zap_started = rc == 0;
     }
     pthread_mutex_unlock(&zap_lock);
     return rc;
@@ -433,11 +444,9 @@ static int zap_start(manta_ctx *m)
 
 /* ---- sockets ---- */
 
-int mn_auth_server(manta_ctx *m, void *sock)
+/* CURVE server options (the handler is already bound). */
+static int curve_server(manta_ctx *m, void *sock)
 {
-    if (!m->curve) return 0;
-    int rc = zap_start(m);
-    if (rc) return rc;
     int one = 1;
     if (zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
         zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, m->keys.secret_key, MANTA_KEY_Z85_LEN + 1) != 0 ||
@@ -445,6 +454,13 @@ int mn_auth_server(manta_ctx *m, void *sock)
         return mn_fail(MANTA_EZMQ, "CURVE server options: %s", zmq_strerror(zmq_errno()));
     zmq_setsockopt(sock, OPT_ZAP_ENFORCE_DOMAIN, &one, sizeof one); /* where the build has it */
     return 0;
+}
+
+int mn_auth_server(manta_ctx *m, void *sock)
+{
+    if (!m->curve) return 0;
+    int rc = zap_start(m);
+    return rc ? rc : curve_server(m, sock);
 }
 
 int mn_auth_client(manta_ctx *m, void *sock)
@@ -455,4 +471,41 @@ int mn_auth_client(manta_ctx *m, void *sock)
         zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, m->keys.secret_key, MANTA_KEY_Z85_LEN + 1) != 0)
         return mn_fail(MANTA_EZMQ, "CURVE client options: %s", zmq_strerror(zmq_errno()));
     return 0;
+}
+
+/* ---- sockets of the libraries beside the core ---- */
+
+int manta_curve_on(const manta_ctx *m)
+{
+    return m && m->curve;
+}
+
+int manta_secure_server(manta_ctx *m, void *zctx, void *sock, int64_t max_frame)
+{
+    if (!m || !zctx || !sock || max_frame <= 0)
+        return mn_fail(MANTA_EINVAL, "manta_secure_server: ctx, ZeroMQ context, socket and a "
+                                     "positive frame limit needed");
+    if (mn_limit_socket(sock, max_frame) != 0)
+        return mn_fail(MANTA_EZMQ, "message limits: %s", zmq_strerror(zmq_errno()));
+    if (!m->curve) return 0;
+    int rc = 0;
+    if (zctx == m->zmq) {
+        rc = zap_start(m);
+    } else {
+        /* Another context needs its own handler: ZeroMQ asks ZAP within the
+         * server socket's context. Whoever owns that context calls this for
+         * each of its server sockets; the first call binds the handler, and
+         * a later one finds the address taken (inproc addresses are private
+         * to their context, so only an earlier call can have bound it). */
+        pthread_mutex_lock(&zap_lock);
+        rc = zap_bind(m, zctx, true);
+        pthread_mutex_unlock(&zap_lock);
+    }
+    return rc ? rc : curve_server(m, sock);
+}
+
+int manta_secure_client(manta_ctx *m, void *sock)
+{
+    if (!m || !sock) return mn_fail(MANTA_EINVAL, "manta_secure_client: ctx and socket needed");
+    return mn_auth_client(m, sock);
 }
