@@ -167,19 +167,48 @@ typedef struct job_state {
     int pid;
 } job_state;
 
+/* The state folder holds Redis URLs with their passwords. It must be this
+ * user's own (a folder another local user made first at the default path in
+ * /tmp is refused, not written into), and its files are opened without
+ * following links, mode 0600. */
+static int state_folder(char *dir, size_t n)
+{
+    state_dir(dir, n);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) { /* a MANTA_STATE_DIR's parents, as before */
+        *slash = 0;
+        int rc = mkdirs(dir);
+        *slash = '/';
+        if (rc != 0) return -1;
+    }
+    if (manta_private_dir(dir, "state folder") != 0) {
+        fprintf(stderr, "manta: %s\n", manta_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static FILE *state_open(const char *path, int write)
+{
+    int fd = write ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600)
+                   : open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, write ? "w" : "r");
+    if (!f) close(fd);
+    return f;
+}
+
 static int state_write(const job_state *st)
 {
     char dir[PATH_MAX], path[PATH_MAX + 80];
-    state_dir(dir, sizeof dir);
-    if (mkdirs(dir) != 0) return -1;
-    chmod(dir, 0700); /* the file holds the Redis password */
+    if (!st->job[0] || strchr(st->job, '/') || state_folder(dir, sizeof dir) != 0) return -1;
     snprintf(path, sizeof path, "%s/%s.job", dir, st->job);
-    FILE *f = fopen(path, "w");
+    FILE *f = state_open(path, 1);
     if (!f) return -1;
     fprintf(f, "job=%s\nredis=%s\nrun_dir=%s\npid=%d\n", st->job, st->redis, st->run_dir, st->pid);
     fclose(f);
     snprintf(path, sizeof path, "%s/current", dir);
-    f = fopen(path, "w");
+    f = state_open(path, 1);
     if (!f) return -1;
     fprintf(f, "%s\n", st->job);
     fclose(f);
@@ -204,18 +233,19 @@ static void state_remove(const char *job)
 static int state_read(const char *job, job_state *st)
 {
     char dir[PATH_MAX], path[PATH_MAX + 80], name[80] = "";
-    state_dir(dir, sizeof dir);
     memset(st, 0, sizeof *st);
+    if (state_folder(dir, sizeof dir) != 0) return -1;
     if (!job) {
         snprintf(path, sizeof path, "%s/current", dir);
-        FILE *f = fopen(path, "r");
+        FILE *f = state_open(path, 0);
         if (!f) return -1;
         if (fgets(name, sizeof name, f)) name[strcspn(name, "\n")] = 0;
         fclose(f);
         job = name;
     }
+    if (!*job || strchr(job, '/')) return -1; /* a job name is never a path */
     snprintf(path, sizeof path, "%s/%s.job", dir, job);
-    FILE *f = fopen(path, "r");
+    FILE *f = state_open(path, 0);
     if (!f) return -1;
     char line[PATH_MAX + 64];
     while (fgets(line, sizeof line, f)) {
