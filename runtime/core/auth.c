@@ -246,6 +246,24 @@ static int read_job_keys(manta_ctx *m, const char *path)
     return manta_keys_read(m->keys_path, &m->keys);
 }
 
+/* A member's "auto": CURVE when its transport is tcp or a key file is given
+ * (never turned off from outside), or when the owner's record says the job
+ * uses it. Without a record (an owner of an older version) the owner's key
+ * file on this machine says so, as before; with one, a file left in the run
+ * folder by an earlier job of the same name no longer turns CURVE on. */
+static bool member_auto(manta_ctx *m, bool given, bool rec_found, int rec_curve, bool job_keys_here)
+{
+    if (!strcmp(m->transport, "tcp") || given) return true;
+    return rec_found ? rec_curve != 0 : job_keys_here;
+}
+
+static const char *role_name(const manta_ctx *m)
+{
+    return m->role == MN_ROLE_NODE    ? "node"
+           : m->role == MN_ROLE_ACTOR ? "actor"
+                                      : "attached driver";
+}
+
 int mn_auth_setup(manta_ctx *m, const manta_options *opts)
 {
     const char *mode = getenv("MANTA_CURVE");
@@ -253,18 +271,28 @@ int mn_auth_setup(manta_ctx *m, const manta_options *opts)
     if (strcmp(mode, "auto") && strcmp(mode, "on") && strcmp(mode, "off"))
         return mn_fail(MANTA_EINVAL, "security curve '%s': expected auto, on or off", mode);
     /* A process that does not own the job (an attached driver, a node
-     * agent, an actor) follows the owner: the owner's key file in the run
-     * folder says the job uses CURVE, whatever this process's transport. */
+     * agent, an actor) follows the owner: its record in Redis says whether
+     * the job uses CURVE and with which public key. */
     char own[PATH_MAX];
     snprintf(own, sizeof own, "%s/%s", m->rundir, KEY_FILE);
     bool owner = m->role == MN_ROLE_DRIVER && !opts->attach;
     bool job_keys_here = !owner && access(own, F_OK) == 0;
+    int rec_curve = 0;
+    char rec_key[MANTA_KEY_Z85_LEN + 1] = "";
+    bool rec_found = false;
+    if (!owner) {
+        int rc = mn_reg_security_read(m, &rec_curve, rec_key, sizeof rec_key);
+        if (rc && rc != MANTA_ENOTFOUND) return rc;
+        rec_found = rc == 0;
+    }
     /* A key file given is a request to use it. */
     const char *path = getenv("MANTA_KEYS");
     if (!path || !*path) path = opts->keys_file;
     bool given = path && *path;
+    bool is_auto = !strcmp(mode, "auto");
     m->curve = !strcmp(mode, "on") ||
-               (!strcmp(mode, "auto") && (!strcmp(m->transport, "tcp") || job_keys_here || given));
+               (is_auto && (owner ? !strcmp(m->transport, "tcp") || given
+                                  : member_auto(m, given, rec_found, rec_curve, job_keys_here)));
     if (!m->curve) return 0;
     if (!zmq_has("curve"))
         return mn_fail(MANTA_EINVAL,
@@ -284,17 +312,28 @@ int mn_auth_setup(manta_ctx *m, const manta_options *opts)
                      "%s %s of job %s: CURVE is on (%s transport) but no key file was given "
                      "(MANTA_KEYS) and %s is not here; make one with `manta keys new FILE` and "
                      "give it to every machine of the job",
-                     m->role == MN_ROLE_NODE    ? "node"
-                     : m->role == MN_ROLE_ACTOR ? "actor"
-                                                : "attached driver",
-                     m->self, m->job, m->transport, own);
+                     role_name(m), m->self, m->job, m->transport, own);
     }
     if (rc) return rc;
+    /* The owner said which keys the job uses: a file of another job (one
+     * left by an earlier job of this name, or the wrong copy) fails here,
+     * by name, instead of as handshakes that never complete. */
+    if (rec_found && rec_key[0] && strcmp(rec_key, m->keys.public_key))
+        return mn_fail(MANTA_EINVAL,
+                       "%s %s of job %s: key file %s holds public key %.8s..., but the job "
+                       "uses %.8s... (a file of an earlier job of this name?); give the job's "
+                       "key file with MANTA_KEYS",
+                       role_name(m), m->self, m->job, m->keys_path, m->keys.public_key, rec_key);
     m->nallow_bin = 0;
     zmq_z85_decode(m->allow_bin[m->nallow_bin++], m->keys.public_key);
     for (size_t i = 0; i < m->keys.nallow; i++)
         zmq_z85_decode(m->allow_bin[m->nallow_bin++], m->keys.allow[i]);
     return 0;
+}
+
+int mn_auth_publish(manta_ctx *m)
+{
+    return mn_reg_security_write(m, m->curve, m->curve ? m->keys.public_key : "");
 }
 
 /* ---- refusals ---- */

@@ -148,16 +148,19 @@ int manta_init(manta_ctx **out, const manta_options *opts)
         ctx_free(m);
         return mn_fail(rc, "%s", why);
     }
-    rc = mn_auth_setup(m, opts);
-    if (rc == 0) rc = mn_node_libraries_set(m, opts);
+    rc = mn_node_libraries_set(m, opts);
     if (rc == 0) rc = driver_redis(m, opts);
+    /* After Redis: an attached driver follows the owner's record there. */
+    if (rc == 0) rc = mn_auth_setup(m, opts);
+    if (rc == 0 && !opts->attach) rc = mn_auth_publish(m);
     m->attached = opts->attach != 0;
     if (rc == 0 && !opts->no_local_node && !opts->attach) rc = mn_node_spawn_local(m);
     if (rc != 0) {
         char why[512];
         snprintf(why, sizeof why, "%s", manta_last_error());
         mn_redis_stop_embedded(m);
-        mn_remove_dir(m->rundir);
+        /* An attached driver's folder is the running job's: keep it. */
+        if (!opts->attach) mn_remove_dir(m->rundir);
         ctx_free(m);
         return mn_fail(rc, "%s", why);
     }
