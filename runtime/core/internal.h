@@ -307,8 +307,7 @@ struct manta_ctx {
     char *redis_dir;
     char job[64];
     char self[128];
-    char *libraries;      /* driver: the node agents' library allow-list, ':'-separated */
-    char route_token[17]; /* random, once per process: routing ids are NAME#PID#TOKEN */
+    char *libraries; /* driver: the node agents' library allow-list, ':'-separated */
     char node[64];
     char rundir[160]; /* /tmp/manta-JOB: ipc sockets */
     char *transport, *host, *log_dir;
