@@ -948,8 +948,19 @@ static int cmd_report(cli *c)
 
 static int cmd_node(cli *c)
 {
+    /* The URL may come in the environment: a password on the command line
+     * is readable by every local user (/proc/PID/cmdline). */
+    const char *env_url = getenv("MANTA_REDIS");
+    if (!c->redis && env_url && *env_url) {
+        char why[256];
+        if (manta_redis_url_parse(env_url, &c->redis_addr, why, sizeof why) != 0) {
+            fprintf(stderr, "manta node: MANTA_REDIS: %s\n", why);
+            return MANTA_EXIT_USAGE;
+        }
+        c->redis = env_url;
+    }
     if (!c->redis || !c->job) {
-        fprintf(stderr, "manta node: --redis URL and --job NAME are required\n%s",
+        fprintf(stderr, "manta node: --redis URL (or MANTA_REDIS) and --job NAME are required\n%s",
                 command_help("node"));
         return MANTA_EXIT_USAGE;
     }
