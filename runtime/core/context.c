@@ -88,6 +88,11 @@ static void run_role(manta_ctx *m, const char *role, const manta_options *opts)
         mn_log("MANTA_ROLE=%s needs MANTA_REDIS, MANTA_JOB and MANTA_NAME", role);
         _exit(3);
     }
+    /* The name becomes Redis keys, routing ids and (an actor's) a log file. */
+    if (!mn_valid_name(name, 100)) {
+        mn_log("MANTA_ROLE=%s: name '%s': use 1..100 of [A-Za-z0-9._-]", role, name);
+        _exit(3);
+    }
     snprintf(m->self, sizeof m->self, "%s", name);
     snprintf(m->node, sizeof m->node, "%s", env_or("MANTA_NODE", ""));
     manta_redis_addr addr;

@@ -34,6 +34,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -424,6 +425,39 @@ static void test_routing_id_per_callee(void **unused)
     manta_shutdown(m);
 }
 
+/* A node agent or actor whose name is not a plain name ("../x" would make
+ * keys and, for an actor, a log file path) refuses to start (exit 3)
+ * instead of registering under it. */
+static void test_role_name_checked(void **unused)
+{
+    char job[48];
+    snprintf(job, sizeof job, "lim%d-role", (int)getpid());
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("MANTA_ROLE", "node", 1);
+        setenv("MANTA_NAME", "../evil", 1);
+        setenv("MANTA_JOB", job, 1);
+        setenv("MANTA_REDIS", redis.url, 1);
+        setenv("MANTA_CURVE", "off", 1);
+        execl("/proc/self/exe", "test_limits", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    double t0 = test_now();
+    while (waitpid(pid, &status, WNOHANG) == 0 && test_now() - t0 < 5) usleep(20000);
+    if (test_now() - t0 >= 5) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        fail_msg("a node agent named '../evil' still ran after 5 s");
+    }
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 3);
+    char pattern[96];
+    snprintf(pattern, sizeof pattern, "manta:%s:*", job);
+    assert_int_equal(test_redis_count(&redis, pattern), 0);
+}
+
 /* ---- 2. hostile spawn requests to a node agent ---- */
 
 static void test_hostile_spawn(void **unused)
@@ -657,10 +691,10 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     test_redis_start(&redis);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_oversized_message),     cmocka_unit_test(test_huge_frame_header),
-        cmocka_unit_test(test_routing_id_takeover),   cmocka_unit_test(test_routing_id_per_callee),
-        cmocka_unit_test(test_hostile_spawn),         cmocka_unit_test(test_run_folder_checked),
-        cmocka_unit_test(test_redis_password_hidden),
+        cmocka_unit_test(test_oversized_message),   cmocka_unit_test(test_huge_frame_header),
+        cmocka_unit_test(test_routing_id_takeover), cmocka_unit_test(test_routing_id_per_callee),
+        cmocka_unit_test(test_role_name_checked),   cmocka_unit_test(test_hostile_spawn),
+        cmocka_unit_test(test_run_folder_checked),  cmocka_unit_test(test_redis_password_hidden),
     };
     if (getenv("TEST_FILTER")) cmocka_set_test_filter(getenv("TEST_FILTER"));
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
