@@ -333,6 +333,15 @@ int mn_auth_setup(manta_ctx *m, const manta_options *opts)
 
 int mn_auth_publish(manta_ctx *m)
 {
+    /* A job of this name already claimed by a driver (a second driver, which
+     * the job library refuses next) keeps the record of its own: members of
+     * the running job must not follow this process's settings. */
+    manta_reg_driver *d = calloc(1, sizeof *d);
+    if (!d) return mn_fail(MANTA_ENOMEM, "job %s: security record: out of memory", m->job);
+    int rc = manta_reg_driver_read(m, d);
+    free(d);
+    if (rc == 0) return 0;
+    if (rc != MANTA_ENOTFOUND) return rc;
     return mn_reg_security_write(m, m->curve, m->curve ? m->keys.public_key : "");
 }
 
