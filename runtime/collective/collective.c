@@ -725,11 +725,15 @@ static int z_new(manta_coll_group *g, zimpl **out)
 static const int Z_ZERO = 0, Z_BIG = 8 << 20;
 
 /* The largest frame a member sends: a chunk, or a direct operation's whole
- * payload. A larger frame (or a header announcing one) makes ZeroMQ drop
- * that connection before it allocates anything. */
+ * payload, plus room for what CURVE adds to each frame on the wire (the
+ * limit applies to the encrypted frame: a MAC, a nonce, a command name;
+ * 64 KiB is far more, as for the mailboxes). A larger frame (or a header
+ * announcing one) makes ZeroMQ drop that connection before it allocates
+ * anything. */
+#define FRAME_SLACK ((size_t)64 << 10)
 static int64_t z_max_frame(const zimpl *z)
 {
-    return (int64_t)(z->chunk > DIRECT_MAX ? z->chunk : DIRECT_MAX);
+    return (int64_t)((z->chunk > DIRECT_MAX ? z->chunk : DIRECT_MAX) + FRAME_SLACK);
 }
 
 /* Bind this rank's PULL socket (tcp on the ctx's host, or ipc in its run

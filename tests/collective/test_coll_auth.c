@@ -200,8 +200,8 @@ static void test_frame_over_limit_dropped(void **unused)
 
 typedef struct member {
     const char *job, *group;
-    size_t chunk;
-    int rc;
+    size_t chunk, bcast;
+    int rc, bcast_ok;
     char msg[480];
     float sum[4];
 } member;
@@ -219,6 +219,16 @@ static void *member_main(void *arg)
             &g);
     for (int i = 0; i < 4; i++) b->sum[i] = (float)(10 * i);
     if (b->rc == 0) b->rc = manta_coll_all_reduce(g, b->sum, 4, 5000);
+    /* a broadcast of whole chunks: each frame is as large as the limit
+     * allows, before CURVE's own few bytes */
+    if (b->rc == 0 && b->bcast) {
+        b->bcast_ok = 0;
+        unsigned char *buf = calloc(1, b->bcast);
+        b->rc =
+            buf ? manta_coll_broadcast(g, buf, b->bcast, MANTA_COLL_BYTE, 0, 5000) : MANTA_ENOMEM;
+        b->bcast_ok = b->rc == 0 && buf[0] == 7 && buf[b->bcast - 1] == 7;
+        free(buf);
+    }
     snprintf(b->msg, sizeof b->msg, "%s", b->rc ? manta_last_error() : "");
     manta_coll_free(g);
     manta_shutdown(m);
@@ -246,15 +256,24 @@ static void test_members_with_curve(void **unused)
     assert_non_null(strstr(b.msg, "chunk_bytes"));
     manta_coll_free(g);
 
-    /* The same settings: the group forms over CURVE and sums. */
-    member c = {.job = job, .group = "ok", .chunk = 0};
+    /* The same settings: the group forms over CURVE, sums, and broadcasts
+     * two full 128 KiB chunks. */
+    const size_t chunk = 128 << 10, bytes = 2 * chunk;
+    member c = {.job = job, .group = "ok", .chunk = chunk, .bcast = bytes};
     assert_int_equal(pthread_create(&t, NULL, member_main, &c), 0);
     g = NULL;
-    rc = manta_coll_create(m, "ok", 2, 0, &(manta_coll_options){.timeout_ms = 5000}, &g);
+    rc = manta_coll_create(m, "ok", 2, 0,
+                           &(manta_coll_options){.timeout_ms = 5000, .chunk_bytes = chunk}, &g);
     if (rc) fprintf(stderr, "rank 0: %s\n", manta_last_error());
     assert_int_equal(rc, 0);
     float v[4] = {1, 2, 3, 4};
     rc = manta_coll_all_reduce(g, v, 4, 5000);
+    unsigned char *big = malloc(bytes);
+    assert_non_null(big);
+    memset(big, 7, bytes);
+    if (rc == 0) rc = manta_coll_broadcast(g, big, bytes, MANTA_COLL_BYTE, 0, 5000);
+    if (rc) fprintf(stderr, "rank 0: %s\n", manta_last_error());
+    free(big);
     pthread_join(t, NULL);
     assert_int_equal(rc, 0);
     if (c.rc) fprintf(stderr, "rank 1: %s\n", c.msg);
@@ -263,6 +282,7 @@ static void test_members_with_curve(void **unused)
         assert_true(v[i] == (float)(i + 1 + 10 * i));
         assert_true(c.sum[i] == v[i]);
     }
+    assert_int_equal(c.bcast_ok, 1);
     manta_coll_free(g);
     manta_shutdown(m);
 }
