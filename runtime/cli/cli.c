@@ -188,11 +188,42 @@ typedef struct job_state {
     int pid;
 } job_state;
 
+/* The state folder holds Redis URLs with their passwords. It must be this
+ * user's own (a folder another local user made first at the default path in
+ * /tmp is refused, not written into), and its files are opened without
+ * following links, mode 0600. */
+static int state_folder(char *dir, size_t n)
+{
+    state_dir(dir, n);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) { /* a MANTA_STATE_DIR's parents, as before */
+        *slash = 0;
+        int rc = mkdirs(dir);
+        *slash = '/';
+        if (rc != 0) return -1;
+    }
+    if (manta_private_dir(dir, "state folder") != 0) {
+        fprintf(stderr, "manta: %s\n", manta_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static FILE *state_open(const char *path, int write)
+{
+    int fd = write ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600)
+                   : open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, write ? "w" : "r");
+    if (!f) close(fd);
+    return f;
+}
+
 static int write_file(const char *dir, const char *name, const char *text)
 {
     char path[PATH_MAX + 80];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
+    FILE *f = state_open(path, 1);
     if (!f) return -1;
     fputs(text, f);
     return fclose(f) == 0 ? 0 : -1;
@@ -201,9 +232,7 @@ static int write_file(const char *dir, const char *name, const char *text)
 static int state_write(const job_state *st)
 {
     char dir[PATH_MAX], name[96], text[2 * PATH_MAX + 800];
-    state_dir(dir, sizeof dir);
-    if (mkdirs(dir) != 0) return -1;
-    chmod(dir, 0700); /* the file holds the Redis password */
+    if (!st->job[0] || strchr(st->job, '/') || state_folder(dir, sizeof dir) != 0) return -1;
     snprintf(text, sizeof text, "job=%s\nredis=%s\nrun_dir=%s\nlogs=%s\npid=%d\n", st->job,
              st->redis, st->run_dir, st->logs, st->pid);
     snprintf(name, sizeof name, "%s.job", st->job);
@@ -217,9 +246,7 @@ static int state_write(const job_state *st)
 static int last_write(const job_state *st)
 {
     char dir[PATH_MAX], name[96], text[2 * PATH_MAX + 800];
-    state_dir(dir, sizeof dir);
-    if (mkdirs(dir) != 0) return -1;
-    chmod(dir, 0700);
+    if (!st->job[0] || strchr(st->job, '/') || state_folder(dir, sizeof dir) != 0) return -1;
     snprintf(text, sizeof text, "job=%s\nrun_dir=%s\nlogs=%s\n", st->job, st->run_dir, st->logs);
     snprintf(name, sizeof name, "%s.last", st->job);
     if (write_file(dir, name, text) != 0) return -1;
@@ -247,18 +274,19 @@ static void state_remove(const char *job)
 static int record_read(const char *job, const char *which, const char *ext, job_state *st)
 {
     char dir[PATH_MAX], path[PATH_MAX + 80], name[80] = "";
-    state_dir(dir, sizeof dir);
     memset(st, 0, sizeof *st);
+    if (state_folder(dir, sizeof dir) != 0) return -1;
     if (!job) {
         snprintf(path, sizeof path, "%s/%s", dir, which);
-        FILE *f = fopen(path, "r");
+        FILE *f = state_open(path, 0);
         if (!f) return -1;
         if (fgets(name, sizeof name, f)) name[strcspn(name, "\n")] = 0;
         fclose(f);
         job = name;
     }
+    if (!*job || strchr(job, '/')) return -1; /* a job name is never a path */
     snprintf(path, sizeof path, "%s/%s.%s", dir, job, ext);
-    FILE *f = fopen(path, "r");
+    FILE *f = state_open(path, 0);
     if (!f) return -1;
     char line[PATH_MAX + 64];
     while (fgets(line, sizeof line, f)) {
@@ -1230,8 +1258,19 @@ static int cmd_report(cli *c)
 
 static int cmd_node(cli *c)
 {
+    /* The URL may come in the environment: a password on the command line
+     * is readable by every local user (/proc/PID/cmdline). */
+    const char *env_url = getenv("MANTA_REDIS");
+    if (!c->redis && env_url && *env_url) {
+        char why[256];
+        if (manta_redis_url_parse(env_url, &c->redis_addr, why, sizeof why) != 0) {
+            fprintf(stderr, "manta node: MANTA_REDIS: %s\n", why);
+            return MANTA_EXIT_USAGE;
+        }
+        c->redis = env_url;
+    }
     if (!c->redis || !c->job) {
-        fprintf(stderr, "manta node: --redis URL and --job NAME are required\n%s",
+        fprintf(stderr, "manta node: --redis URL (or MANTA_REDIS) and --job NAME are required\n%s",
                 command_help("node"));
         return MANTA_EXIT_USAGE;
     }

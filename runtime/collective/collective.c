@@ -489,6 +489,7 @@ typedef struct zimpl {
     size_t chunk;
     pending_msg **head, **tail; /* [world]: early messages per sender */
     atomic_long zc_out;         /* zero-copy messages ZeroMQ still holds */
+    int linger_ms;              /* at teardown: 0, or time for hellos to go out */
 } zimpl;
 
 static int zfail(zimpl *z, const char *what)
@@ -501,8 +502,9 @@ static void zc_free(void *data, void *hint)
     atomic_fetch_sub_explicit((atomic_long *)hint, 1, memory_order_release);
 }
 
-/* Close every socket at once, dropping what is queued (linger 0), and end
- * the context: once zmq_ctx_term returns ZeroMQ holds no caller memory. */
+/* Close every socket at once, dropping what is queued (linger 0, or
+ * linger_ms when only hellos can be queued), and end the context: once zmq_ctx_term returns ZeroMQ
+ * holds no caller memory. */
 static void z_teardown(zimpl *z)
 {
     if (!z->zctx) return;
@@ -511,7 +513,7 @@ static void z_teardown(zimpl *z)
     z->pull = NULL;
     for (int i = 0; z->push && i < z->world; i++)
         if (z->push[i]) {
-            zmq_setsockopt(z->push[i], ZMQ_LINGER, &zero, sizeof zero);
+            zmq_setsockopt(z->push[i], ZMQ_LINGER, &z->linger_ms, sizeof z->linger_ms);
             zmq_close(z->push[i]);
             z->push[i] = NULL;
         }
@@ -718,27 +720,48 @@ static int z_new(manta_coll_group *g, zimpl **out)
     return 0;
 }
 
-/* Unbounded queues and large kernel buffers: a ring step's chunk never
- * waits behind a high-water mark. */
+/* Send queues are unbounded and kernel buffers large: a ring step's chunk
+ * never waits behind a high-water mark, and a send never blocks. */
 static const int Z_ZERO = 0, Z_BIG = 8 << 20;
 
+/* The largest frame a member sends: a chunk, or a direct operation's whole
+ * payload, plus room for what CURVE adds to each frame on the wire (the
+ * limit applies to the encrypted frame: a MAC, a nonce, a command name;
+ * 64 KiB is far more, as for the mailboxes). A larger frame (or a header
+ * announcing one) makes ZeroMQ drop that connection before it allocates
+ * anything. */
+#define FRAME_SLACK ((size_t)64 << 10)
+static int64_t z_max_frame(const zimpl *z)
+{
+    return (int64_t)((z->chunk > DIRECT_MAX ? z->chunk : DIRECT_MAX) + FRAME_SLACK);
+}
+
 /* Bind this rank's PULL socket (tcp on the ctx's host, or ipc in its run
- * folder) and publish the endpoint as ep.RANK. */
+ * folder) and publish the endpoint as ep.RANK. The socket gets the job's
+ * protection (manta_secure_server): message limits, a finite receive queue
+ * (senders wait, nothing is dropped: every message sent is one its receiver
+ * reads within the same operation), and CURVE with a ZAP handler in this
+ * group's context when the job uses CURVE, so that only the job's members
+ * can connect and feed data into an operation. */
 static int z_bind(zimpl *z)
 {
     manta_coll_group *g = z->g;
     manta_ctx *m = g->m;
     z->pull = zmq_socket(z->zctx, ZMQ_PULL);
     if (!z->pull) return zfail(z, "zmq_socket PULL");
-    zmq_setsockopt(z->pull, ZMQ_RCVHWM, &Z_ZERO, sizeof Z_ZERO);
     zmq_setsockopt(z->pull, ZMQ_RCVBUF, &Z_BIG, sizeof Z_BIG);
     zmq_setsockopt(z->pull, ZMQ_LINGER, &Z_ZERO, sizeof Z_ZERO);
+    int rc = manta_secure_server(m, z->zctx, z->pull, z_max_frame(z));
+    if (rc) return manta_coll_fail(g, rc, "data socket: %s", manta_last_error());
     char bind_ep[256];
     if (!strcmp(manta_transport(m), "tcp")) {
         snprintf(bind_ep, sizeof bind_ep, "tcp://%s:*", manta_bind_host(m));
     } else {
-        mkdir(manta_run_dir(m),
-              0700); /* the driver made it on its node; an actor elsewhere may not */
+        /* The driver made the run folder on its machine; an actor elsewhere
+         * may not have. One made by someone else is refused: it would hand
+         * them this socket. */
+        rc = manta_private_dir(manta_run_dir(m), "run folder");
+        if (rc) return manta_coll_fail(g, rc, "%s", manta_last_error());
         char hex[13] = "";
         manta_random_hex(hex, 12);
         snprintf(bind_ep, sizeof bind_ep, "ipc://%s/c%s.%d", manta_run_dir(m), hex, g->rank);
@@ -766,30 +789,49 @@ static int z_connect_peers(zimpl *z, int64_t deadline)
         if (!z->push[i]) return zfail(z, "zmq_socket PUSH");
         zmq_setsockopt(z->push[i], ZMQ_SNDHWM, &Z_ZERO, sizeof Z_ZERO);
         zmq_setsockopt(z->push[i], ZMQ_SNDBUF, &Z_BIG, sizeof Z_BIG);
+        if ((rc = manta_secure_client(g->m, z->push[i])) != 0)
+            return manta_coll_fail(g, rc, "data socket to rank %d: %s", i, manta_last_error());
         if (zmq_connect(z->push[i], ep) != 0) return zfail(z, ep);
     }
     return 0;
 }
 
-/* Hello to everyone, from everyone: proves each pair can talk, and that
- * every rank has read every endpoint (so the fields may go). */
+/* Hello to everyone, from everyone: proves each pair can talk (with CURVE,
+ * that each peer holds the job's keys), that every rank has read every
+ * endpoint (so the fields may go), and that all use the same chunk size:
+ * the hello carries it, since each rank's frame limit follows from it. */
 static int z_hello(zimpl *z, int64_t deadline)
 {
     manta_coll_group *g = z->g;
     int rc = 0;
+    uint64_t mine = z->chunk;
     for (int i = 0; i < g->world && rc == 0; i++)
-        if (i != g->rank) rc = z_send(z, i, OP_HELLO, 0, 0, 0, NULL, 0);
+        if (i != g->rank) rc = z_send(z, i, OP_HELLO, 0, 0, 0, &mine, sizeof mine);
     for (int i = 0; i < g->world && rc == 0; i++) {
         if (i == g->rank) continue;
         hdr h;
         zmq_msg_t d;
         rc = z_recv(z, i, OP_HELLO, 0, &h, &d, deadline);
-        if (rc == 0) zmq_msg_close(&d);
+        if (rc == 0) {
+            uint64_t theirs = 0;
+            if (zmq_msg_size(&d) == sizeof theirs) memcpy(&theirs, zmq_msg_data(&d), sizeof theirs);
+            zmq_msg_close(&d);
+            /* Our hellos must still reach the others, so that they fail
+             * the same way instead of waiting for theirs: they hold no
+             * caller memory (copied), so the teardown may linger on them. */
+            if (theirs != mine) z->linger_ms = 1000;
+            if (theirs != mine)
+                rc = manta_coll_fail(g, MANTA_EPROTO,
+                                     "rank %d uses chunks of %llu bytes, this rank %llu: every "
+                                     "rank must give the same chunk_bytes",
+                                     i, (unsigned long long)theirs, (unsigned long long)mine);
+        }
         if (rc == MANTA_ETIMEDOUT)
             rc = manta_coll_fail(g, MANTA_ETIMEDOUT,
                                  "rank %d joined but sent no hello on the data plane within "
-                                 "%d ms (endpoint unreachable?)",
-                                 i, g->default_timeout);
+                                 "%d ms (endpoint unreachable%s?)",
+                                 i, g->default_timeout,
+                                 manta_curve_on(g->m) ? ", or it lacks the job's CURVE keys" : "");
     }
     return rc;
 }

@@ -246,6 +246,24 @@ static int read_job_keys(manta_ctx *m, const char *path)
     return manta_keys_read(m->keys_path, &m->keys);
 }
 
+/* A member's "auto": CURVE when its transport is tcp or a key file is given
+ * (never turned off from outside), or when the owner's record says the job
+ * uses it. Without a record (an owner of an older version) the owner's key
+ * file on this machine says so, as before; with one, a file left in the run
+ * folder by an earlier job of the same name no longer turns CURVE on. */
+static bool member_auto(manta_ctx *m, bool given, bool rec_found, int rec_curve, bool job_keys_here)
+{
+    if (!strcmp(m->transport, "tcp") || given) return true;
+    return rec_found ? rec_curve != 0 : job_keys_here;
+}
+
+static const char *role_name(const manta_ctx *m)
+{
+    return m->role == MN_ROLE_NODE    ? "node"
+           : m->role == MN_ROLE_ACTOR ? "actor"
+                                      : "attached driver";
+}
+
 int mn_auth_setup(manta_ctx *m, const manta_options *opts)
 {
     const char *mode = getenv("MANTA_CURVE");
@@ -253,18 +271,28 @@ int mn_auth_setup(manta_ctx *m, const manta_options *opts)
     if (strcmp(mode, "auto") && strcmp(mode, "on") && strcmp(mode, "off"))
         return mn_fail(MANTA_EINVAL, "security curve '%s': expected auto, on or off", mode);
     /* A process that does not own the job (an attached driver, a node
-     * agent, an actor) follows the owner: the owner's key file in the run
-     * folder says the job uses CURVE, whatever this process's transport. */
+     * agent, an actor) follows the owner: its record in Redis says whether
+     * the job uses CURVE and with which public key. */
     char own[PATH_MAX];
     snprintf(own, sizeof own, "%s/%s", m->rundir, KEY_FILE);
     bool owner = m->role == MN_ROLE_DRIVER && !opts->attach;
     bool job_keys_here = !owner && access(own, F_OK) == 0;
+    int rec_curve = 0;
+    char rec_key[MANTA_KEY_Z85_LEN + 1] = "";
+    bool rec_found = false;
+    if (!owner) {
+        int rc = mn_reg_security_read(m, &rec_curve, rec_key, sizeof rec_key);
+        if (rc && rc != MANTA_ENOTFOUND) return rc;
+        rec_found = rc == 0;
+    }
     /* A key file given is a request to use it. */
     const char *path = getenv("MANTA_KEYS");
     if (!path || !*path) path = opts->keys_file;
     bool given = path && *path;
+    bool is_auto = !strcmp(mode, "auto");
     m->curve = !strcmp(mode, "on") ||
-               (!strcmp(mode, "auto") && (!strcmp(m->transport, "tcp") || job_keys_here || given));
+               (is_auto && (owner ? !strcmp(m->transport, "tcp") || given
+                                  : member_auto(m, given, rec_found, rec_curve, job_keys_here)));
     if (!m->curve) return 0;
     if (!zmq_has("curve"))
         return mn_fail(MANTA_EINVAL,
@@ -284,17 +312,37 @@ int mn_auth_setup(manta_ctx *m, const manta_options *opts)
                      "%s %s of job %s: CURVE is on (%s transport) but no key file was given "
                      "(MANTA_KEYS) and %s is not here; make one with `manta keys new FILE` and "
                      "give it to every machine of the job",
-                     m->role == MN_ROLE_NODE    ? "node"
-                     : m->role == MN_ROLE_ACTOR ? "actor"
-                                                : "attached driver",
-                     m->self, m->job, m->transport, own);
+                     role_name(m), m->self, m->job, m->transport, own);
     }
     if (rc) return rc;
+    /* The owner said which keys the job uses: a file of another job (one
+     * left by an earlier job of this name, or the wrong copy) fails here,
+     * by name, instead of as handshakes that never complete. */
+    if (rec_found && rec_key[0] && strcmp(rec_key, m->keys.public_key))
+        return mn_fail(MANTA_EINVAL,
+                       "%s %s of job %s: key file %s holds public key %.8s..., but the job "
+                       "uses %.8s... (a file of an earlier job of this name?); give the job's "
+                       "key file with MANTA_KEYS",
+                       role_name(m), m->self, m->job, m->keys_path, m->keys.public_key, rec_key);
     m->nallow_bin = 0;
     zmq_z85_decode(m->allow_bin[m->nallow_bin++], m->keys.public_key);
     for (size_t i = 0; i < m->keys.nallow; i++)
         zmq_z85_decode(m->allow_bin[m->nallow_bin++], m->keys.allow[i]);
     return 0;
+}
+
+int mn_auth_publish(manta_ctx *m)
+{
+    /* A job of this name already claimed by a driver (a second driver, which
+     * the job library refuses next) keeps the record of its own: members of
+     * the running job must not follow this process's settings. */
+    manta_reg_driver *d = calloc(1, sizeof *d);
+    if (!d) return mn_fail(MANTA_ENOMEM, "job %s: security record: out of memory", m->job);
+    int rc = manta_reg_driver_read(m, d);
+    free(d);
+    if (rc == 0) return 0;
+    if (rc != MANTA_ENOTFOUND) return rc;
+    return mn_reg_security_write(m, m->curve, m->curve ? m->keys.public_key : "");
 }
 
 /* ---- refusals ---- */
@@ -394,38 +442,49 @@ static void *zap_thread(void *arg)
     return NULL;
 }
 
-/* Bind the handler in the calling thread (so that it is in place before the
- * server socket that needs it binds), then hand the socket to a detached
- * thread (pthread_create is the memory barrier ZeroMQ asks for). */
+/* Bind a handler in ZeroMQ context `zctx` in the calling thread (so that it
+ * is in place before the server socket that needs it binds), then hand the
+ * socket to a detached thread (pthread_create is the memory barrier ZeroMQ
+ * asks for). The thread ends at zmq_ctx_term of that context. With
+ * `taken_ok`, a handler already bound there (by an earlier call) is fine. */
+static int zap_bind(manta_ctx *m, void *zctx, bool taken_ok)
+{
+    int rc = 0;
+    zap_arg *a = malloc(sizeof *a);
+    void *sock = zmq_socket(zctx, ZMQ_REP);
+    int zero = 0;
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (!a || !sock) {
+        rc = mn_fail(MANTA_EZMQ, "ZAP handler: %s", a ? zmq_strerror(zmq_errno()) : "no memory");
+    } else if (zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+               zmq_bind(sock, ZAP_ENDPOINT) != 0) {
+        if (!taken_ok || zmq_errno() != EADDRINUSE)
+            rc = mn_fail(MANTA_EZMQ, "ZAP handler: bind %s: %s", ZAP_ENDPOINT,
+                         zmq_strerror(zmq_errno()));
+    } else {
+        *a = (zap_arg){m, sock};
+        if (pthread_create(&t, &attr, zap_thread, a) != 0)
+            rc = mn_fail(MANTA_ESYS, "ZAP handler: cannot start its thread");
+        else
+            a = NULL, sock = NULL;
+    }
+    pthread_attr_destroy(&attr);
+    free(a);
+    if (sock) zmq_close(sock);
+    return rc;
+}
+
+/* The handler of this process's own context, once. */
 static int zap_start(manta_ctx *m)
 {
     int rc = 0;
     pthread_mutex_lock(&zap_lock);
     if (!m->zap_started) {
-        zap_arg *a = malloc(sizeof *a);
-        void *sock = zmq_socket(m->zmq, ZMQ_REP);
-        int zero = 0;
-        pthread_t t;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        if (!a || !sock) {
-            rc =
-                mn_fail(MANTA_EZMQ, "ZAP handler: %s", a ? zmq_strerror(zmq_errno()) : "no memory");
-        } else if (zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
-                   zmq_bind(sock, ZAP_ENDPOINT) != 0) {
-            rc = mn_fail(MANTA_EZMQ, "ZAP handler: bind %s: %s", ZAP_ENDPOINT,
-                         zmq_strerror(zmq_errno()));
-        } else {
-            *a = (zap_arg){m, sock};
-            if (pthread_create(&t, &attr, zap_thread, a) != 0)
-                rc = mn_fail(MANTA_ESYS, "ZAP handler: cannot start its thread");
-            else
-                a = NULL, sock = NULL, m->zap_started = true;
-        }
-        pthread_attr_destroy(&attr);
-        free(a);
-        if (sock) zmq_close(sock);
+        rc = zap_bind(m, m->zmq, false);
+        m->zap_started = rc == 0;
     }
     pthread_mutex_unlock(&zap_lock);
     return rc;
@@ -433,11 +492,9 @@ static int zap_start(manta_ctx *m)
 
 /* ---- sockets ---- */
 
-int mn_auth_server(manta_ctx *m, void *sock)
+/* CURVE server options (the handler is already bound). */
+static int curve_server(manta_ctx *m, void *sock)
 {
-    if (!m->curve) return 0;
-    int rc = zap_start(m);
-    if (rc) return rc;
     int one = 1;
     if (zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
         zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, m->keys.secret_key, MANTA_KEY_Z85_LEN + 1) != 0 ||
@@ -445,6 +502,13 @@ int mn_auth_server(manta_ctx *m, void *sock)
         return mn_fail(MANTA_EZMQ, "CURVE server options: %s", zmq_strerror(zmq_errno()));
     zmq_setsockopt(sock, OPT_ZAP_ENFORCE_DOMAIN, &one, sizeof one); /* where the build has it */
     return 0;
+}
+
+int mn_auth_server(manta_ctx *m, void *sock)
+{
+    if (!m->curve) return 0;
+    int rc = zap_start(m);
+    return rc ? rc : curve_server(m, sock);
 }
 
 int mn_auth_client(manta_ctx *m, void *sock)
@@ -455,4 +519,41 @@ int mn_auth_client(manta_ctx *m, void *sock)
         zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, m->keys.secret_key, MANTA_KEY_Z85_LEN + 1) != 0)
         return mn_fail(MANTA_EZMQ, "CURVE client options: %s", zmq_strerror(zmq_errno()));
     return 0;
+}
+
+/* ---- sockets of the libraries beside the core ---- */
+
+int manta_curve_on(const manta_ctx *m)
+{
+    return m && m->curve;
+}
+
+int manta_secure_server(manta_ctx *m, void *zctx, void *sock, int64_t max_frame)
+{
+    if (!m || !zctx || !sock || max_frame <= 0)
+        return mn_fail(MANTA_EINVAL, "manta_secure_server: ctx, ZeroMQ context, socket and a "
+                                     "positive frame limit needed");
+    if (mn_limit_socket(sock, max_frame) != 0)
+        return mn_fail(MANTA_EZMQ, "message limits: %s", zmq_strerror(zmq_errno()));
+    if (!m->curve) return 0;
+    int rc = 0;
+    if (zctx == m->zmq) {
+        rc = zap_start(m);
+    } else {
+        /* Another context needs its own handler: ZeroMQ asks ZAP within the
+         * server socket's context. Whoever owns that context calls this for
+         * each of its server sockets; the first call binds the handler, and
+         * a later one finds the address taken (inproc addresses are private
+         * to their context, so only an earlier call can have bound it). */
+        pthread_mutex_lock(&zap_lock);
+        rc = zap_bind(m, zctx, true);
+        pthread_mutex_unlock(&zap_lock);
+    }
+    return rc ? rc : curve_server(m, sock);
+}
+
+int manta_secure_client(manta_ctx *m, void *sock)
+{
+    if (!m || !sock) return mn_fail(MANTA_EINVAL, "manta_secure_client: ctx and socket needed");
+    return mn_auth_client(m, sock);
 }

@@ -88,6 +88,11 @@ static void run_role(manta_ctx *m, const char *role, const manta_options *opts)
         mn_log("MANTA_ROLE=%s needs MANTA_REDIS, MANTA_JOB and MANTA_NAME", role);
         _exit(3);
     }
+    /* The name becomes Redis keys, routing ids and (an actor's) a log file. */
+    if (!mn_valid_name(name, 100)) {
+        mn_log("MANTA_ROLE=%s: name '%s': use 1..100 of [A-Za-z0-9._-]", role, name);
+        _exit(3);
+    }
     snprintf(m->self, sizeof m->self, "%s", name);
     snprintf(m->node, sizeof m->node, "%s", env_or("MANTA_NODE", ""));
     manta_redis_addr addr;
@@ -148,16 +153,19 @@ int manta_init(manta_ctx **out, const manta_options *opts)
         ctx_free(m);
         return mn_fail(rc, "%s", why);
     }
-    rc = mn_auth_setup(m, opts);
-    if (rc == 0) rc = mn_node_libraries_set(m, opts);
+    rc = mn_node_libraries_set(m, opts);
     if (rc == 0) rc = driver_redis(m, opts);
+    /* After Redis: an attached driver follows the owner's record there. */
+    if (rc == 0) rc = mn_auth_setup(m, opts);
+    if (rc == 0 && !opts->attach) rc = mn_auth_publish(m);
     m->attached = opts->attach != 0;
     if (rc == 0 && !opts->no_local_node && !opts->attach) rc = mn_node_spawn_local(m);
     if (rc != 0) {
         char why[512];
         snprintf(why, sizeof why, "%s", manta_last_error());
         mn_redis_stop_embedded(m);
-        mn_remove_dir(m->rundir);
+        /* An attached driver's folder is the running job's: keep it. */
+        if (!opts->attach) mn_remove_dir(m->rundir);
         ctx_free(m);
         return mn_fail(rc, "%s", why);
     }

@@ -133,8 +133,12 @@ int64_t mn_max_frame(const manta_ctx *m);
 /* Decide whether this process uses CURVE (manta_options.curve, MANTA_CURVE)
  * and find its keys (MANTA_KEYS, manta_options.keys_file, else a new pair
  * in RUN_DIR/curve.key for a driver that owns its job). Call once the run
- * folder exists. Returns 0 or a code with a message naming the cause. */
+ * folder exists and Redis is connected: a member (not the owner) reads the
+ * job's security record there. Returns 0 or a code with a message naming
+ * the cause. */
 int mn_auth_setup(manta_ctx *m, const manta_options *opts);
+/* The job's owner, once Redis is up: write the job's security record. */
+int mn_auth_publish(manta_ctx *m);
 /* Make `sock` a CURVE server with the job's key, checked by this process's
  * ZAP handler (started on first use); a no-op when CURVE is off. Call
  * before zmq_bind. Thread-safe (the object server's thread calls it). */
@@ -303,8 +307,7 @@ struct manta_ctx {
     char *redis_dir;
     char job[64];
     char self[128];
-    char *libraries;      /* driver: the node agents' library allow-list, ':'-separated */
-    char route_token[17]; /* random, once per process: routing ids are NAME#PID#TOKEN */
+    char *libraries; /* driver: the node agents' library allow-list, ':'-separated */
     char node[64];
     char rundir[160]; /* /tmp/manta-JOB: ipc sockets */
     char *transport, *host, *log_dir;
@@ -392,6 +395,11 @@ const char *mn_host_id(void);
  * is on this machine and has one, else its shared one. */
 const char *mn_pick_endpoint(const manta_actor_info *info);
 int mn_delete_job_keys(manta_ctx *m); /* schema.c */
+/* The job's security record (schema.c): the owner writes whether CURVE is on
+ * and the job's public key (or ""); members read it. Read: ENOTFOUND when
+ * there is none, EPROTO when malformed. */
+int mn_reg_security_write(manta_ctx *m, int curve, const char *public_key);
+int mn_reg_security_read(manta_ctx *m, int *curve, char *public_key, size_t cap);
 /* Remove a folder and the files in it (one level: sockets, logs). */
 void mn_remove_dir(const char *dir);
 /* Create a folder only this user can use (mode 0700), or accept one that

@@ -528,6 +528,33 @@ int manta_keys_read(const char *path, manta_keys *k);
 /* 1 if `z85` is a well-formed 40-character Z85 key, else 0. */
 int manta_key_valid(const char *z85);
 
+/* ---- Security: for libraries beside the core ----------------------------------------- *
+ *
+ * A library that opens ZeroMQ sockets of its own (the collectives' data
+ * plane, in a ZeroMQ context of its own) protects them as the core does its
+ * mailboxes. Not thread-safe with other uses of the same socket. */
+
+/* 1 if this process's sockets use CURVE (the job's setting), else 0. */
+int manta_curve_on(const manta_ctx *m);
+/* Before binding `sock` (a socket of ZeroMQ context `zctx` that receives from
+ * other processes): ZMQ_MAXMSGSIZE `max_frame` bytes per frame and a finite
+ * ZMQ_RCVHWM (1000 messages a connection), so nothing larger is allocated;
+ * with CURVE on, the job's secret key and a ZAP handler in `zctx` (bound at
+ * the first call for that context, ending at its zmq_ctx_term) that admits
+ * only the job's keys, counting refusals in manta_stats.auth_refused. `m`
+ * must outlive `zctx`. Returns 0, or MANTA_EINVAL / MANTA_EZMQ / MANTA_ESYS
+ * with a message. */
+int manta_secure_server(manta_ctx *m, void *zctx, void *sock, int64_t max_frame);
+/* Before connecting `sock` to such a server: with CURVE on, the job's key
+ * pair and server key. Returns 0, or MANTA_EINVAL / MANTA_EZMQ. */
+int manta_secure_client(manta_ctx *m, void *sock);
+/* Make the private folder `path` (mode 0700), or use it when it exists only
+ * if it is a real directory (not a link) owned by this user with mode 0700:
+ * a folder another local user made first is refused, and left as it is.
+ * `what` names it in the message ("run folder"). Returns 0, or MANTA_ESYS
+ * naming the path and what is wrong. Thread-safe. */
+int manta_private_dir(const char *path, const char *what);
+
 #ifdef __cplusplus
 }
 #endif

@@ -54,7 +54,8 @@ typedef enum manta_reg_kind {
     MANTA_REG_DRIVER, /* no name */
     MANTA_REG_GROUPS, /* no name */
     MANTA_REG_GROUP,
-    MANTA_REG_METRICS
+    MANTA_REG_METRICS,
+    MANTA_REG_SECURITY /* no name: the job's CURVE setting, written by its owner */
 } manta_reg_kind;
 
 /* Longest key this header's callers need to hold. */

@@ -157,12 +157,15 @@ static void *store_thread(void *arg)
     mn_limit_socket(sock, MN_OBJ_REQUEST_MAX); /* requests are an object id */
     zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-    if (mn_auth_server(m, sock) != 0) mn_log("object server: %s", manta_last_error());
+    /* Without its CURVE options the server would admit anyone: then it
+     * binds nothing (fetches fail; nothing is served in the clear). */
+    bool secured = mn_auth_server(m, sock) == 0;
+    if (!secured) mn_log("object server: %s; not serving", manta_last_error());
     void *ctl = zmq_socket(m->zmq, ZMQ_PAIR);
     zmq_connect(ctl, "inproc://mn-objstore-ctl");
-    if (zmq_bind(sock, s->endpoint) != 0) {
+    if (secured && zmq_bind(sock, s->endpoint) != 0) {
         mn_log("object server: bind %s: %s", s->endpoint, zmq_strerror(zmq_errno()));
-    } else {
+    } else if (secured) {
         size_t n = sizeof s->endpoint;
         zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, s->endpoint, &n);
     }

@@ -80,10 +80,12 @@ static int open_sockets(manta_ctx *m, mn_peer *p)
      * serve.c. The random token makes the id unguessable: a mailbox hands a
      * connection over to whoever presents the same id (ROUTER_HANDOVER, so
      * that a reconnecting caller wins), and a guessed id would take over
-     * another process's replies. */
-    if (!m->route_token[0]) mn_random_hex(m->route_token, 16);
-    char rid[200];
-    int rl = snprintf(rid, sizeof rid, "%s#%d#%s", m->self, (int)getpid(), m->route_token);
+     * another process's replies. It is drawn per socket, so per callee: an
+     * id one callee has seen cannot take over this process's connection to
+     * another (the socket keeps it through reconnections). */
+    char token[17], rid[200];
+    mn_random_hex(token, 16);
+    int rl = snprintf(rid, sizeof rid, "%s#%d#%s", m->self, (int)getpid(), token);
     zmq_setsockopt(p->sock, ZMQ_ROUTING_ID, rid, (size_t)rl);
     char mon[64];
     snprintf(mon, sizeof mon, "inproc://mn-mon-%d", ++m->npeers);

@@ -41,16 +41,18 @@ manta_actor_state manta_actor_state_parse(const char *name)
 }
 
 static const char *const KIND_NAMES[] = {
-    [MANTA_REG_ACTORS] = "actors", [MANTA_REG_ACTOR] = "actor",     [MANTA_REG_NODES] = "nodes",
-    [MANTA_REG_NODE] = "node",     [MANTA_REG_OBJ] = "obj",         [MANTA_REG_KV] = "kv",
-    [MANTA_REG_COLL] = "coll",     [MANTA_REG_DRIVER] = "driver",   [MANTA_REG_GROUPS] = "groups",
-    [MANTA_REG_GROUP] = "group",   [MANTA_REG_METRICS] = "metrics",
+    [MANTA_REG_ACTORS] = "actors",   [MANTA_REG_ACTOR] = "actor",
+    [MANTA_REG_NODES] = "nodes",     [MANTA_REG_NODE] = "node",
+    [MANTA_REG_OBJ] = "obj",         [MANTA_REG_KV] = "kv",
+    [MANTA_REG_COLL] = "coll",       [MANTA_REG_DRIVER] = "driver",
+    [MANTA_REG_GROUPS] = "groups",   [MANTA_REG_GROUP] = "group",
+    [MANTA_REG_METRICS] = "metrics", [MANTA_REG_SECURITY] = "security",
 };
 
 static int named_kind(manta_reg_kind k)
 {
     return k != MANTA_REG_ACTORS && k != MANTA_REG_NODES && k != MANTA_REG_DRIVER &&
-           k != MANTA_REG_GROUPS;
+           k != MANTA_REG_GROUPS && k != MANTA_REG_SECURITY;
 }
 
 int manta_reg_key(const manta_ctx *m, manta_reg_kind kind, const char *name, char *out, size_t n)
@@ -115,6 +117,9 @@ static void job_pattern(const manta_ctx *m, char *out, size_t n)
 #define F_RUN_DIR "run_dir"
 #define F_STARTED "started"
 #define F_WANTED  "wanted"
+/* the job's security record */
+#define F_CURVE      "curve"
+#define F_PUBLIC_KEY "public_key"
 
 /* ---- commands ---------------------------------------------------------------- */
 
@@ -1022,6 +1027,37 @@ int manta_reg_coll_leave(manta_ctx *m, const char *name, int rank, int world, in
     long long done = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
     freeReplyObject(r);
     return done >= world ? run(m, key, "DEL %s", key) : 0;
+}
+
+/* ---- the job's security setting ------------------------------------------------------ */
+
+int mn_reg_security_write(manta_ctx *m, int curve, const char *public_key)
+{
+    KEY(MANTA_REG_SECURITY, NULL);
+    return run(m, key, "HSET %s " F_CURVE " %s " F_PUBLIC_KEY " %s", key, curve ? "on" : "off",
+               public_key ? public_key : "");
+}
+
+int mn_reg_security_read(manta_ctx *m, int *curve, char *public_key, size_t cap)
+{
+    KEY(MANTA_REG_SECURITY, NULL);
+    *curve = 0;
+    if (cap) public_key[0] = 0;
+    redisReply *r;
+    int rc = hgetall(m, key, &r);
+    if (rc) return rc;
+    for (size_t i = 0; rc == 0 && i + 1 < r->elements; i += 2) {
+        const redisReply *k = r->element[i], *v = r->element[i + 1];
+        if (!k->str || !v->str) continue;
+        if (!strcmp(k->str, F_CURVE) && strcmp(v->str, "on") && strcmp(v->str, "off"))
+            rc = mn_fail(MANTA_EPROTO, "%s: curve is '%s', not on or off", key, v->str);
+        else if (!strcmp(k->str, F_CURVE))
+            *curve = !strcmp(v->str, "on");
+        else if (!strcmp(k->str, F_PUBLIC_KEY))
+            rc = put(public_key, cap, key, k, v);
+    }
+    freeReplyObject(r);
+    return rc;
 }
 
 /* ---- the whole job --------------------------------------------------------------------- */

@@ -304,6 +304,12 @@ int mn_private_dir(const char *path, const char *what)
     return 0;
 }
 
+int manta_private_dir(const char *path, const char *what)
+{
+    if (!path || !*path) return mn_fail(MANTA_EINVAL, "manta_private_dir: no path");
+    return mn_private_dir(path, what && *what ? what : "folder");
+}
+
 int mn_limit_socket(void *sock, int64_t max_frame)
 {
     int hwm = MN_RCVHWM;

@@ -424,6 +424,97 @@ static void test_mismatch_fails_fast(void **unused)
     manta_shutdown(m);
 }
 
+/* ---- 5b. an attached driver follows the owner's record, not a stale file ---- */
+
+/* A key file of an earlier job of the same name, left in the run folder. */
+static void plant_stale_keys(const char *job, char *path, size_t cap)
+{
+    char dir[256];
+    snprintf(dir, sizeof dir, "/tmp/manta-%s", job);
+    assert_int_equal(manta_private_dir(dir, "run folder"), 0);
+    snprintf(path, cap, "%s/curve.key", dir);
+    unlink(path);
+    manta_keys stale;
+    assert_int_equal(manta_keys_generate(&stale), 0);
+    assert_int_equal(manta_keys_write(path, &stale, 0), 0);
+}
+
+static manta_ctx *attach_to_opts(const manta_options *o)
+{
+    manta_ctx *x = NULL;
+    int rc = manta_init(&x, o);
+    if (rc) fprintf(stderr, "attach: %s\n", manta_last_error());
+    assert_int_equal(rc, 0);
+    return x;
+}
+
+static manta_ctx *attach_to(const char *job)
+{
+    manta_options o = {.redis_url = redis.url, .job = job, .classes = classes, .attach = 1};
+    return attach_to_opts(&o);
+}
+
+static void test_attached_follows_owner(void **unused)
+{
+    /* An ipc job without CURVE, over a stale key file: before the owner's
+     * record, the attached driver saw the file, turned CURVE on with the
+     * stale keys, and none of its calls got through. */
+    char job[48], stale[512];
+    snprintf(job, sizeof job, "au%d-stale", (int)getpid());
+    plant_stale_keys(job, stale, sizeof stale);
+    manta_options o = {
+        .redis_url = redis.url, .job = job, .classes = classes, .call_timeout_ms = 10000};
+    manta_ctx *m = NULL;
+    assert_int_equal(manta_init(&m, &o), 0);
+    assert_int_equal(manta_curve_on(m), 0);
+    assert_serves(m, make(m, "open"));
+    manta_ctx *x = attach_to(job);
+    assert_int_equal(manta_curve_on(x), 0);
+    manta_actor *xa = NULL;
+    assert_int_equal(manta_actor_lookup(x, "open", &xa), 0);
+    assert_serves(x, xa);
+    manta_shutdown(x);
+    manta_shutdown(m);
+
+    /* A tcp job with an operator's key file; the run folder holds a stale
+     * one: an attached driver that finds only that file is told so at
+     * once, by name, instead of failing every handshake. */
+    char keys[256];
+    snprintf(keys, sizeof keys, "/tmp/au-%d-operator.key", (int)getpid());
+    unlink(keys);
+    manta_keys op;
+    assert_int_equal(manta_keys_generate(&op), 0);
+    assert_int_equal(manta_keys_write(keys, &op, 0), 0);
+    snprintf(job, sizeof job, "au%d-stale2", (int)getpid());
+    plant_stale_keys(job, stale, sizeof stale);
+    o = (manta_options){.redis_url = redis.url,
+                        .job = job,
+                        .classes = classes,
+                        .transport = "tcp",
+                        .keys_file = keys,
+                        .call_timeout_ms = 10000};
+    assert_int_equal(manta_init(&m, &o), 0);
+    assert_int_equal(manta_curve_on(m), 1);
+    assert_serves(m, make(m, "sealed2"));
+    manta_options ao = {.redis_url = redis.url, .job = job, .classes = classes, .attach = 1};
+    x = NULL;
+    int rc = manta_init(&x, &ao);
+    if (rc)
+        fprintf(stderr, "attach with the stale file (refused, as expected): %s\n",
+                manta_last_error());
+    assert_int_equal(rc, MANTA_EINVAL);
+    assert_non_null(strstr(manta_last_error(), "earlier job of this name"));
+    /* with the job's file it attaches and calls */
+    ao.keys_file = keys;
+    x = attach_to_opts(&ao);
+    manta_actor *sa = NULL;
+    assert_int_equal(manta_actor_lookup(x, "sealed2", &sa), 0);
+    assert_serves(x, sa);
+    manta_shutdown(x);
+    manta_shutdown(m);
+    unlink(keys);
+}
+
 /* ---- 6. the node agent's library allow-list ---- */
 
 #ifdef USER_ACTORS_LIB
@@ -574,6 +665,7 @@ int main(void)
         cmocka_unit_test(test_operator_keys_and_allow_list),
         cmocka_unit_test(test_ipc_modes),
         cmocka_unit_test(test_mismatch_fails_fast),
+        cmocka_unit_test(test_attached_follows_owner),
 #ifdef USER_ACTORS_LIB
         cmocka_unit_test(test_library_allow_list),
 #endif

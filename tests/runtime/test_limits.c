@@ -34,6 +34,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -349,6 +350,114 @@ static void test_routing_id_takeover(void **unused)
     manta_shutdown(m);
 }
 
+/* A callee learns the routing id its callers present to it. Here the
+ * callee is a spy (a raw ROUTER the driver finds in the directory): it
+ * reads the driver's id from a call and presents it to another actor while
+ * the driver's slow call to that actor is in flight. With one id per
+ * process the spy took over the connection and the reply; with one per
+ * socket (per callee) the id it saw is worth nothing elsewhere. */
+static void test_routing_id_per_callee(void **unused)
+{
+    manta_ctx *m = start(0);
+    manta_actor *a = make(m, "victim2");
+    manta_actor_info info;
+    assert_int_equal(manta_actor_info_get(m, a, &info), 0);
+    assert_serves(m, a);
+    void *z = zmq_ctx_new();
+    void *spy = zmq_socket(z, ZMQ_ROUTER);
+    int zero = 0, rcvtimeo = 3000;
+    zmq_setsockopt(spy, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(spy, ZMQ_RCVTIMEO, &rcvtimeo, sizeof rcvtimeo);
+    char ep[256];
+    snprintf(ep, sizeof ep, "ipc://%s/spy", manta_run_dir(m));
+    assert_int_equal(zmq_bind(spy, ep), 0);
+    /* the spy in the directory, as an actor of the job */
+    redisContext *c = redisConnect("127.0.0.1", redis.port);
+    assert_true(c && !c->err);
+    char key[160];
+    snprintf(key, sizeof key, "manta:%s:actor:spy", manta_job(m));
+    freeReplyObject(redisCommand(c,
+                                 "HSET %s class tester endpoint %s state alive pid %d "
+                                 "incarnation 1 node x",
+                                 key, ep, (int)getpid()));
+    redisFree(c);
+    manta_actor *sa = NULL;
+    assert_int_equal(manta_actor_lookup(m, "spy", &sa), 0);
+    assert_int_equal(manta_cast(m, sa, "hello", NULL, 0), 0);
+    manta_poll(m, 50); /* let the cast go out */
+    zmq_msg_t rid;
+    zmq_msg_init(&rid);
+    assert_true(zmq_msg_recv(&rid, spy, 0) > 0);
+    fprintf(stderr, "the spy saw routing id %.*s\n", (int)zmq_msg_size(&rid),
+            (const char *)zmq_msg_data(&rid));
+    /* a slow call to the victim, and the spy connects to it with that id */
+    int ms = 400;
+    manta_future *f = manta_call(m, a, "sleep", &ms, sizeof ms);
+    void *s = zmq_socket(z, ZMQ_DEALER);
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_ROUTING_ID, zmq_msg_data(&rid), zmq_msg_size(&rid));
+    zmq_msg_close(&rid);
+    assert_int_equal(zmq_connect(s, info.endpoint), 0);
+    unsigned char env[128];
+    size_t n = pack_call(env, sizeof env, "zzz", NULL, 0, 0);
+    assert_int_equal(zmq_send(s, env, n, 0), (int)n);
+    const void *d;
+    size_t dl;
+    int rc = manta_get(f, 5000, &d, &dl);
+    if (rc) fprintf(stderr, "slow call: %s: %s\n", manta_strerror(rc), manta_future_error(f));
+    assert_int_equal(rc, 0);
+    manta_future_free(f);
+    zmq_msg_t r;
+    zmq_msg_init(&r);
+    rcvtimeo = 200;
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &rcvtimeo, sizeof rcvtimeo);
+    int stolen = 0;
+    while (zmq_msg_recv(&r, s, 0) >= 0) {
+        const unsigned char *b = zmq_msg_data(&r);
+        if (zmq_msg_size(&r) > 2 && b[0] == 0x96 && b[2] == 2) stolen = 1;
+    }
+    zmq_msg_close(&r);
+    assert_false(stolen);
+    zmq_close(s);
+    zmq_close(spy);
+    zmq_ctx_term(z);
+    assert_serves(m, a);
+    manta_shutdown(m);
+}
+
+/* A node agent or actor whose name is not a plain name ("../x" would make
+ * keys and, for an actor, a log file path) refuses to start (exit 3)
+ * instead of registering under it. */
+static void test_role_name_checked(void **unused)
+{
+    char job[48];
+    snprintf(job, sizeof job, "lim%d-role", (int)getpid());
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("MANTA_ROLE", "node", 1);
+        setenv("MANTA_NAME", "../evil", 1);
+        setenv("MANTA_JOB", job, 1);
+        setenv("MANTA_REDIS", redis.url, 1);
+        setenv("MANTA_CURVE", "off", 1);
+        execl("/proc/self/exe", "test_limits", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    double t0 = test_now();
+    while (waitpid(pid, &status, WNOHANG) == 0 && test_now() - t0 < 5) usleep(20000);
+    if (test_now() - t0 >= 5) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        fail_msg("a node agent named '../evil' still ran after 5 s");
+    }
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 3);
+    char pattern[96];
+    snprintf(pattern, sizeof pattern, "manta:%s:*", job);
+    assert_int_equal(test_redis_count(&redis, pattern), 0);
+}
+
 /* ---- 2. hostile spawn requests to a node agent ---- */
 
 static void test_hostile_spawn(void **unused)
@@ -583,7 +692,8 @@ int main(void)
     test_redis_start(&redis);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_oversized_message),   cmocka_unit_test(test_huge_frame_header),
-        cmocka_unit_test(test_routing_id_takeover), cmocka_unit_test(test_hostile_spawn),
+        cmocka_unit_test(test_routing_id_takeover), cmocka_unit_test(test_routing_id_per_callee),
+        cmocka_unit_test(test_role_name_checked),   cmocka_unit_test(test_hostile_spawn),
         cmocka_unit_test(test_run_folder_checked),  cmocka_unit_test(test_redis_password_hidden),
     };
     if (getenv("TEST_FILTER")) cmocka_set_test_filter(getenv("TEST_FILTER"));
