@@ -134,6 +134,8 @@ typedef struct ctl_state {
     char train_path[512], heldout_path[512], demos_path[512];
     rl_model_spec ms;         /* the policy (read here to fail the job early on a bad folder) */
     char checkpoint[700];     /* the folder the learner saved the final model in, or "" */
+    rl_text *text;            /* the policy's text, for answers in logs (made on first use) */
+    FILE *eval_out;           /* RUN_DIR/eval_final.jsonl while the final evaluation runs */
     char checkpoint_err[256]; /* why it did not, or "" */
     /* data */
     problem *train, *heldout;
@@ -494,6 +496,8 @@ static void ctl_fini(manta_ctx *m, void *state)
         rl_log(m, "controller: stopped during the run: summary.json says interrupted");
         write_summary(s, "interrupted");
     }
+    rl_text_free(s->text);
+    if (s->eval_out) fclose(s->eval_out);
     for (int i = 0; i < s->n_train; i++) free(s->train[i].text), free(s->train[i].answer);
     for (int i = 0; i < s->n_heldout; i++) free(s->heldout[i].text), free(s->heldout[i].answer);
     free(s->train), free(s->heldout);
@@ -907,6 +911,24 @@ static int choose_episodes(ctl_state *s, int64_t want, int64_t *out)
     return n;
 }
 
+/* One line of RUN_DIR/eval_final.jsonl (open_eval_out). */
+static void write_eval_answer(ctl_state *s, int prompt, const rl_traj *t)
+{
+    char ans[1024];
+    rl_text_answer(s->text, t, ans, sizeof ans);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "prompt", s->heldout[prompt].text);
+    cJSON_AddStringToObject(j, "reference", s->heldout[prompt].answer);
+    cJSON_AddStringToObject(j, "answer", ans);
+    cJSON_AddNumberToObject(j, "reward", t->reward);
+    cJSON_AddStringToObject(j, "status", t->status == RL_EP_OK ? "ok" : "error");
+    cJSON_AddNumberToObject(j, "tool_calls", t->tool_calls);
+    char *line = cJSON_PrintUnformatted(j);
+    if (line) fprintf(s->eval_out, "%s\n", line);
+    free(line);
+    cJSON_Delete(j);
+}
+
 static int ctl_admit(manta_req *req, void *state, const void *arg, size_t len)
 {
     ctl_state *s = state;
@@ -973,12 +995,17 @@ static int ctl_submit(manta_req *req, void *state, const void *arg, size_t len)
     int gen = rl_traj_trained_tokens(&t);
     s->gen_tokens += gen, s->v_gen_tokens += gen;
     if (e->group < 0) { /* evaluation */
+        if (!s->text && rl_text_new(&s->ms, &s->text)) s->text = NULL;
         if (e->state == EP_EVAL && t.reward < 0.5f && s->eval_logged++ < 4) {
             char txt[512];
-            rl_traj_render(&t, txt, sizeof txt);
+            if (s->text)
+                rl_text_render(s->text, &t, txt, sizeof txt);
+            else
+                rl_traj_render(&t, txt, sizeof txt);
             rl_log(s->m, "eval sample (reward %.0f, ref %s): %s", t.reward,
                    s->heldout[e->prompt].answer, txt);
         }
+        if (e->state == EP_EVAL && s->eval_out && s->text) write_eval_answer(s, e->prompt, &t);
         if (e->state == EP_EVAL) {
             e->state = EP_EVAL_DONE;
             if (++s->eval_done >= s->eval_total) schedule(s, 0);
@@ -1694,6 +1721,17 @@ static void finish_run(ctl_state *s)
     free(txt);
 }
 
+/* The final evaluation writes one line per held-out problem to
+ * RUN_DIR/eval_final.jsonl: {"prompt", "reference", "answer", "reward",
+ * "status", "tool_calls"}, the answer as the policy wrote it (greedy). */
+static void open_eval_out(ctl_state *s)
+{
+    char path[800];
+    snprintf(path, sizeof path, "%s/eval_final.jsonl", s->run_dir);
+    s->eval_out = fopen(path, "w");
+    if (!s->eval_out) rl_log(s->m, "controller: cannot write %s: %s", path, strerror(errno));
+}
+
 /* The final evaluation with the last version (no more training
  * admissions), or the end when there is none. */
 static void end_training(ctl_state *s)
@@ -1707,6 +1745,7 @@ static void end_training(ctl_state *s)
     start_eval(s, s->eval_n);
     s->eval_until = rl_now_s() + 300;
     s->phase = PH_EVAL_FINAL;
+    open_eval_out(s);
 }
 
 static void start_training(ctl_state *s)
@@ -1800,6 +1839,8 @@ static void advance(ctl_state *s)
         s->eval_active = 0;
         s->success_final = eval_success(s);
         write_eval_metric(s, "final", s->success_final);
+        if (s->eval_out) fclose(s->eval_out);
+        s->eval_out = NULL;
         finish_run(s);
         break;
     }

@@ -328,8 +328,10 @@ static const char *const rl_keys[] = {"group_size",
                                       "max_step_failures",
                                       "no_reward_warn_versions",
                                       "dynamic_sampling",
+                                      "micro_batch",
                                       NULL};
-static const char *const task_keys[] = {"train", "heldout", "demos", NULL};
+static const char *const task_keys[] = {"train",  "heldout",         "demos",
+                                        "system", "tools_in_system", NULL};
 static const char *const reward_keys[] = {"rule", "tolerance", "url", NULL};
 static const char *const group_keys[] = {
     "controller", "env_group", "reward_group", "learner_group", "learners", "threads", NULL};
