@@ -130,6 +130,8 @@ typedef struct ctl_state {
     double max_time_s, stop_at;
     double max_missing_s;  /* a group gone (episodes dropped for it) this long fails the run */
     int max_step_failures; /* consecutive learner step failures that fail the run */
+    int step_timeout_ms;   /* a learner call's deadline (rl.step_timeout_s) */
+    char wu_error[300];    /* why the warm-up failed, "" when it did not */
     char learner_group[32];
     char train_path[512], heldout_path[512], demos_path[512];
     rl_model_spec ms;         /* the policy (read here to fail the job early on a bad folder) */
@@ -435,6 +437,7 @@ static int read_settings(ctl_state *s, manta_ctx *m, const void *args, size_t le
     s->stop_at = rl_arg_num(&a, "rl", "stop_at", 2.0, 0, 1e9);
     s->max_missing_s = rl_arg_num(&a, "rl", "max_missing_s", 30, 0, 1e9);
     s->max_step_failures = (int)rl_arg_int(&a, "rl", "max_step_failures", 10, 1, 1 << 30);
+    s->step_timeout_ms = (int)(1000 * rl_arg_num(&a, "rl", "step_timeout_s", 600, 1, 86400));
     rl_arg_str(&a, NULL, "learner_group", s->learner_group, sizeof s->learner_group, "learner");
     s->S = (int)rl_arg_int(&a, NULL, "learners", 0, 0, MAX_LEARNERS);
     char dflt[128];
@@ -994,8 +997,8 @@ static int ctl_submit(manta_req *req, void *state, const void *arg, size_t len)
     s->v_tool_calls += t.tool_calls, s->v_tool_errors += t.tool_errors;
     int gen = rl_traj_trained_tokens(&t);
     s->gen_tokens += gen, s->v_gen_tokens += gen;
-    if (e->group < 0) { /* evaluation */
-        if (!s->text && rl_text_new(&s->ms, &s->text)) s->text = NULL;
+    if (!s->text && rl_text_new(&s->ms, &s->text)) s->text = NULL; /* for the log and answers */
+    if (e->group < 0) {                                            /* evaluation */
         if (e->state == EP_EVAL && t.reward < 0.5f && s->eval_logged++ < 4) {
             char txt[512];
             if (s->text)
@@ -1021,7 +1024,10 @@ static int ctl_submit(manta_req *req, void *state, const void *arg, size_t len)
     }
     if (id % 400 == 0) { /* a sample of what the policy does, for the log */
         char txt[512];
-        rl_traj_render(&t, txt, sizeof txt);
+        if (s->text)
+            rl_text_render(s->text, &t, txt, sizeof txt);
+        else
+            rl_traj_render(&t, txt, sizeof txt);
         rl_log(s->m, "train sample v%lld (reward %.0f, versions %d..%d): %s", (long long)s->version,
                t.reward, rl_traj_min_version(&t), rl_traj_max_version(&t), txt);
     }
@@ -1169,8 +1175,8 @@ static int call_learners(ctl_state *s, const char *method, char **args, size_t *
     if (!f) return rl_fail(MANTA_ENOMEM, "%s: out of memory", method);
     for (int i = 0; i < s->S; i++)
         f[i] = manta_call_timeout(s->m, s->L[i], method, args ? args[i] : "", args ? lens[i] : 0,
-                                  120000);
-    manta_wait(f, (size_t)s->S, (size_t)s->S, 120000);
+                                  s->step_timeout_ms);
+    manta_wait(f, (size_t)s->S, (size_t)s->S, s->step_timeout_ms);
     int rc = 0;
     for (int i = 0; i < s->S; i++) {
         const void *d;
@@ -1270,11 +1276,20 @@ static void warmup(ctl_state *s)
         q[i] = (rl_step_item){s->demos[i].n, s->demos[i].tok, NULL, s->demos[i].mask, 0};
     int limit = w->fixed >= 0 ? w->fixed : w->max_steps;
     rl_step_reply o;
+    int failures = 0;
     for (int t = 1; s->wu_outcome == RL_WARMUP_GO; t++) {
         if (learn_step(s, RL_STEP_SFT, s->warmup_lr, q, s->n_demos, -1, &o)) {
             rl_log(s->m, "warm-up step %d: %s", t, rl_last_error());
-            break;
+            if (++failures >= s->max_step_failures) {
+                snprintf(s->wu_error, sizeof s->wu_error,
+                         "warm-up step failed %d times in a row (rl.max_step_failures): %s",
+                         failures, rl_last_error());
+                break;
+            }
+            t--; /* the same step again */
+            continue;
         }
+        failures = 0;
         s->wu_steps = t, s->wu_loss = o.loss, s->wu_reproduced = o.reproduced;
         s->wu_outcome = rl_warmup_check(w, t, o.loss, o.reproduced);
         if (t % 10 == 1 || s->wu_outcome != RL_WARMUP_GO)
@@ -1282,6 +1297,7 @@ static void warmup(ctl_state *s)
                    o.reproduced);
     }
     free(q);
+    if (s->wu_error[0]) return;
     if (s->wu_outcome == RL_WARMUP_LIMIT)
         warn(s,
              "the warm-up stopped at rl.warmup.max_steps (%d) before the demonstrations were "
@@ -1887,6 +1903,13 @@ static int ctl_run(manta_req *req, void *state, const void *arg, size_t len)
     if (rc) return manta_reply_error(req, rc, "run: %s", rl_last_error());
     s->t_start = rl_now_s();
     warmup(s);
+    if (s->wu_error[0]) {
+        char status[400];
+        snprintf(status, sizeof status, "failed: %s", s->wu_error);
+        s->phase = PH_DONE;
+        write_summary(s, status);
+        return manta_reply_error(req, MANTA_EREMOTE, "run failed: %s", s->wu_error);
+    }
     if (publish_initial(s))
         return manta_reply_error(req, MANTA_EREMOTE, "run: learners could not publish: %s",
                                  rl_last_error());

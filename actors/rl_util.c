@@ -329,6 +329,7 @@ static const char *const rl_keys[] = {"group_size",
                                       "no_reward_warn_versions",
                                       "dynamic_sampling",
                                       "micro_batch",
+                                      "step_timeout_s",
                                       NULL};
 static const char *const task_keys[] = {"train",  "heldout",         "demos",
                                         "system", "tools_in_system", NULL};
