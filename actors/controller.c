@@ -130,10 +130,14 @@ typedef struct ctl_state {
     double max_time_s, stop_at;
     double max_missing_s;  /* a group gone (episodes dropped for it) this long fails the run */
     int max_step_failures; /* consecutive learner step failures that fail the run */
+    int step_timeout_ms;   /* a learner call's deadline (rl.step_timeout_s) */
+    char wu_error[300];    /* why the warm-up failed, "" when it did not */
     char learner_group[32];
     char train_path[512], heldout_path[512], demos_path[512];
     rl_model_spec ms;         /* the policy (read here to fail the job early on a bad folder) */
     char checkpoint[700];     /* the folder the learner saved the final model in, or "" */
+    rl_text *text;            /* the policy's text, for answers in logs (made on first use) */
+    FILE *eval_out;           /* RUN_DIR/eval_final.jsonl while the final evaluation runs */
     char checkpoint_err[256]; /* why it did not, or "" */
     /* data */
     problem *train, *heldout;
@@ -436,6 +440,7 @@ static int read_settings(ctl_state *s, manta_ctx *m, const void *args, size_t le
     s->stop_at = rl_arg_num(&a, "rl", "stop_at", 2.0, 0, 1e9);
     s->max_missing_s = rl_arg_num(&a, "rl", "max_missing_s", 30, 0, 1e9);
     s->max_step_failures = (int)rl_arg_int(&a, "rl", "max_step_failures", 10, 1, 1 << 30);
+    s->step_timeout_ms = (int)(1000 * rl_arg_num(&a, "rl", "step_timeout_s", 600, 1, 86400));
     rl_arg_str(&a, NULL, "learner_group", s->learner_group, sizeof s->learner_group, "learner");
     s->S = (int)rl_arg_int(&a, NULL, "learners", 0, 0, MAX_LEARNERS);
     char dflt[128];
@@ -497,6 +502,8 @@ static void ctl_fini(manta_ctx *m, void *state)
         rl_log(m, "controller: stopped during the run: summary.json says interrupted");
         write_summary(s, "interrupted");
     }
+    rl_text_free(s->text);
+    if (s->eval_out) fclose(s->eval_out);
     for (int i = 0; i < s->n_train; i++) free(s->train[i].text), free(s->train[i].answer);
     for (int i = 0; i < s->n_heldout; i++) free(s->heldout[i].text), free(s->heldout[i].answer);
     free(s->train), free(s->heldout);
@@ -910,6 +917,24 @@ static int choose_episodes(ctl_state *s, int64_t want, int64_t *out)
     return n;
 }
 
+/* One line of RUN_DIR/eval_final.jsonl (open_eval_out). */
+static void write_eval_answer(ctl_state *s, int prompt, const rl_traj *t)
+{
+    char ans[1024];
+    rl_text_answer(s->text, t, ans, sizeof ans);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "prompt", s->heldout[prompt].text);
+    cJSON_AddStringToObject(j, "reference", s->heldout[prompt].answer);
+    cJSON_AddStringToObject(j, "answer", ans);
+    cJSON_AddNumberToObject(j, "reward", t->reward);
+    cJSON_AddStringToObject(j, "status", t->status == RL_EP_OK ? "ok" : "error");
+    cJSON_AddNumberToObject(j, "tool_calls", t->tool_calls);
+    char *line = cJSON_PrintUnformatted(j);
+    if (line) fprintf(s->eval_out, "%s\n", line);
+    free(line);
+    cJSON_Delete(j);
+}
+
 static int ctl_admit(manta_req *req, void *state, const void *arg, size_t len)
 {
     ctl_state *s = state;
@@ -975,13 +1000,18 @@ static int ctl_submit(manta_req *req, void *state, const void *arg, size_t len)
     s->v_tool_calls += t.tool_calls, s->v_tool_errors += t.tool_errors;
     int gen = rl_traj_trained_tokens(&t);
     s->gen_tokens += gen, s->v_gen_tokens += gen;
-    if (e->group < 0) { /* evaluation */
+    if (!s->text && rl_text_new(&s->ms, &s->text)) s->text = NULL; /* for the log and answers */
+    if (e->group < 0) {                                            /* evaluation */
         if (e->state == EP_EVAL && t.reward < 0.5f && s->eval_logged++ < 4) {
             char txt[512];
-            rl_traj_render(&t, txt, sizeof txt);
+            if (s->text)
+                rl_text_render(s->text, &t, txt, sizeof txt);
+            else
+                rl_traj_render(&t, txt, sizeof txt);
             rl_log(s->m, "eval sample (reward %.0f, ref %s): %s", t.reward,
                    s->heldout[e->prompt].answer, txt);
         }
+        if (e->state == EP_EVAL && s->eval_out && s->text) write_eval_answer(s, e->prompt, &t);
         if (e->state == EP_EVAL) {
             e->state = EP_EVAL_DONE;
             if (++s->eval_done >= s->eval_total) schedule(s, 0);
@@ -997,7 +1027,10 @@ static int ctl_submit(manta_req *req, void *state, const void *arg, size_t len)
     }
     if (id % 400 == 0) { /* a sample of what the policy does, for the log */
         char txt[512];
-        rl_traj_render(&t, txt, sizeof txt);
+        if (s->text)
+            rl_text_render(s->text, &t, txt, sizeof txt);
+        else
+            rl_traj_render(&t, txt, sizeof txt);
         rl_log(s->m, "train sample v%lld (reward %.0f, versions %d..%d): %s", (long long)s->version,
                t.reward, rl_traj_min_version(&t), rl_traj_max_version(&t), txt);
     }
@@ -1145,8 +1178,8 @@ static int call_learners(ctl_state *s, const char *method, char **args, size_t *
     if (!f) return rl_fail(MANTA_ENOMEM, "%s: out of memory", method);
     for (int i = 0; i < s->S; i++)
         f[i] = manta_call_timeout(s->m, s->L[i], method, args ? args[i] : "", args ? lens[i] : 0,
-                                  120000);
-    manta_wait(f, (size_t)s->S, (size_t)s->S, 120000);
+                                  s->step_timeout_ms);
+    manta_wait(f, (size_t)s->S, (size_t)s->S, s->step_timeout_ms);
     int rc = 0;
     for (int i = 0; i < s->S; i++) {
         const void *d;
@@ -1246,11 +1279,20 @@ static void warmup(ctl_state *s)
         q[i] = (rl_step_item){s->demos[i].n, s->demos[i].tok, NULL, s->demos[i].mask, 0};
     int limit = w->fixed >= 0 ? w->fixed : w->max_steps;
     rl_step_reply o;
+    int failures = 0;
     for (int t = 1; s->wu_outcome == RL_WARMUP_GO; t++) {
         if (learn_step(s, RL_STEP_SFT, s->warmup_lr, q, s->n_demos, -1, &o)) {
             rl_log(s->m, "warm-up step %d: %s", t, rl_last_error());
-            break;
+            if (++failures >= s->max_step_failures) {
+                snprintf(s->wu_error, sizeof s->wu_error,
+                         "warm-up step failed %d times in a row (rl.max_step_failures): %s",
+                         failures, rl_last_error());
+                break;
+            }
+            t--; /* the same step again */
+            continue;
         }
+        failures = 0;
         s->wu_steps = t, s->wu_loss = o.loss, s->wu_reproduced = o.reproduced;
         s->wu_outcome = rl_warmup_check(w, t, o.loss, o.reproduced);
         if (t % 10 == 1 || s->wu_outcome != RL_WARMUP_GO)
@@ -1258,6 +1300,7 @@ static void warmup(ctl_state *s)
                    o.reproduced);
     }
     free(q);
+    if (s->wu_error[0]) return;
     if (s->wu_outcome == RL_WARMUP_LIMIT)
         warn(s,
              "the warm-up stopped at rl.warmup.max_steps (%d) before the demonstrations were "
@@ -1697,6 +1740,17 @@ static void finish_run(ctl_state *s)
     free(txt);
 }
 
+/* The final evaluation writes one line per held-out problem to
+ * RUN_DIR/eval_final.jsonl: {"prompt", "reference", "answer", "reward",
+ * "status", "tool_calls"}, the answer as the policy wrote it (greedy). */
+static void open_eval_out(ctl_state *s)
+{
+    char path[800];
+    snprintf(path, sizeof path, "%s/eval_final.jsonl", s->run_dir);
+    s->eval_out = fopen(path, "w");
+    if (!s->eval_out) rl_log(s->m, "controller: cannot write %s: %s", path, strerror(errno));
+}
+
 /* The final evaluation with the last version (no more training
  * admissions), or the end when there is none. */
 static void end_training(ctl_state *s)
@@ -1710,6 +1764,7 @@ static void end_training(ctl_state *s)
     start_eval(s, s->eval_n);
     s->eval_until = rl_now_s() + 300;
     s->phase = PH_EVAL_FINAL;
+    open_eval_out(s);
 }
 
 static void start_training(ctl_state *s)
@@ -1803,6 +1858,8 @@ static void advance(ctl_state *s)
         s->eval_active = 0;
         s->success_final = eval_success(s);
         write_eval_metric(s, "final", s->success_final);
+        if (s->eval_out) fclose(s->eval_out);
+        s->eval_out = NULL;
         finish_run(s);
         break;
     }
@@ -1849,6 +1906,13 @@ static int ctl_run(manta_req *req, void *state, const void *arg, size_t len)
     if (rc) return manta_reply_error(req, rc, "run: %s", rl_last_error());
     s->t_start = rl_now_s();
     warmup(s);
+    if (s->wu_error[0]) {
+        char status[400];
+        snprintf(status, sizeof status, "failed: %s", s->wu_error);
+        s->phase = PH_DONE;
+        write_summary(s, status);
+        return manta_reply_error(req, MANTA_EREMOTE, "run failed: %s", s->wu_error);
+    }
     if (publish_initial(s))
         return manta_reply_error(req, MANTA_EREMOTE, "run: learners could not publish: %s",
                                  rl_last_error());

@@ -56,6 +56,7 @@ typedef struct learner_state {
     mk_model *model;
     rl_model_spec ms;
     int max_batch, block;
+    int micro; /* sequences per forward/backward (rl.micro_batch; max_batch when 0) */
     int rank, world;
     size_t n_params, off, len;
     float *params;  /* full vector, host */
@@ -86,6 +87,8 @@ static int read_settings(learner_state *s, manta_ctx *m, const void *args, size_
     int64_t demos = rl_arg_int(&a, "rl", "warmup_batch", 64, 1, 1 << 24);
     if (demos > batch) batch = demos;
     s->max_batch = (int)((batch + s->world - 1) / s->world);
+    s->micro = (int)rl_arg_int(&a, "rl", "micro_batch", 0, 0, 1 << 24);
+    if (s->micro == 0 || s->micro > s->max_batch) s->micro = s->max_batch;
     s->opt.lr = (float)rl_arg_num(&a, "rl", "lr", 1e-3, 0, 1e3);
     s->opt.beta1 = (float)rl_arg_num(&a, "rl", "beta1", 0.9, 0, 1);
     s->opt.beta2 = (float)rl_arg_num(&a, "rl", "beta2", 0.99, 0, 1);
@@ -128,7 +131,7 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
     s->bucket_elems = (size_t)(bucket_mb * (1 << 20) / sizeof(float));
     if (s->bucket_elems < 1024) s->bucket_elems = 1024; /* tiny buckets only cost round trips */
     s->block = s->ms.max_seq;
-    if ((rc = rl_model_open(&s->ms, s->max_batch, s->block, 0, &s->model))) {
+    if ((rc = rl_model_open(&s->ms, s->micro, s->block, 0, &s->model))) {
         rl_log(m, "learner: %s", rl_last_error());
         return rc;
     }
@@ -152,9 +155,11 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
     mk_model_read_params(s->model, s->params, 0, s->n_params);
     mark_decay(s);
     char what[600];
-    rl_log(m, "learner %d/%d: %s, %zu params, slice [%zu, %zu), batch %d x %d, checkpoints %s",
+    rl_log(m,
+           "learner %d/%d: %s, %zu params, slice [%zu, %zu), batch %d x %d in micro-batches of "
+           "%d, checkpoints %s",
            s->rank, s->world, rl_model_describe(&s->ms, what, sizeof what), s->n_params, s->off,
-           s->off + s->len, s->max_batch, s->block, rl_dtype_name(s->ms.dtype));
+           s->off + s->len, s->max_batch, s->block, s->micro, rl_dtype_name(s->ms.dtype));
     return 0;
 }
 
@@ -245,52 +250,65 @@ static int load_batch(learner_state *s, const rl_step_req *r, int *T)
 
 #define N_ST 9 /* tokens, loss, pg, kl, clip, entropy, ratio, reproduced, sequences */
 
-/* Warm-up: how many of the B sequences greedy decoding reproduces before
- * the update (every loss token has probability > 1/2 under teacher forcing,
- * so it is the argmax), and how many have loss tokens, into st[7], st[8].
- * The behaviour log-probs are unused in this mode: blp is the scratch. */
-static int count_reproduced(learner_state *s, int B, int T, float st[N_ST])
+/* Warm-up: how many of the B sequences at row b0 greedy decoding
+ * reproduces before the update (every loss token has probability > 1/2
+ * under teacher forcing, so it is the argmax), and how many have loss
+ * tokens, into st[7], st[8]. The behaviour log-probs are unused in this
+ * mode: blp is the scratch. */
+static int count_reproduced(learner_state *s, int b0, int B, int T, float st[N_ST])
 {
-    if (mk_logprobs(s->model, s->y, s->blp, NULL)) return -1;
+    float *lp = s->blp + (size_t)b0 * T;
+    const float *mask = s->mask + (size_t)b0 * T;
+    if (mk_logprobs(s->model, s->y + (size_t)b0 * T, lp, NULL)) return -1;
     for (int b = 0; b < B; b++) {
         int any = 0, all = 1;
         for (int t = 0; t < T; t++) {
             size_t k = (size_t)b * T + t;
-            if (s->mask[k] == 0) continue;
+            if (mask[k] == 0) continue;
             any = 1;
-            if (s->blp[k] <= -0.69314718f) all = 0; /* p <= 1/2 */
+            if (lp[k] <= -0.69314718f) all = 0; /* p <= 1/2 */
         }
         st[7] += (float)(any && all), st[8] += (float)any;
     }
-    memset(s->blp, 0, (size_t)B * T * sizeof *s->blp);
+    memset(lp, 0, (size_t)B * T * sizeof *lp);
     return 0;
 }
 
 /* Step 1: forward, loss (clipped surrogate, or cross-entropy for the
- * warm-up) and backward over the B local sequences; st gets the token count
- * and the token-weighted statistics (loss, pg, kl, clip, entropy, ratio),
- * and for the warm-up the sequences reproduced and counted. */
+ * warm-up) and backward over the B local sequences, in micro-batches of
+ * s->micro sequences whose gradients add up (each scaled by its share of
+ * the loss tokens, so the sum is the mean over the B sequences); st gets the
+ * token count and the token-weighted statistics (loss, pg, kl, clip,
+ * entropy, ratio), and for the warm-up the sequences reproduced and counted. */
 static int local_pass(learner_state *s, int mode, int B, int T, float st[N_ST])
 {
     memset(st, 0, N_ST * sizeof *st);
     mk_zero_grad(s->model);
-    if (B == 0) return 0;
-    mk_ppo_stats ps = {0};
-    int rc = mk_forward(s->model, s->x, B, T);
-    if (!rc && mode == RL_STEP_SFT) {
-        float loss = 0, n = 0;
-        for (int i = 0; i < B * T; i++) n += s->mask[i];
-        rc = count_reproduced(s, B, T, st);
-        if (!rc) rc = mk_loss_ce(s->model, s->y, s->mask, &loss);
-        ps.loss = ps.pg_loss = loss, ps.n_tokens = n;
-    } else if (!rc) {
-        rc = mk_loss_ppo(s->model, s->y, s->blp, s->adv, s->mask, &s->ppo, &ps);
+    float total = 0;
+    for (size_t i = 0; i < (size_t)B * T; i++) total += s->mask[i];
+    int rc = 0;
+    for (int b0 = 0; !rc && b0 < B; b0 += s->micro) {
+        int nb = B - b0 < s->micro ? B - b0 : s->micro;
+        size_t o = (size_t)b0 * T;
+        float n = 0;
+        for (size_t i = 0; i < (size_t)nb * T; i++) n += s->mask[o + i];
+        if (n == 0) continue; /* no loss tokens: no gradient, nothing to count */
+        mk_ppo_stats ps = {0};
+        rc = mk_forward(s->model, s->x + o, nb, T);
+        if (!rc && mode == RL_STEP_SFT) {
+            float loss = 0;
+            rc = count_reproduced(s, b0, nb, T, st);
+            if (!rc) rc = mk_loss_ce(s->model, s->y + o, s->mask + o, &loss);
+            ps.loss = ps.pg_loss = loss, ps.n_tokens = n;
+        } else if (!rc) {
+            rc = mk_loss_ppo(s->model, s->y + o, s->blp + o, s->adv + o, s->mask + o, &s->ppo, &ps);
+        }
+        if (!rc) rc = mk_loss_scale(s->model, n / total);
+        if (!rc) rc = mk_backward(s->model);
+        st[0] += n, st[1] += ps.loss * n, st[2] += ps.pg_loss * n, st[3] += ps.approx_kl * n;
+        st[4] += ps.clip_frac * n, st[5] += ps.entropy * n, st[6] += ps.mean_ratio * n;
     }
-    if (!rc) rc = mk_backward(s->model);
     if (rc) return rl_fail(MANTA_EINVAL, "kernels: %s", mk_last_error());
-    float n = ps.n_tokens;
-    st[0] = n, st[1] = ps.loss * n, st[2] = ps.pg_loss * n, st[3] = ps.approx_kl * n;
-    st[4] = ps.clip_frac * n, st[5] = ps.entropy * n, st[6] = ps.mean_ratio * n;
     return 0;
 }
 

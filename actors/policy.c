@@ -79,8 +79,38 @@ static mk_dtype folder_dtype(const char *config)
     return dt;
 }
 
+/* Whether path is a regular file that starts with GGUF's magic. */
+static int is_gguf_file(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    FILE *f = fopen(path, "rb");
+    char magic[4] = {0};
+    size_t n = f ? fread(magic, 1, 4, f) : 0;
+    if (f) fclose(f);
+    return n == 4 && !memcmp(magic, "GGUF", 4);
+}
+
+/* model.path naming a GGUF file: its llama.* metadata is the config. The
+ * weights are dequantised to F32 on load, and checkpoints are F32 folders
+ * (a quantised file's values are exact in F32; BF16 would round them). */
+static void read_gguf(rl_args *a, rl_model_spec *ms)
+{
+    ms->gguf = 1;
+    if (mk_read_gguf_config(&ms->cfg, ms->path) != MK_OK) {
+        rl_arg_error(a, "model", "path", "%s", mk_last_error());
+        return;
+    }
+    ms->dtype = MK_F32;
+}
+
+int rl_tok_load(const char *path, mtok **out)
+{
+    return is_gguf_file(path) ? mtok_load_gguf(path, out) : mtok_load(path, out);
+}
+
 /* model.path: a folder with an acceptable config.json whose vocabulary
- * holds the task's tokens. */
+ * holds the task's tokens, or a GGUF file. */
 static void read_folder(rl_args *a, rl_model_spec *ms)
 {
     for (int i = 0; inline_keys[i]; i++)
@@ -95,10 +125,14 @@ static void read_folder(rl_args *a, rl_model_spec *ms)
         rl_arg_error(a, "model", "path", "%s: %s", ms->path, strerror(errno));
         return;
     }
+    if (is_gguf_file(ms->path)) {
+        read_gguf(a, ms);
+        return;
+    }
     if (!S_ISDIR(st.st_mode)) {
         rl_arg_error(a, "model", "path",
-                     "%s: not a folder (a Hugging Face model folder holds config.json and "
-                     "model.safetensors)",
+                     "%s: neither a folder (a Hugging Face model folder holds config.json and "
+                     "model.safetensors) nor a GGUF file",
                      ms->path);
         return;
     }
@@ -173,7 +207,9 @@ static void read_tokenizer(rl_args *a, rl_model_spec *ms)
     rl_arg_str(a, "model", "tokenizer", name, sizeof name, "auto");
     if (a->rc) return;
     ms->tokenizer[0] = 0;
-    if (!strcmp(name, "auto")) {
+    if (!strcmp(name, "auto") && ms->gguf) {
+        snprintf(ms->tokenizer, sizeof ms->tokenizer, "%s", ms->path); /* its own tokenizer */
+    } else if (!strcmp(name, "auto")) {
         char guess[600];
         snprintf(guess, sizeof guess, "%s/tokenizer.json", ms->path);
         if (ms->path[0] && access(guess, R_OK) == 0)
@@ -195,7 +231,7 @@ static void read_tokenizer(rl_args *a, rl_model_spec *ms)
         return;
     }
     mtok *t;
-    if (mtok_load(ms->tokenizer, &t) != 0) {
+    if (rl_tok_load(ms->tokenizer, &t) != 0) {
         rl_arg_error(a, "model", "tokenizer", "%s", mtok_last_error());
         return;
     }
@@ -203,8 +239,8 @@ static void read_tokenizer(rl_args *a, rl_model_spec *ms)
     if (!ms->path[0]) ms->cfg.vocab_size = (int)v; /* a fresh model fits its tokenizer */
     if (v > (size_t)ms->cfg.vocab_size)
         rl_arg_error(a, "model", "tokenizer",
-                     "%s: %zu token ids do not fit the model's vocab_size %d (%s/config.json)",
-                     ms->tokenizer, v, ms->cfg.vocab_size, ms->path);
+                     "%s: %zu token ids do not fit the model's vocab_size %d (%s%s)", ms->tokenizer,
+                     v, ms->cfg.vocab_size, ms->path, ms->gguf ? "" : "/config.json");
     ms->vocab = (int32_t)v;
     if (!a->rc) read_chat_format(a, ms, t);
     mtok_free(t);
@@ -270,7 +306,7 @@ void rl_model_read(rl_args *a, rl_model_spec *ms)
     memset(ms, 0, sizeof *ms);
     rl_arg_str(a, "model", "path", ms->path, sizeof ms->path, "");
     if (rl_arg_get(a, "model", "path") && !ms->path[0] && !a->rc)
-        rl_arg_error(a, "model", "path", "empty (a Hugging Face model folder)");
+        rl_arg_error(a, "model", "path", "empty (a Hugging Face model folder or a GGUF file)");
     if (ms->path[0])
         read_folder(a, ms);
     else
@@ -278,6 +314,17 @@ void rl_model_read(rl_args *a, rl_model_spec *ms)
     if (a->rc) return;
     read_tokenizer(a, ms);
     if (ms->tokenizer[0]) read_tools(a, ms);
+    rl_arg_str(a, "task", "system", ms->system, sizeof ms->system, "");
+    ms->tools_in_system = 1;
+    const msgpack_object *tis = rl_arg_get(a, "task", "tools_in_system");
+    if (tis && tis->type == MSGPACK_OBJECT_BOOLEAN)
+        ms->tools_in_system = tis->via.boolean;
+    else if (tis && !a->rc)
+        rl_arg_error(a, "task", "tools_in_system", "expected true or false");
+    if (!a->rc && ms->system[0] && !ms->tokenizer[0])
+        rl_arg_error(a, "task", "system",
+                     "needs a tokenizer and chat format (model.tokenizer is bytes, which has no "
+                     "system message)");
     if (a->rc) return;
     int block = ms->cfg.block_size;
     ms->context =
@@ -290,7 +337,9 @@ int rl_model_open(const rl_model_spec *ms, int max_batch, int max_seq, unsigned 
 {
     *out = NULL;
     int rc;
-    if (ms->path[0]) {
+    if (ms->gguf) {
+        rc = mk_load_gguf_ex(out, ms->path, max_batch, max_seq, NULL, flags);
+    } else if (ms->path[0]) {
         rc = mk_load_dir_ex(out, ms->path, max_batch, max_seq, NULL, flags);
     } else {
         rc = mk_model_new_ex(out, &ms->cfg, max_batch, max_seq, NULL, flags);
@@ -301,6 +350,70 @@ int rl_model_open(const rl_model_spec *ms, int max_batch, int max_seq, unsigned 
                    ms->path[0] ? ".path " : "", ms->path, mk_last_error());
 }
 
+/* Writes text to dir/name through a temporary file renamed into place. */
+static int write_text(const char *dir, const char *name, const char *text)
+{
+    char path[1200], tmp[1216];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    size_t n = strlen(text);
+    int ok = f && fwrite(text, 1, n, f) == n;
+    if (f && fclose(f) != 0) ok = 0;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return rl_fail(MANTA_ESYS, "cannot write %s: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+/* A GGUF model's tokenizer beside its weights, as a Hugging Face folder
+ * has it: tokenizer.json (what mtok_load_gguf builds from the file),
+ * tokenizer_config.json with the special tokens and the chat template the
+ * policy was trained with (the task's system message its default), and
+ * generation_config.json, so that AutoTokenizer and apply_chat_template give
+ * the ids the rollouts saw. */
+static int save_gguf_tokenizer(const rl_model_spec *ms, const char *dir)
+{
+    char *json = NULL, *tmpl = NULL, *cfg = NULL, *gen = NULL;
+    int64_t bos, eos, pad;
+    mtok *t = NULL;
+    int rc = mtok_gguf_tokenizer_json(ms->path, &json, NULL) ||
+                     mtok_gguf_special_ids(ms->path, &bos, &eos, &pad) ||
+                     mtok_load_gguf(ms->path, &t)
+                 ? rl_fail(MANTA_EINVAL, "%s: %s", ms->path, mtok_last_error())
+                 : 0;
+    if (!rc && ms->chat_format == MTOK_CHAT_CHATML &&
+        mtok_chat_template_jinja(MTOK_CHAT_CHATML, ms->system[0] ? ms->system : NULL, &tmpl))
+        rc = rl_fail(MANTA_EINVAL, "chat template: %s", mtok_last_error());
+    if (!rc) rc = write_text(dir, "tokenizer.json", json);
+    cJSON *c = rc ? NULL : cJSON_CreateObject(), *g = rc ? NULL : cJSON_CreateObject();
+    if (!rc) {
+        const char *names[3] = {"bos_token", "eos_token", "pad_token"};
+        const int64_t ids[3] = {bos, eos, pad};
+        cJSON_AddStringToObject(c, "tokenizer_class", "PreTrainedTokenizerFast");
+        for (int i = 0; i < 3; i++) {
+            const char *tok = ids[i] >= 0 ? mtok_token_str(t, (int32_t)ids[i]) : NULL;
+            if (tok) cJSON_AddStringToObject(c, names[i], tok);
+        }
+        cJSON_AddNumberToObject(c, "model_max_length", ms->cfg.block_size);
+        cJSON_AddBoolToObject(c, "clean_up_tokenization_spaces", 0);
+        if (tmpl) cJSON_AddStringToObject(c, "chat_template", tmpl);
+        if (bos >= 0) cJSON_AddNumberToObject(g, "bos_token_id", (double)bos);
+        if (eos >= 0) cJSON_AddNumberToObject(g, "eos_token_id", (double)eos);
+        if (pad >= 0) cJSON_AddNumberToObject(g, "pad_token_id", (double)pad);
+        cfg = cJSON_Print(c), gen = cJSON_Print(g);
+        if (!cfg || !gen) rc = rl_fail(MANTA_ENOMEM, "out of memory for tokenizer_config.json");
+    }
+    if (!rc) rc = write_text(dir, "tokenizer_config.json", cfg);
+    if (!rc) rc = write_text(dir, "generation_config.json", gen);
+    cJSON_Delete(c), cJSON_Delete(g);
+    free(json), free(tmpl), free(cfg), free(gen);
+    mtok_free(t);
+    return rc;
+}
+
 int rl_model_save(const rl_model_spec *ms, const mk_model *m, const char *dir)
 {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
@@ -309,7 +422,9 @@ int rl_model_save(const rl_model_spec *ms, const mk_model *m, const char *dir)
     size_t bytes = mk_model_num_params(m) * width;
     if (mk_save_dir(m, dir, ms->dtype, bytes > SHARD_BYTES ? SHARD_BYTES : 0) != MK_OK)
         return rl_fail(MANTA_ESYS, "%s", mk_last_error());
-    return 0;
+    return ms->gguf && ms->tokenizer[0] && !strcmp(ms->tokenizer, ms->path)
+               ? save_gguf_tokenizer(ms, dir)
+               : 0;
 }
 
 const char *rl_model_describe(const rl_model_spec *ms, char *out, size_t cap)

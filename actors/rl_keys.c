@@ -35,12 +35,13 @@
  * fresh GPT-2 (n_layer ... seed); the two are exclusive. */
 static const manta_spec_key model_keys[] = {
     {"path", S, 0, 0, NULL,
-     "a Hugging Face model folder (config.json and safetensors) to start from; exclusive with "
-     "n_layer, n_head, n_embd, block_size and seed",
+     "a Hugging Face model folder (config.json and safetensors) or a GGUF file (llama "
+     "architecture; F32, F16, BF16, Q8_0, Q4_0, Q4_1, dequantised to F32) to start from; "
+     "exclusive with n_layer, n_head, n_embd, block_size and seed",
      NULL, NULL, 0},
     {"tokenizer", S, 0, 0, "auto",
-     "bytes (the byte-level vocabulary), a tokenizer.json path, or auto (the folder's "
-     "tokenizer.json when it has one, else bytes)",
+     "bytes (the byte-level vocabulary), a tokenizer.json or GGUF path, or auto (a GGUF file's "
+     "own tokenizer; the folder's tokenizer.json when it has one; else bytes)",
      NULL, NULL, 0},
     {"chat_format", S, 0, 0, "auto",
      "the chat template of a tokenizer: auto (from its special tokens), chatml or llama3", NULL,
@@ -135,6 +136,13 @@ static const manta_spec_key rl_keys[] = {
      "how long episodes may be dropped for \"no reward actor\" or \"no env actor\" with no actor "
      "of that group at work before the run fails naming the group",
      NULL, NULL, 0},
+    {"micro_batch", I, 0, 1 << 24, "0",
+     "sequences per forward/backward pass in a learner shard; their gradients add up to the "
+     "batch's (0: the shard's whole batch at once)",
+     NULL, NULL, 0},
+    {"step_timeout_s", N, 1, 86400, "600",
+     "deadline of one learner step (warm-up or RL); a step past it counts as failed", NULL, NULL,
+     0},
     {"max_step_failures", I, 1, 1 << 30, "10",
      "stop after this many failed training steps in a "
      "row",
@@ -151,6 +159,14 @@ static const manta_spec_key task_keys[] = {
     {"demos", S, 0, 0, NULL,
      "demonstrations for the warm-up: {prompt, segments: [[policy|tool, text] ...]} a line", NULL,
      NULL, 0},
+    {"system", S, 0, 0, NULL,
+     "the system message of every conversation (needs a tokenizer and chat format); none: the "
+     "template's default",
+     NULL, NULL, 0},
+    {"tools_in_system", B, 0, 0, "true",
+     "the chat template lists the tools' definitions in the system message (ChatML: Qwen2.5's "
+     "tool block); false leaves them out (task.system then says how to call)",
+     NULL, NULL, 0},
     END};
 
 /* How an answer is scored (reward.c). */

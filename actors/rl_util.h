@@ -135,7 +135,8 @@ int rl_args_fail(rl_args *a, const char *fmt, ...) __attribute__((format(printf,
  * must fit the model's (a fresh GPT-2 takes the tokenizer's size) and its
  * special tokens must name a chat format. */
 typedef struct rl_model_spec {
-    char path[512]; /* the folder, or "" for a fresh GPT-2 */
+    char path[512]; /* the folder or .gguf file, or "" for a fresh GPT-2 */
+    int gguf;       /* path is a GGUF file (llama.cpp's format), not a folder */
     mk_config cfg;  /* the folder's config.json, or the inline size */
     mk_dtype dtype; /* the checkpoints' dtype: the folder's, F32 for a fresh model */
     uint64_t seed;  /* fresh model only */
@@ -150,6 +151,8 @@ typedef struct rl_model_spec {
     char tools_json[2048]; /* sections.tools as chat-template tool definitions, "" for none */
     char tool_name[32];    /* the first tool's name and argument: a byte-level */
     char tool_arg[32];     /* demonstration's <call>X</call> becomes {tool_arg: X} */
+    char system[1024];     /* task.system: the system message of every prompt, "" for none */
+    int tools_in_system;   /* task.tools_in_system: the template lists the tools (default 1) */
 } rl_model_spec;
 
 /* Read section "model" into *ms (errors go to a like any setting's). A path
@@ -158,6 +161,10 @@ typedef struct rl_model_spec {
  * task's tokens: RL_VOCAB for bytes, else the tokenizer's); each refusal
  * names the key (model.path, model.tokenizer) and the file. */
 void rl_model_read(rl_args *a, rl_model_spec *ms);
+/* The tokenizer at path: a GGUF file's own (mtok_load_gguf) or a
+ * tokenizer.json (mtok_load); libmanta_tok's codes. */
+struct mtok;
+int rl_tok_load(const char *path, struct mtok **out);
 /* The model of *ms on the CPU back-end with room for max_batch x max_seq
  * training tokens and mk_model_new_ex flags (MK_MODEL_INFER for a rollout,
  * which only decodes: parameters only): loaded from the folder, or created and

@@ -52,6 +52,7 @@ struct rl_text {
     const char *call_close;  /* the string that ends a call's text */
     char tools_json[2048];
     char tool_name[32], tool_arg[32];
+    char system[1024]; /* the system message, "" for the template's default */
 };
 
 /* ---- growing arrays of ids and masks ---- */
@@ -267,7 +268,7 @@ static int mtok_err(int rc, const char *what)
 
 static int mt_open(rl_text *x, const rl_model_spec *ms)
 {
-    int rc = mtok_load(ms->tokenizer, &x->tok);
+    int rc = rl_tok_load(ms->tokenizer, &x->tok);
     if (rc) return mtok_err(rc, "model.tokenizer");
     x->vocab = (int32_t)mtok_vocab_size(x->tok);
     x->fmt = (mtok_chat_format)ms->chat_format;
@@ -278,7 +279,8 @@ static int mt_open(rl_text *x, const rl_model_spec *ms)
     } else {
         x->ends = llama3_ends, x->call_open = NULL, x->call_close = "<|eot_id|>";
     }
-    snprintf(x->tools_json, sizeof x->tools_json, "%s", ms->tools_json);
+    if (ms->tools_in_system) snprintf(x->tools_json, sizeof x->tools_json, "%s", ms->tools_json);
+    snprintf(x->system, sizeof x->system, "%s", ms->system);
     snprintf(x->tool_name, sizeof x->tool_name, "%s", ms->tool_name[0] ? ms->tool_name : "calc");
     snprintf(x->tool_arg, sizeof x->tool_arg, "%s", ms->tool_arg[0] ? ms->tool_arg : "expression");
     return 0;
@@ -304,12 +306,22 @@ static int encode(rl_text *x, const char *s, size_t len, int32_t **ids, size_t *
     return rc ? mtok_err(rc, "encode") : 0;
 }
 
+/* The conversation's opening: the system message when the task gives one,
+ * then the user's prompt. Returns the number of messages written to m. */
+static size_t opening(const rl_text *x, const char *prompt, mtok_message *m)
+{
+    size_t n = 0;
+    if (x->system[0]) m[n++] = (mtok_message){.role = "system", .content = x->system};
+    m[n++] = (mtok_message){.role = "user", .content = prompt};
+    return n;
+}
+
 static int mt_prompt(rl_text *x, const char *prompt, int32_t **ids, size_t *n)
 {
-    mtok_message m = {.role = "user", .content = prompt};
+    mtok_message m[2];
     char *text;
     size_t len;
-    int rc = render(x, &m, 1, 1, &text, &len);
+    int rc = render(x, m, opening(x, prompt, m), 1, &text, &len);
     if (rc) return rc;
     rc = encode(x, text, len, ids, n);
     free(text);
@@ -492,7 +504,7 @@ static int mt_demo(rl_text *x, const char *prompt, const cJSON *segs, int32_t **
                    size_t *n)
 {
     int ns = cJSON_GetArraySize(segs);
-    mtok_message *m = calloc((size_t)ns + 1, sizeof *m);
+    mtok_message *m = calloc((size_t)ns + 2, sizeof *m);
     mtok_tool_call *calls = calloc((size_t)ns + 1, sizeof *calls);
     char **own = calloc(3 * (size_t)ns + 1, sizeof *own);
     idbuf b = {0};
@@ -502,7 +514,7 @@ static int mt_demo(rl_text *x, const char *prompt, const cJSON *segs, int32_t **
     if (!rc) rc = mt_prompt(x, prompt, &ids, &k);
     if (!rc) rc = idbuf_push(&b, ids, k, 0);
     free(ids);
-    if (!rc) m[nm++] = (mtok_message){.role = "user", .content = prompt};
+    if (!rc) nm = opening(x, prompt, m);
     for (int i = 0; !rc && i < ns; i++) {
         const cJSON *seg = cJSON_GetArrayItem(segs, i);
         const cJSON *kind = cJSON_GetArrayItem(seg, 0), *text = cJSON_GetArrayItem(seg, 1);
@@ -597,4 +609,23 @@ int rl_text_demo(rl_text *x, const char *prompt, const cJSON *segs, int32_t **to
                  size_t *n)
 {
     return x->ops->demo(x, prompt, segs, tok, mask, n);
+}
+
+void rl_text_render(rl_text *x, const rl_traj *t, char *out, size_t cap)
+{
+    if (!cap) return;
+    if (x->ops != &mtok_ops) {
+        rl_traj_render(t, out, cap);
+        return;
+    }
+    out[0] = 0;
+    int from = t->n_seg > 1 ? t->seg_start[1] : 0;
+    char *s;
+    size_t len;
+    if (from >= t->n || mtok_decode(x->tok, t->tok + from, (size_t)(t->n - from), 0, &s, &len))
+        return;
+    size_t k = len < cap - 1 ? len : cap - 1;
+    for (size_t i = 0; i < k; i++) out[i] = s[i] == '\n' ? '|' : s[i];
+    out[k] = 0;
+    free(s);
 }

@@ -77,6 +77,10 @@ int rl_text_step(rl_text *x, rl_turn *t, int32_t tok);
 /* The answer the reward rules read: the text of the trajectory's last
  * policy segment without special tokens, trimmed; "" when the last segment
  * is not the policy's. */
+/* The episode after its prompt as text, for a log line: the tokenizer's
+ * decoding with its special tokens, or rl_traj_render for bytes; cut to
+ * cap - 1 bytes. */
+void rl_text_render(rl_text *x, const rl_traj *t, char *out, size_t cap);
 void rl_text_answer(rl_text *x, const rl_traj *t, char *out, size_t cap);
 
 /* A demonstration {"prompt": str, "segments": [["policy"|"tool", text]]}

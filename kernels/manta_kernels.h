@@ -275,6 +275,11 @@ typedef struct mk_ppo_stats {
 int mk_loss_ppo(mk_model *m, const int *targets, const float *behav_logp, const float *adv,
                 const float *mask, const mk_ppo_params *p, mk_ppo_stats *stats);
 
+/* Multiplies the gradient stored by the last mk_loss_* by scale: a
+ * micro-batch's share of a larger batch (its tokens / the batch's), so
+ * that accumulated micro-batch gradients are the mean over the batch. */
+int mk_loss_scale(mk_model *m, float scale);
+
 /* Back-propagates the gradient stored by the last mk_loss_* through the
  * network, ADDING into the gradient vector (so gradients accumulate over
  * micro-batches; call mk_zero_grad to start afresh). */

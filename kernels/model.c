@@ -1002,6 +1002,15 @@ void mk_zero_grad(mk_model *m)
     if (!m->infer) m->be->zero(m->grads, sizeof(float) * m->n_params);
 }
 
+int mk_loss_scale(mk_model *m, float scale)
+{
+    if (!m) return mk__fail(MK_ERR_ARG, "NULL argument");
+    if (!m->have_dlogits) return mk__fail(MK_ERR_STATE, "mk_loss_scale before a loss");
+    if (scale != 1.0f)
+        m->be->scale(m->act[MK_ACT_DLOGITS], scale, (size_t)m->B * m->T * m->cfg.vocab_size);
+    return MK_OK;
+}
+
 int mk_backward(mk_model *m)
 {
     if (!m) return mk__fail(MK_ERR_ARG, "NULL argument");

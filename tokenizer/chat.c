@@ -9,6 +9,7 @@
  * not know), this refuses too, since a dropped turn is text the model never
  * sees.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -306,5 +307,84 @@ int mtok_chat_render(const mtok *t, const mtok_message *msgs, size_t n, const mt
     }
     *text = b.p;
     if (len) *len = b.len;
+    return 0;
+}
+
+/* ---- the same rendering as a Jinja template ------------------------------ */
+
+/* The ChatML template, in two parts around the default system message (a
+ * Jinja string literal). It mirrors render_chatml above line by line. */
+static const char JINJA_CHATML_HEAD[] = "{%- set default_system = \"";
+static const char JINJA_CHATML_BODY[] =
+    "\" %}\n"
+    "{%- if tools %}\n"
+    "{{- '<|im_start|>system\\n' }}\n"
+    "{%- if messages and messages[0].role == 'system' %}{{- messages[0].content }}"
+    "{%- else %}{{- default_system }}{%- endif %}\n"
+    "{{- '\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user "
+    "query.\\n\\nYou are provided with function signatures within <tools></tools> XML "
+    "tags:\\n<tools>' }}\n"
+    "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}\n"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name "
+    "and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": "
+    "<function-name>, \"arguments\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}\n"
+    "{%- elif messages and messages[0].role == 'system' %}\n"
+    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}\n"
+    "{%- else %}\n"
+    "{{- '<|im_start|>system\\n' + default_system + '<|im_end|>\\n' }}\n"
+    "{%- endif %}\n"
+    "{%- for message in messages %}\n"
+    "{%- if message.role == 'user' or (message.role == 'system' and not loop.first) or "
+    "(message.role == 'assistant' and not message.tool_calls) %}\n"
+    "{{- '<|im_start|>' + message.role + '\\n' + (message.content or '') + '<|im_end|>\\n' }}\n"
+    "{%- elif message.role == 'assistant' %}\n"
+    "{{- '<|im_start|>assistant' }}\n"
+    "{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}\n"
+    "{%- for tc in message.tool_calls %}\n"
+    "{%- if tc.function is defined %}{%- set tc = tc.function %}{%- endif %}\n"
+    "{{- '\\n<tool_call>\\n{\"name\": \"' + tc.name + '\", \"arguments\": ' }}\n"
+    "{%- if tc.arguments is string %}{{- tc.arguments }}{%- else %}{{- tc.arguments | tojson }}"
+    "{%- endif %}\n"
+    "{{- '}\\n</tool_call>' }}\n"
+    "{%- endfor %}\n"
+    "{{- '<|im_end|>\\n' }}\n"
+    "{%- elif message.role == 'tool' %}\n"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}"
+    "{%- endif %}\n"
+    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}\n"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}"
+    "{%- endif %}\n"
+    "{%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}\n";
+
+int mtok_chat_template_jinja(mtok_chat_format f, const char *default_system, char **tmpl)
+{
+    if (!tmpl) return mtok__fail(MTOK_EINVAL, "mtok_chat_template_jinja: NULL argument");
+    *tmpl = NULL;
+    if (f != MTOK_CHAT_CHATML)
+        return mtok__fail(MTOK_EINVAL, "chat: a Jinja template is written for chatml only");
+    const char *sys = default_system ? default_system : QWEN_DEFAULT_SYSTEM;
+    mtok_buf b = {0};
+    int rc = mtok__buf_puts(&b, JINJA_CHATML_HEAD);
+    for (const unsigned char *p = (const unsigned char *)sys; !rc && *p; p++) {
+        char esc[8];
+        if (*p == '"' || *p == '\\')
+            snprintf(esc, sizeof esc, "\\%c", *p);
+        else if (*p == '\n')
+            snprintf(esc, sizeof esc, "\\n");
+        else if (*p < 0x20 || *p == 0x7f)
+            snprintf(esc, sizeof esc, "\\x%02x", *p);
+        else
+            esc[0] = (char)*p, esc[1] = 0;
+        rc = mtok__buf_puts(&b, esc);
+    }
+    if (!rc) rc = mtok__buf_puts(&b, JINJA_CHATML_BODY);
+    if (!rc) rc = mtok__buf_putc(&b, 0);
+    if (rc) {
+        free(b.p);
+        return rc;
+    }
+    *tmpl = b.p;
     return 0;
 }

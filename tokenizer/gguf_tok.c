@@ -556,6 +556,45 @@ int mtok_load_gguf(const char *path, mtok **out)
     return rc;
 }
 
+int mtok_gguf_special_ids(const char *path, int64_t *bos, int64_t *eos, int64_t *pad)
+{
+    if (!path || !bos || !eos || !pad)
+        return mtok__fail(MTOK_EINVAL, "mtok_gguf_special_ids: NULL argument");
+    *bos = *eos = *pad = -1;
+    gmeta g;
+    int rc = gmeta_open(&g, path);
+    if (rc) return rc;
+    const char *keys[3] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                           "tokenizer.ggml.padding_token_id"};
+    int64_t *out[3] = {bos, eos, pad};
+    for (int i = 0; i < 3 && !rc; i++) {
+        rc = get_id(&g, keys[i], out[i]);
+        if (rc == MTOK_ENOTFOUND) rc = 0, *out[i] = -1;
+    }
+    gmeta_close(&g);
+    return rc;
+}
+
+int mtok_gguf_tokenizer_json(const char *path, char **json, size_t *len)
+{
+    if (!json || !path) return mtok__fail(MTOK_EINVAL, "mtok_gguf_tokenizer_json: NULL argument");
+    *json = NULL;
+    gmeta g;
+    int rc = gmeta_open(&g, path);
+    if (rc) return rc;
+    mtok_buf b = {0};
+    rc = synthesise(&b, &g);
+    gmeta_close(&g);
+    if (!rc) rc = mtok__buf_putc(&b, 0); /* NUL-terminated, not counted */
+    if (rc) {
+        free(b.p);
+        return rc;
+    }
+    *json = b.p;
+    if (len) *len = b.len - 1;
+    return 0;
+}
+
 int mtok_gguf_chat_template(const char *path, char **tmpl)
 {
     if (!tmpl || !path) return mtok__fail(MTOK_EINVAL, "mtok_gguf_chat_template: NULL argument");

@@ -126,6 +126,14 @@ int mtok_load_gguf(const char *path, mtok **out);
 /* The file's tokenizer.chat_template: *tmpl is a malloc'd NUL-terminated copy,
  * or NULL when the file has none (still success).  Errors as mtok_load_gguf. */
 int mtok_gguf_chat_template(const char *path, char **tmpl);
+/* The tokenizer.json text mtok_load_gguf builds from the file (what a
+ * Hugging Face folder written from a GGUF model carries); *json malloc'd and
+ * NUL-terminated, *len its length (len may be NULL).  Errors as
+ * mtok_load_gguf. */
+int mtok_gguf_tokenizer_json(const char *path, char **json, size_t *len);
+/* The file's tokenizer.ggml.bos_token_id, eos_token_id and
+ * padding_token_id, each -1 when absent.  Errors as mtok_load_gguf. */
+int mtok_gguf_special_ids(const char *path, int64_t *bos, int64_t *eos, int64_t *pad);
 
 /* ---- encoding and decoding ---------------------------------------------- */
 
@@ -211,6 +219,13 @@ int mtok_chat_detect(const mtok *t, mtok_chat_format *out);
  * NULL). */
 int mtok_chat_render(const mtok *t, const mtok_message *msgs, size_t n, const mtok_chat_opts *opts,
                      char **text, size_t *len);
+
+/* A Jinja chat template (tokenizer_config.json "chat_template") with which
+ * transformers' apply_chat_template renders what mtok_chat_render renders
+ * for the format (MTOK_CHAT_CHATML only today), with default_system (NULL:
+ * the format's own default) as the system message of a conversation that
+ * has none.  *tmpl malloc'd; MTOK_EINVAL for other formats. */
+int mtok_chat_template_jinja(mtok_chat_format f, const char *default_system, char **tmpl);
 
 #ifdef __cplusplus
 }
