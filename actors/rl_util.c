@@ -328,6 +328,11 @@ static const char *const rl_keys[] = {"group_size",
                                       "max_step_failures",
                                       "no_reward_warn_versions",
                                       "dynamic_sampling",
+                                      "max_error_drop_rate",
+                                      "checkpoint_every",
+                                      "checkpoint_keep",
+                                      "resume",
+                                      "collective_timeout_s",
                                       NULL};
 static const char *const task_keys[] = {"train", "heldout", "demos", NULL};
 static const char *const reward_keys[] = {"rule", "tolerance", "url", NULL};

@@ -478,32 +478,31 @@ int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "resume";
     if (argc > 2 && !strcmp(argv[2], "int")) kill_signal = SIGINT;
+    /* this program is also its actors (started again by its node agent, with
+     * MANTA_ROLE set): manta_init comes first and never returns in them */
+    int own_job = strcmp(mode, "resume") != 0 || getenv("MANTA_ROLE");
+    if (own_job && manta_init(&ctx, &(manta_options){.classes = manta_builtin_classes,
+                                                     .call_timeout_ms = 60000,
+                                                     .log_dir = getenv("RL_LOG_DIR")}) != 0) {
+        fprintf(stderr, "manta_init: %s\n", manta_last_error());
+        return 1;
+    }
     signal(SIGPIPE, SIG_IGN);
     int pid = rl_start_calc_server(SOURCE_DIR "/examples/calc_server.py", "", &calc_port);
     if (pid < 0) {
         fprintf(stderr, "cannot start the calc server\n");
+        manta_shutdown(ctx);
         return 1;
     }
-    int failed;
-    if (!strcmp(mode, "resume")) { /* the job runs in `manta run` processes */
-        const struct CMUnitTest t[] = {cmocka_unit_test(test_kill_and_resume)};
-        failed = cmocka_run_group_tests(t, NULL, NULL);
-    } else {
-        if (manta_init(&ctx, &(manta_options){.classes = manta_builtin_classes,
-                                              .call_timeout_ms = 60000,
-                                              .log_dir = getenv("RL_LOG_DIR")}) != 0) {
-            fprintf(stderr, "manta_init: %s\n", manta_last_error());
-            rl_stop_process(pid);
-            return 1;
-        }
-        const struct CMUnitTest restart[] = {cmocka_unit_test(test_learner_restart)};
-        const struct CMUnitTest nockpt[] = {cmocka_unit_test(test_learner_restart_no_checkpoint)};
-        const struct CMUnitTest errors[] = {cmocka_unit_test(test_error_drop_rate)};
-        failed = !strcmp(mode, "restart")  ? cmocka_run_group_tests(restart, NULL, NULL)
-                 : !strcmp(mode, "nockpt") ? cmocka_run_group_tests(nockpt, NULL, NULL)
-                                           : cmocka_run_group_tests(errors, NULL, NULL);
-        manta_shutdown(ctx);
-    }
+    const struct CMUnitTest resume[] = {cmocka_unit_test(test_kill_and_resume)};
+    const struct CMUnitTest restart[] = {cmocka_unit_test(test_learner_restart)};
+    const struct CMUnitTest nockpt[] = {cmocka_unit_test(test_learner_restart_no_checkpoint)};
+    const struct CMUnitTest errors[] = {cmocka_unit_test(test_error_drop_rate)};
+    int failed = !own_job                   ? cmocka_run_group_tests(resume, NULL, NULL)
+                 : !strcmp(mode, "restart") ? cmocka_run_group_tests(restart, NULL, NULL)
+                 : !strcmp(mode, "nockpt")  ? cmocka_run_group_tests(nockpt, NULL, NULL)
+                                            : cmocka_run_group_tests(errors, NULL, NULL);
+    manta_shutdown(ctx);
     rl_stop_process(pid);
     return failed;
 }
