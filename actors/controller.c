@@ -40,9 +40,17 @@
  * summary.json carries `status`: "done"; "failed: <why>" when a group the
  * rollouts need has been missing for rl.max_missing_s, when the learner step
  * failed rl.max_step_failures times in a row, or when max_time_s passed with
- * no version trained (the reply is then an error naming the cause); or
- * "interrupted" when the controller is stopped during the run (fini). It is
- * written to a temporary file and renamed.
+ * no version trained (the reply is then an error naming the cause), when
+ * more than rl.max_error_drop_rate of a window of training episodes were
+ * dropped for errors, or when a learner shard restarted and could not be
+ * restored; or "interrupted" when the controller is stopped during the run
+ * (fini). It is written to a temporary file and renamed.
+ *
+ * Checkpoints (every rl.checkpoint_every versions, and at version 0):
+ * RUN_DIR/checkpoints/vNNNNNNNN with the learners' state and weights and
+ * this controller's (controller.json), written atomically; rl.resume
+ * starts a run from the newest, and a learner shard that restarts mid-run
+ * sends every shard back to it (see "checkpoints and resume" below).
  *
  * The ledger lives here and is written in summary.json (and in every
  * metrics line): admitted = trained + dropped_stale + dropped_error +

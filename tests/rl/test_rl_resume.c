@@ -347,6 +347,7 @@ static pid_t manta_run(const char *spec, const char *logs, const char *run_dir, 
     snprintf(set, sizeof set, "rl.run_dir=%s", run_dir);
     snprintf(out, sizeof out, "%s/driver-%d.out", logs, (int)time(NULL));
     mkdir(logs, 0755);
+    fflush(stdout); /* the child must not print what the parent has buffered */
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
