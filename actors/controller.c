@@ -2380,13 +2380,20 @@ static int ctl_run(manta_req *req, void *state, const void *arg, size_t len)
     }
     s->have_weights = 1;
     s->run_req = manta_req_defer(req);
-    if (!s->resume[0]) checkpoint(s);              /* version 0: the warm-up is not done twice */
     if (s->eval_n > 0 && s->success_initial < 0) { /* the baseline: version 0 on the held-out set */
         start_eval(s, s->eval_n);
         s->eval_until = rl_now_s() + 300;
         s->phase = PH_EVAL_INITIAL;
     } else {
         start_training(s);
+    }
+    /* version 0, so that the warm-up is not done twice: written once the run
+     * is open (admissions and submissions are served while the learners
+     * write, as during a step), with no turn of the loop nested in it */
+    if (!s->resume[0]) {
+        s->advancing = 1;
+        checkpoint(s);
+        s->advancing = 0;
     }
     schedule(s, 0);
     return 0;
