@@ -12,8 +12,9 @@
  *            "interrupted" and keeps its ledger.
  *   restart  learner-1 killed at version 4 and restarted by its node agent
  *            (max_restarts): every shard is restored from the last
- *            checkpoint, the run goes on and ends "done" with held-out
- *            success no worse than after the warm-up (a shard that rejoins
+ *            checkpoint, the run goes on to version 12 and ends "done"
+ *            with held-out success no worse than after the warm-up (a
+ *            shard that rejoins
  *            with the seed's parameters collapses it to about 0).
  *   nockpt   the same with rl.checkpoint_every 0: the run fails at once,
  *            saying the shard's state cannot be restored.
@@ -149,7 +150,7 @@ static void run_learner_restart(int checkpoints)
     snprintf(run_dir, sizeof run_dir, "/tmp/manta-rl-resume-%d-restart", (int)getpid());
     const char *extra[] = {"groups.learner.max_restarts=2",
                            checkpoints ? "rl.checkpoint_every=2" : "rl.checkpoint_every=0",
-                           "rl.max_versions=30",
+                           "rl.max_versions=12",
                            "rl.stop_at=2",
                            "rl.eval_problems=100",
                            "rl.max_time_s=200",
@@ -177,9 +178,11 @@ static void run_learner_restart(int checkpoints)
         assert_int_equal((int)num(c, "learner_restores"), 1);
         /* the model was never corrupted: no collapse after the restart */
         assert_true(num(j, "heldout_success_final") >= num(j, "heldout_success_initial") - 0.1);
-        const cJSON *w = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "warnings"), 0);
-        assert_true(cJSON_IsString(w));
-        assert_non_null(strstr(w->valuestring, "learner shard 1 restarted"));
+        const cJSON *w; /* one says so (another may say that a checkpoint it broke failed) */
+        int said = 0;
+        cJSON_ArrayForEach(w, cJSON_GetObjectItemCaseSensitive(j, "warnings")) said +=
+            cJSON_IsString(w) && strstr(w->valuestring, "learner shard 1 restarted") != NULL;
+        assert_int_equal(said, 1);
     } else {
         assert_int_not_equal(rc, 0);
         assert_int_not_equal(rc, MANTA_EPENDING);
@@ -433,9 +436,15 @@ static void test_kill_and_resume(void **st)
         assert_non_null(b);
         assert_string_equal(status_of(b), "interrupted");
         check_ledger(b);
-    } else {
+    } else { /* the driver could write nothing; its node agent may still stop
+              * the controller cleanly (PR_SET_PDEATHSIG), whose summary.json
+              * then says so */
         assert_int_equal(code, 128 + SIGKILL);
-        assert_null(b); /* nothing could write it: the resume is all there is */
+        if (b) {
+            printf("after the SIGKILL: summary.json says %s\n", status_of(b));
+            assert_string_equal(status_of(b), "interrupted");
+            check_ledger(b);
+        }
     }
     cJSON_Delete(b);
     long resumable = newest_checkpoint(run_b);
