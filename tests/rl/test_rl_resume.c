@@ -14,8 +14,8 @@
  *            (max_restarts): every shard is restored from the last
  *            checkpoint, the run goes on to version 12 and ends "done"
  *            with held-out success no worse than after the warm-up (a
- *            shard that rejoins
- *            with the seed's parameters collapses it to about 0).
+ *            shard that rejoins with the seed's parameters collapses it to
+ *            about 0).
  *   nockpt   the same with rl.checkpoint_every 0: the run fails at once,
  *            saying the shard's state cannot be restored.
  *   errors   a scripted rollout submits only failed episodes: the run fails
