@@ -153,7 +153,7 @@ static void run_learner_restart(int checkpoints)
                            "rl.max_versions=12",
                            "rl.stop_at=2",
                            "rl.eval_problems=100",
-                           "rl.max_time_s=200",
+                           "rl.max_time_s=500", /* ASan on a loaded machine: minutes */
                            "rl.collective_timeout_s=15"};
     manta_spec *spec = load(run_dir, extra, 7);
     assert_non_null(spec);
@@ -162,7 +162,7 @@ static void run_learner_restart(int checkpoints)
     manta_job_options jo = {.no_services = 1, .tick = kill_learner_at_4, .tick_arg = &killed};
     if (manta_job_start(ctx, spec, &jo, &job) != 0) fail_msg("start: %s", manta_last_error());
     double t0 = now_s();
-    int rc = manta_job_wait(job, 280000, NULL, NULL);
+    int rc = manta_job_wait(job, 560000, NULL, NULL);
     printf("run: rc %d after %.1f s: %s\n", rc, now_s() - t0, rc ? manta_last_error() : "ok");
     assert_int_equal(killed, 1);
     snprintf(path, sizeof path, "%s/summary.json", run_dir);
@@ -332,11 +332,11 @@ static void write_spec(const char *path, const char *job)
             "  max_new_tokens: 24\n"
             "  max_turns: 2\n"
             "  max_versions: 40\n"
-            "  max_time_s: 240\n"
+            "  max_time_s: 500\n"
             "  eval_every: 0\n"
             "  eval_problems: 200\n"
             "  checkpoint_every: 3\n"
-            "run: {group: controller, method: run, timeout_s: 280}\n",
+            "run: {group: controller, method: run, timeout_s: 560}\n",
             job, SOURCE_DIR, SOURCE_DIR, SOURCE_DIR, calc_port);
     fclose(f);
 }
@@ -419,7 +419,7 @@ static void test_kill_and_resume(void **st)
     t0 = now_s();
     pid_t pid = manta_run(spec, logs_b, run_b, NULL, NULL);
     long at = -1;
-    while ((at = newest_checkpoint(run_b)) < CKPT_AT && now_s() - t0 < 240) {
+    while ((at = newest_checkpoint(run_b)) < CKPT_AT && now_s() - t0 < 500) {
         int st2;
         if (waitpid(pid, &st2, WNOHANG) == pid)
             fail_msg("the job ended before version %d", CKPT_AT);
