@@ -155,7 +155,8 @@ typedef struct ctl_state {
     int *L_inc;             /* each shard's incarnation when it last had the group's state */
     char resumed_from[700]; /* the checkpoint this run continued, or "" */
     int64_t resumed_version, resumed_lost;
-    double rl_before; /* RL seconds of the runs before a resume */
+    double rl_before;          /* RL seconds of the runs before a resume */
+    double last_learner_check; /* watch_learners: at most once a second */
     /* data */
     problem *train, *heldout;
     int n_train, n_heldout;
@@ -2274,12 +2275,25 @@ static void check_error_drops(ctl_state *s)
     s->win_resolved = s->win_errors = 0;
 }
 
+/* A shard that restarted is restored about a second later even when no
+ * step is due: the rollouts cannot fetch the buckets its old incarnation
+ * served, so they would wait for weights until the next step. */
+static void watch_learners(ctl_state *s)
+{
+    double now = rl_now_s();
+    if (s->phase == PH_NONE || s->phase == PH_DONE || now - s->last_learner_check < 1.0) return;
+    s->last_learner_check = now;
+    int inc, restarted = learner_restarted(s, &inc);
+    if (restarted >= 0) recover_learners(s, restarted, inc);
+}
+
 static void advance(ctl_state *s)
 {
     if (s->advancing) return; /* a step waits on the learners: the loop runs nested */
     s->advancing = 1;
     reclaim(s);
     compact(s);
+    watch_learners(s);
     for (int k = 0; k < 2 && s->phase != PH_DONE; k++)
         if (s->missing_since[k] > 0 && s->missing_last[k] - s->missing_since[k] > s->max_missing_s)
             fail_run(s, "episodes dropped for %.0f s (rl.max_missing_s %g): %s",
