@@ -40,9 +40,17 @@
  * summary.json carries `status`: "done"; "failed: <why>" when a group the
  * rollouts need has been missing for rl.max_missing_s, when the learner step
  * failed rl.max_step_failures times in a row, or when max_time_s passed with
- * no version trained (the reply is then an error naming the cause); or
- * "interrupted" when the controller is stopped during the run (fini). It is
- * written to a temporary file and renamed.
+ * no version trained (the reply is then an error naming the cause), when
+ * more than rl.max_error_drop_rate of a window of training episodes were
+ * dropped for errors, or when a learner shard restarted and could not be
+ * restored; or "interrupted" when the controller is stopped during the run
+ * (fini). It is written to a temporary file and renamed.
+ *
+ * Checkpoints (every rl.checkpoint_every versions, and at version 0):
+ * RUN_DIR/checkpoints/vNNNNNNNN with the learners' state and weights and
+ * this controller's (controller.json), written atomically; rl.resume
+ * starts a run from the newest, and a learner shard that restarts mid-run
+ * sends every shard back to it (see "checkpoints and resume" below).
  *
  * The ledger lives here and is written in summary.json (and in every
  * metrics line): admitted = trained + dropped_stale + dropped_error +
@@ -56,7 +64,9 @@
 #include "textio.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <math.h>
 #include <stdarg.h>
@@ -128,10 +138,13 @@ typedef struct ctl_state {
     int dynamic_sampling; /* drop groups without signal (rl.dynamic_sampling, default on) */
     int max_versions, eval_every, eval_n;
     double max_time_s, stop_at;
-    double max_missing_s;  /* a group gone (episodes dropped for it) this long fails the run */
-    int max_step_failures; /* consecutive learner step failures that fail the run */
-    int step_timeout_ms;   /* a learner call's deadline (rl.step_timeout_s) */
-    char wu_error[300];    /* why the warm-up failed, "" when it did not */
+    double max_missing_s;       /* a group gone (episodes dropped for it) this long fails the run */
+    int max_step_failures;      /* consecutive learner step failures that fail the run */
+    int step_timeout_ms;        /* a learner call's deadline (rl.step_timeout_s) */
+    char wu_error[300];         /* why the warm-up failed, "" when it did not */
+    double max_error_drop_rate; /* of a window of training episodes, dropped for errors */
+    int ckpt_every, ckpt_keep;  /* rl.checkpoint_every (0: never), rl.checkpoint_keep */
+    char resume[512];           /* rl.resume: a run or checkpoint folder, or "" */
     char learner_group[32];
     char train_path[512], heldout_path[512], demos_path[512];
     rl_model_spec ms;         /* the policy (read here to fail the job early on a bad folder) */
@@ -139,6 +152,15 @@ typedef struct ctl_state {
     rl_text *text;            /* the policy's text, for answers in logs (made on first use) */
     FILE *eval_out;           /* RUN_DIR/eval_final.jsonl while the final evaluation runs */
     char checkpoint_err[256]; /* why it did not, or "" */
+    char last_ckpt[700];      /* the newest complete checkpoint folder, or "" */
+    int64_t last_ckpt_version;
+    int ckpt_failures;      /* checkpoints that could not be written */
+    int learner_restores;   /* restarted shards recovered from a checkpoint */
+    int *L_inc;             /* each shard's incarnation when it last had the group's state */
+    char resumed_from[700]; /* the checkpoint this run continued, or "" */
+    int64_t resumed_version, resumed_lost;
+    double rl_before;          /* RL seconds of the runs before a resume */
+    double last_learner_check; /* watch_learners: at most once a second */
     /* data */
     problem *train, *heldout;
     int n_train, n_heldout;
@@ -217,6 +239,11 @@ typedef struct ctl_state {
     char missing_why[2][128]; /* its reason (names the group) */
     int64_t eval_first;       /* the current evaluation's first episode id */
     int run_dir_open;
+    /* the error-drop window: training episodes resolved, dropped for errors
+     * (not staleness, not no_signal, not a missing group: those have their
+     * own rules), and the latest such reason */
+    int64_t win_resolved, win_errors;
+    char win_why[96];
 } ctl_state;
 
 /* ---- data ---- */
@@ -417,6 +444,25 @@ static void read_warmup(rl_args *a, rl_warmup *w)
     w->max_steps = max_steps > 0 ? max_steps : until ? WARMUP_MAX_STEPS : 0;
 }
 
+/* rl.resume: true (this run folder's latest checkpoint), false, or a path:
+ * a run folder (its latest checkpoint) or one checkpoint folder. */
+static void read_resume(rl_args *a, ctl_state *s)
+{
+    const msgpack_object *v = rl_arg_get(a, "rl", "resume");
+    char d[64];
+    if (!v || a->rc) return;
+    if (v->type == MSGPACK_OBJECT_BOOLEAN) {
+        if (v->via.boolean) snprintf(s->resume, sizeof s->resume, "%s", s->run_dir);
+    } else if (v->type == MSGPACK_OBJECT_STR && v->via.str.size > 0 &&
+               v->via.str.size < sizeof s->resume) {
+        memcpy(s->resume, v->via.str.ptr, v->via.str.size);
+        s->resume[v->via.str.size] = 0;
+    } else {
+        rl_arg_error(a, "rl", "resume", "expected true, false or a folder, got %s",
+                     rl_mp_describe(v, d, sizeof d));
+    }
+}
+
 static int read_settings(ctl_state *s, manta_ctx *m, const void *args, size_t len)
 {
     rl_args a;
@@ -441,11 +487,15 @@ static int read_settings(ctl_state *s, manta_ctx *m, const void *args, size_t le
     s->max_missing_s = rl_arg_num(&a, "rl", "max_missing_s", 30, 0, 1e9);
     s->max_step_failures = (int)rl_arg_int(&a, "rl", "max_step_failures", 10, 1, 1 << 30);
     s->step_timeout_ms = (int)(1000 * rl_arg_num(&a, "rl", "step_timeout_s", 600, 1, 86400));
+    s->max_error_drop_rate = rl_arg_num(&a, "rl", "max_error_drop_rate", 0.5, 0, 1);
+    s->ckpt_every = (int)rl_arg_int(&a, "rl", "checkpoint_every", 20, 0, 1 << 30);
+    s->ckpt_keep = (int)rl_arg_int(&a, "rl", "checkpoint_keep", 2, 1, 1 << 20);
     rl_arg_str(&a, NULL, "learner_group", s->learner_group, sizeof s->learner_group, "learner");
     s->S = (int)rl_arg_int(&a, NULL, "learners", 0, 0, MAX_LEARNERS);
     char dflt[128];
     snprintf(dflt, sizeof dflt, "runs/%s", s->job);
     rl_arg_str(&a, "rl", "run_dir", s->run_dir, sizeof s->run_dir, dflt);
+    read_resume(&a, s);
     rl_arg_str(&a, "task", "train", s->train_path, sizeof s->train_path, "");
     rl_arg_str(&a, "task", "heldout", s->heldout_path, sizeof s->heldout_path, "");
     rl_arg_str(&a, "task", "demos", s->demos_path, sizeof s->demos_path, "");
@@ -516,6 +566,7 @@ static void ctl_fini(manta_ctx *m, void *state)
     }
     free(s->groups), free(s->eps), free(s->queue), free(s->ready), free(s->eval_queue);
     free(s->holders), free(s->reason), free(s->reason_n), free(s->L), free(s->warnings);
+    free(s->L_inc);
     free(s->g_r), free(s->g_adv), free(s->g_idx);
     rl_buckets_destroy(&s->buckets);
     cJSON_Delete(s->tool_errors_by_kind);
@@ -589,7 +640,7 @@ static void push64(int64_t **arr, int64_t *len, int64_t *cap, int64_t v)
 
 #define MAX_REASONS 32 /* distinct drop reasons kept; the rest count as "other" */
 
-static void count_reason(ctl_state *s, const char *why)
+static void count_reason_n(ctl_state *s, const char *why, int64_t k)
 {
     if (s->n_reasons >= MAX_REASONS - 1) {
         int known = 0;
@@ -599,7 +650,7 @@ static void count_reason(ctl_state *s, const char *why)
     }
     for (int i = 0; i < s->n_reasons; i++)
         if (!strncmp(s->reason[i], why, sizeof s->reason[i] - 1)) {
-            s->reason_n[i]++;
+            s->reason_n[i] += k;
             return;
         }
     if (s->n_reasons == s->cap_reasons) {
@@ -615,7 +666,12 @@ static void count_reason(ctl_state *s, const char *why)
         s->cap_reasons = cap;
     }
     snprintf(s->reason[s->n_reasons], sizeof s->reason[0], "%s", why);
-    s->reason_n[s->n_reasons++] = 1;
+    s->reason_n[s->n_reasons++] = k;
+}
+
+static void count_reason(ctl_state *s, const char *why)
+{
+    count_reason_n(s, why, 1);
 }
 
 #define MAX_WARNINGS 16 /* kept for summary.json; later ones go to the log only */
@@ -777,6 +833,20 @@ static void note_reward(ctl_state *s, const rl_traj *t)
          s->dynamic_sampling ? "nothing is trained (dropped as no_signal)"
                              : "every advantage is 0 (rl.dynamic_sampling is off)",
          (long long)s->tool_errors, (long long)s->tool_calls);
+}
+
+/* The error-drop window (rl.max_error_drop_rate, checked in advance): a
+ * training episode resolved, and whether it was dropped for an error. A
+ * missing reward or env group has its own rule (rl.max_missing_s), which
+ * tolerates a restart; these drops are not counted here. */
+static void note_error_drop(ctl_state *s, const rl_traj *t)
+{
+    s->win_resolved++;
+    if (t->status == RL_EP_OK || !strncmp(t->error, "no reward actor", 15) ||
+        !strncmp(t->error, "no env actor", 12))
+        return;
+    s->win_errors++;
+    snprintf(s->win_why, sizeof s->win_why, "%s", t->error[0] ? t->error : "error");
 }
 
 static int ep_final(int state)
@@ -1046,6 +1116,7 @@ static int ctl_submit(manta_req *req, void *state, const void *arg, size_t len)
     group *g = &GRP(s, e->group);
     int idx = (int)(id - g->first_ep);
     if (t.status == RL_EP_OK) note_reward(s, &t);
+    note_error_drop(s, &t);
     if (t.status != RL_EP_OK) {
         drop(s, id, 0, t.error[0] ? t.error : "error");
         rl_traj_destroy(&t);
@@ -1162,25 +1233,75 @@ static int find_learners(ctl_state *s)
     return n;
 }
 
-/* Call `method` with args[i] on every shard, wait for all; replies decoded
- * into out[i] (whose buckets are appended to *buckets in shard order). */
-static int call_learners(ctl_state *s, const char *method, char **args, size_t *lens,
-                         rl_step_reply *out, rl_buckets *buckets)
+/* A shard that is not alive fails a call to all of them at once: the
+ * others would wait for it in their collectives until the deadline. */
+static int learners_alive(ctl_state *s)
 {
-    /* a shard that is not alive fails the step at once: the others would
-     * wait for it in their collectives until the deadline */
     for (int i = 0; i < s->S; i++) {
         manta_actor_info info;
         if (manta_actor_info_get(s->m, s->L[i], &info) == 0 && info.state != MANTA_ACTOR_ALIVE)
             return rl_fail(MANTA_EREMOTE, "learner %d is not alive", i);
     }
+    return 0;
+}
+
+/* The shards' incarnations now: the ones whose state the group holds. */
+static void note_incarnations(ctl_state *s)
+{
+    for (int i = 0; i < s->S; i++) {
+        manta_actor_info info;
+        if (manta_actor_info_get(s->m, s->L[i], &info) == 0) s->L_inc[i] = info.incarnation;
+    }
+}
+
+/* The first shard that came back as a new incarnation (its parameters are
+ * the seed's and its AdamW state is gone), or -1; its incarnation in *inc. */
+static int learner_restarted(ctl_state *s, int *inc)
+{
+    for (int i = 0; i < s->S; i++) {
+        manta_actor_info info;
+        if (manta_actor_info_get(s->m, s->L[i], &info) == 0 && info.state == MANTA_ACTOR_ALIVE &&
+            info.incarnation != s->L_inc[i]) {
+            *inc = info.incarnation;
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* Call `method` with the text `arg` on every shard and wait for all (up to
+ * timeout_ms); 0 when every one answered. */
+static int call_all(ctl_state *s, const char *method, const char *arg, int timeout_ms)
+{
+    int rc = learners_alive(s);
+    if (rc) return rc;
+    manta_future **f = calloc((size_t)s->S, sizeof *f);
+    if (!f) return rl_fail(MANTA_ENOMEM, "%s: out of memory", method);
+    for (int i = 0; i < s->S; i++)
+        f[i] = manta_call_timeout(s->m, s->L[i], method, arg, strlen(arg), timeout_ms);
+    manta_wait(f, (size_t)s->S, (size_t)s->S, timeout_ms);
+    for (int i = 0; i < s->S; i++) {
+        int r = manta_get(f[i], 0, NULL, NULL);
+        if (r && !rc) rc = rl_fail(r, "learner %d %s: %s", i, method, manta_future_error(f[i]));
+        manta_future_free(f[i]);
+    }
+    free(f);
+    return rc;
+}
+
+/* Call `method` with args[i] on every shard, wait for all; replies decoded
+ * into out[i] (whose buckets are appended to *buckets in shard order). */
+static int call_learners(ctl_state *s, const char *method, char **args, size_t *lens,
+                         rl_step_reply *out, rl_buckets *buckets)
+{
+    int rc = learners_alive(s);
+    if (rc) return rc;
     manta_future **f = calloc((size_t)s->S, sizeof *f);
     if (!f) return rl_fail(MANTA_ENOMEM, "%s: out of memory", method);
     for (int i = 0; i < s->S; i++)
         f[i] = manta_call_timeout(s->m, s->L[i], method, args ? args[i] : "", args ? lens[i] : 0,
                                   s->step_timeout_ms);
     manta_wait(f, (size_t)s->S, (size_t)s->S, s->step_timeout_ms);
-    int rc = 0;
     for (int i = 0; i < s->S; i++) {
         const void *d;
         size_t n;
@@ -1559,6 +1680,351 @@ static int rl_step(ctl_state *s)
     return rc;
 }
 
+/* ---- checkpoints and resume ---- *
+ * Every rl.checkpoint_every versions (and at version 0, after the warm-up)
+ * the state needed to go on is written to RUN_DIR/checkpoints/vNNNNNNNN:
+ * each shard's learner-R.state and shard 0's model/ (learner.c "checkpoint")
+ * and controller.json (the version, the data position, the ledger and the
+ * counters of summary.json). Everything goes into a hidden .vNNNNNNNN.tmp
+ * folder first, is fsynced, and is renamed into place, so a folder with
+ * that name is complete; the newest rl.checkpoint_keep stay. rl.resume
+ * (`manta run SPEC --resume [RUN_DIR]`) restores the newest one; a learner
+ * shard that restarts mid-run is answered by restoring every shard from it. */
+
+#define CKPT_STATE "controller.json"
+
+static int sync_path(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* Remove a checkpoint folder (files and folders, links not followed). */
+static int remove_tree(const char *path, int depth)
+{
+    struct stat st;
+    if (lstat(path, &st)) return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode)) return unlink(path);
+    DIR *d = depth < 4 ? opendir(path) : NULL;
+    if (!d) return -1;
+    int rc = 0;
+    struct dirent *e;
+    char sub[1100];
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+            if (remove_tree(sub, depth + 1)) rc = -1;
+        }
+    closedir(d);
+    return rmdir(path) || rc ? -1 : 0;
+}
+
+/* The version a complete checkpoint's name stands for ("v00000040"), or -1. */
+static int64_t ckpt_version(const char *name)
+{
+    size_t n = strlen(name);
+    if (name[0] != 'v' || n < 2 || n > 18) return -1;
+    int64_t v = 0;
+    for (size_t i = 1; i < n; i++) {
+        if (name[i] < '0' || name[i] > '9') return -1;
+        v = v * 10 + (name[i] - '0');
+    }
+    return v;
+}
+
+/* The versions of the complete checkpoints in root, newest first, into
+ * *out (the caller frees it); returns how many, -1 when root is unreadable. */
+static int list_ckpts(const char *root, int64_t **out)
+{
+    *out = NULL;
+    DIR *d = opendir(root);
+    if (!d) return -1;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t v = ckpt_version(e->d_name);
+        if (v < 0) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            int64_t *nv = realloc(*out, (size_t)cap * sizeof *nv);
+            if (!nv) break;
+            *out = nv;
+        }
+        int k = n++;
+        while (k > 0 && (*out)[k - 1] < v) (*out)[k] = (*out)[k - 1], k--;
+        (*out)[k] = v;
+    }
+    closedir(d);
+    return n;
+}
+
+/* The checkpoint a resume names: a checkpoint folder itself, or the newest
+ * one of a run folder's checkpoints/. */
+static int find_checkpoint(const char *path, char *out, size_t cap)
+{
+    char p[1100];
+    snprintf(p, sizeof p, "%s/" CKPT_STATE, path);
+    if (access(p, R_OK) == 0) {
+        snprintf(out, cap, "%s", path);
+        return 0;
+    }
+    snprintf(p, sizeof p, "%s/checkpoints", path);
+    int64_t *v;
+    int n = list_ckpts(p, &v);
+    if (n > 0) snprintf(out, cap, "%s/v%08lld", p, (long long)v[0]);
+    free(v);
+    if (n > 0) return 0;
+    return rl_fail(MANTA_ENOTFOUND, "no checkpoint in %s (neither %s nor a checkpoint folder)",
+                   path, p);
+}
+
+/* What controller.json keeps: what summary.json reports, and where the
+ * data and the episode ids stand. */
+static cJSON *ckpt_state_json(ctl_state *s)
+{
+    rl_ledger l;
+    ledger_now(s, &l);
+    double now = rl_now_s();
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "format", 1);
+    cJSON_AddNumberToObject(j, "version", (double)s->version);
+    cJSON_AddNumberToObject(j, "learners", s->S);
+    cJSON_AddNumberToObject(j, "next_train", (double)s->next_train);
+    cJSON_AddNumberToObject(j, "episodes", (double)s->n_eps);
+    cJSON_AddNumberToObject(j, "groups", (double)s->n_groups);
+    cJSON_AddItemToObject(j, "ledger", ledger_json(s));
+    cJSON_AddNumberToObject(j, "credits", (double)s->credits);
+    cJSON *h = cJSON_AddArrayToObject(j, "staleness_histogram");
+    for (int i = 0; i < STALE_BINS; i++)
+        cJSON_AddItemToArray(h, cJSON_CreateNumber((double)s->stale_hist[i]));
+    const struct {
+        const char *k;
+        double v;
+    } n[] = {{"tool_calls", (double)s->tool_calls},
+             {"tool_errors", (double)s->tool_errors},
+             {"gen_tokens", (double)s->gen_tokens},
+             {"trained_tokens", (double)s->trained_tokens},
+             {"duplicates", (double)s->duplicates},
+             {"no_signal_groups", (double)s->no_signal_groups},
+             {"dropped_no_signal", (double)s->dropped_no_signal},
+             {"learner_busy_s", s->learner_busy_s},
+             {"success_initial", s->success_initial},
+             {"best_eval", s->best_eval},
+             {"wall_s", now - s->t_start},
+             {"warmup_s", s->t_warm},
+             {"rl_s", s->t_rl_start > 0 ? now - s->t_rl_start : 0},
+             {"warmup_steps", s->wu_steps},
+             {"warmup_outcome", s->wu_outcome},
+             {"warmup_loss", s->wu_loss},
+             {"warmup_reproduced", s->wu_reproduced},
+             {"learner_restores", s->learner_restores}};
+    for (size_t i = 0; i < sizeof n / sizeof n[0]; i++) cJSON_AddNumberToObject(j, n[i].k, n[i].v);
+    return j;
+}
+
+static double jnum(const cJSON *j, const char *k, double def)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : def;
+}
+
+/* Back to the state controller.json describes. The episodes that were in
+ * flight then are gone with the job that ran them: they end as dropped
+ * ("lost in the stop before the resume"), so the ledger stays exact. */
+static int ckpt_load_state(ctl_state *s, const char *dir)
+{
+    char path[1100];
+    snprintf(path, sizeof path, "%s/" CKPT_STATE, dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return rl_fail(MANTA_ESYS, "%s: %s", path, strerror(errno));
+    char *txt = NULL;
+    size_t cap = 0, n = 0, k;
+    char buf[8192];
+    while ((k = fread(buf, 1, sizeof buf, f)) > 0) {
+        if (n + k + 1 > cap) {
+            char *t = realloc(txt, cap = 2 * (n + k + 1));
+            if (!t) break;
+            txt = t;
+        }
+        memcpy(txt + n, buf, k), n += k;
+    }
+    fclose(f);
+    cJSON *j = txt ? cJSON_ParseWithLength(txt, n) : NULL;
+    free(txt);
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(j, "ledger");
+    if (!j || jnum(j, "format", 0) != 1 || !cJSON_IsObject(l) || jnum(j, "version", -1) < 0) {
+        cJSON_Delete(j);
+        return rl_fail(MANTA_EINVAL, "%s: not a controller checkpoint", path);
+    }
+    s->version = (int64_t)jnum(j, "version", 0);
+    s->next_train = (int)jnum(j, "next_train", 0);
+    s->n_eps = s->eps_base = s->eval_first = (int64_t)jnum(j, "episodes", 0);
+    s->n_groups = s->g_base = (int64_t)jnum(j, "groups", 0);
+    s->led.admitted = (int64_t)jnum(l, "admitted", 0);
+    s->led.trained = (int64_t)jnum(l, "trained", 0);
+    s->led.dropped_stale = (int64_t)jnum(l, "dropped_stale", 0);
+    s->led.dropped_error = (int64_t)jnum(l, "dropped_error", 0);
+    s->led.handed_back = (int64_t)jnum(l, "handed_back", 0);
+    s->reclaimed = (int64_t)jnum(l, "reclaimed", 0);
+    s->credits = (int64_t)jnum(j, "credits", 0);
+    const cJSON *r;
+    cJSON_ArrayForEach(r,
+                       cJSON_GetObjectItemCaseSensitive(l, "error_reasons")) if (cJSON_IsNumber(r))
+        count_reason_n(s, r->string, (int64_t)r->valuedouble);
+    int i = 0;
+    cJSON_ArrayForEach(
+        r, cJSON_GetObjectItemCaseSensitive(j, "staleness_histogram")) if (i < STALE_BINS)
+        s->stale_hist[i++] = (int64_t)r->valuedouble;
+    s->tool_calls = (int64_t)jnum(j, "tool_calls", 0);
+    s->tool_errors = (int64_t)jnum(j, "tool_errors", 0);
+    s->gen_tokens = (int64_t)jnum(j, "gen_tokens", 0);
+    s->trained_tokens = (int64_t)jnum(j, "trained_tokens", 0);
+    s->duplicates = (int64_t)jnum(j, "duplicates", 0);
+    s->no_signal_groups = (int64_t)jnum(j, "no_signal_groups", 0);
+    s->dropped_no_signal = (int64_t)jnum(j, "dropped_no_signal", 0);
+    s->learner_busy_s = jnum(j, "learner_busy_s", 0);
+    s->success_initial = jnum(j, "success_initial", -1);
+    s->best_eval = jnum(j, "best_eval", 0);
+    s->t_start = rl_now_s() - jnum(j, "wall_s", 0);
+    s->t_warm = jnum(j, "warmup_s", 0);
+    s->rl_before = jnum(j, "rl_s", 0);
+    s->wu_steps = (int)jnum(j, "warmup_steps", 0);
+    s->wu_outcome = (int)jnum(j, "warmup_outcome", 0);
+    s->wu_loss = jnum(j, "warmup_loss", 0);
+    s->wu_reproduced = jnum(j, "warmup_reproduced", 0);
+    s->learner_restores = (int)jnum(j, "learner_restores", 0);
+    cJSON_Delete(j);
+    rl_ledger now;
+    ledger_now(s, &now);
+    s->resumed_lost = now.in_flight;
+    if (now.in_flight > 0) {
+        s->led.dropped_error += now.in_flight, s->credits += now.in_flight;
+        count_reason_n(s, "lost in the stop before the resume", now.in_flight);
+    }
+    return 0;
+}
+
+static int write_ckpt_state(ctl_state *s, const char *dir)
+{
+    char path[1100];
+    snprintf(path, sizeof path, "%s/" CKPT_STATE, dir);
+    cJSON *j = ckpt_state_json(s);
+    char *txt = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!txt) return rl_fail(MANTA_ENOMEM, "%s: out of memory", path);
+    FILE *f = fopen(path, "w");
+    int ok = f && fputs(txt, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (f && fclose(f)) ok = 0;
+    free(txt);
+    return ok ? 0 : rl_fail(MANTA_ESYS, "%s: %s", path, strerror(errno));
+}
+
+/* Keep the newest rl.checkpoint_keep checkpoints. */
+static void prune_ckpts(ctl_state *s, const char *root)
+{
+    int64_t *v;
+    int n = list_ckpts(root, &v);
+    char p[1100];
+    for (int i = s->ckpt_keep; i < n; i++) {
+        snprintf(p, sizeof p, "%s/v%08lld", root, (long long)v[i]);
+        if (remove_tree(p, 0)) rl_log(s->m, "controller: cannot remove %s: %s", p, strerror(errno));
+    }
+    free(v);
+}
+
+/* A checkpoint of the current version; a failure is logged and warned
+ * about (the run goes on; the previous checkpoint stays). */
+static void checkpoint(ctl_state *s)
+{
+    if (s->ckpt_every <= 0) return;
+    double t0 = rl_now_s();
+    char root[600], tmp[700], dst[700];
+    snprintf(root, sizeof root, "%s/checkpoints", s->run_dir);
+    snprintf(tmp, sizeof tmp, "%s/.v%08lld.tmp", root, (long long)s->version);
+    snprintf(dst, sizeof dst, "%s/v%08lld", root, (long long)s->version);
+    int rc = 0;
+    if ((mkdir(root, 0755) && errno != EEXIST) || remove_tree(tmp, 0) || mkdir(tmp, 0755))
+        rc = rl_fail(MANTA_ESYS, "%s: %s", tmp, strerror(errno));
+    if (!rc) rc = call_all(s, "checkpoint", tmp, SAVE_TIMEOUT_MS);
+    if (!rc) rc = write_ckpt_state(s, tmp);
+    if (!rc && (sync_path(tmp) || remove_tree(dst, 0) || rename(tmp, dst) || sync_path(root)))
+        rc = rl_fail(MANTA_ESYS, "%s: %s", dst, strerror(errno));
+    if (rc) {
+        remove_tree(tmp, 0);
+        if (s->ckpt_failures++ == 0)
+            warn(s,
+                 "checkpoint of version %lld failed: %s (the run goes on; the last "
+                 "checkpoint is %s)",
+                 (long long)s->version, rl_last_error(), s->last_ckpt[0] ? s->last_ckpt : "none");
+        else
+            rl_log(s->m, "controller: checkpoint of version %lld failed: %s", (long long)s->version,
+                   rl_last_error());
+        return;
+    }
+    snprintf(s->last_ckpt, sizeof s->last_ckpt, "%s", dst);
+    s->last_ckpt_version = s->version;
+    prune_ckpts(s, root);
+    rl_log(s->m, "controller: checkpoint %s (%.2f s)", dst, rl_now_s() - t0);
+}
+
+/* A shard came back as a new incarnation: every shard goes back to the
+ * last checkpoint (the restarted one has nothing of the group's state, and
+ * the others' moments must match its), the restored weights are published
+ * as a new version, and the run goes on; with no checkpoint, or when the
+ * restore fails, the run fails. */
+static void fail_run(ctl_state *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void recover_learners(ctl_state *s, int i, int inc)
+{
+    if (!s->last_ckpt[0]) {
+        fail_run(s,
+                 "learner shard %d restarted (incarnation %d) and there is no checkpoint to "
+                 "restore the group from (%s): its parameters and AdamW state are lost",
+                 i, inc, s->ckpt_every ? "none written yet" : "rl.checkpoint_every is 0");
+        return;
+    }
+    rl_log(s->m, "controller: learner shard %d restarted (incarnation %d): restoring %s", i, inc,
+           s->last_ckpt);
+    int rc = call_all(s, "restore", s->last_ckpt, SAVE_TIMEOUT_MS);
+    if (!rc) rc = publish_initial(s);
+    if (rc) {
+        fail_run(s, "learner shard %d restarted (incarnation %d) and restoring %s failed: %s", i,
+                 inc, s->last_ckpt, rl_last_error());
+        return;
+    }
+    note_incarnations(s);
+    s->learner_restores++;
+    s->version++;
+    warn(s,
+         "learner shard %d restarted (incarnation %d): every shard was restored from %s "
+         "(version %lld); the %lld versions trained after it are lost, its weights go on as "
+         "version %lld",
+         i, inc, s->last_ckpt, (long long)s->last_ckpt_version,
+         (long long)(s->version - 1 - s->last_ckpt_version), (long long)s->version);
+}
+
+/* rl.resume: the newest checkpoint of the folder named, restored into every
+ * shard and published; the controller's state from its controller.json. */
+static int resume_run(ctl_state *s)
+{
+    char dir[700];
+    int rc = find_checkpoint(s->resume, dir, sizeof dir);
+    if (!rc) rc = ckpt_load_state(s, dir);
+    if (!rc) rc = call_all(s, "restore", dir, SAVE_TIMEOUT_MS);
+    if (!rc) rc = publish_initial(s);
+    if (rc) return rc;
+    snprintf(s->last_ckpt, sizeof s->last_ckpt, "%s", dir);
+    snprintf(s->resumed_from, sizeof s->resumed_from, "%s", dir);
+    s->last_ckpt_version = s->resumed_version = s->version;
+    rl_log(s->m,
+           "controller: resumed from %s: version %lld, %lld trained; %lld episodes that were in "
+           "flight are dropped",
+           dir, (long long)s->version, (long long)s->led.trained, (long long)s->resumed_lost);
+    return 0;
+}
+
 /* ---- "run": phases driven by events ---- *
  * ctl_run does the warm-up and publishes version 0, then defers its reply.
  * From then on `advance` moves the run along; it runs from a loop timer that
@@ -1649,6 +2115,18 @@ static cJSON *summary_json(ctl_state *s)
     for (int i = 0; i < STALE_BINS; i++)
         cJSON_AddItemToArray(h, cJSON_CreateNumber((double)s->stale_hist[i]));
     cJSON_AddItemToObject(j, "warmup", warmup_json(s));
+    cJSON *c = cJSON_AddObjectToObject(j, "checkpoints");
+    cJSON_AddNumberToObject(c, "every", s->ckpt_every);
+    cJSON_AddNumberToObject(c, "keep", s->ckpt_keep);
+    if (s->last_ckpt[0]) cJSON_AddStringToObject(c, "latest", s->last_ckpt);
+    cJSON_AddNumberToObject(c, "failures", s->ckpt_failures);
+    cJSON_AddNumberToObject(c, "learner_restores", s->learner_restores);
+    if (s->resumed_from[0]) {
+        cJSON *r2 = cJSON_AddObjectToObject(j, "resumed");
+        cJSON_AddStringToObject(r2, "from", s->resumed_from);
+        cJSON_AddNumberToObject(r2, "version", (double)s->resumed_version);
+        cJSON_AddNumberToObject(r2, "episodes_lost", (double)s->resumed_lost);
+    }
     cJSON *w = cJSON_AddArrayToObject(j, "warnings");
     for (int i = 0; i < s->n_warnings; i++)
         cJSON_AddItemToArray(w, cJSON_CreateString(s->warnings[i]));
@@ -1770,8 +2248,9 @@ static void end_training(ctl_state *s)
 static void start_training(ctl_state *s)
 {
     s->admit_train = 1;
-    s->t_rl_start = s->t_last_version = rl_now_s();
-    s->best_eval = s->success_initial;
+    s->t_last_version = rl_now_s();
+    s->t_rl_start = s->t_last_version - s->rl_before; /* a resumed run's RL time goes on */
+    if (s->success_initial > s->best_eval) s->best_eval = s->success_initial;
     s->phase = PH_TRAIN;
 }
 
@@ -1811,8 +2290,14 @@ static void train_turn(ctl_state *s)
         s->eval_vmax = (int32_t)s->version; /* one evaluation per version */
     }
     if (rl_now_s() < s->retry_at || !batch_ready(s)) return;
+    int inc, restarted = learner_restarted(s, &inc);
+    if (restarted >= 0) { /* never step with a shard that lost the group's state */
+        recover_learners(s, restarted, inc);
+        return;
+    }
     if (rl_step(s) == 0) {
         s->step_failures = 0;
+        if (s->ckpt_every > 0 && s->version % s->ckpt_every == 0) checkpoint(s);
         return;
     }
     if (++s->step_failures >= s->max_step_failures) {
@@ -1831,16 +2316,47 @@ static int eval_over(const ctl_state *s)
     return s->eval_done >= s->eval_total || rl_now_s() >= s->eval_until;
 }
 
+/* rl.max_error_drop_rate over windows of ERROR_WINDOW batches' worth of
+ * training episodes: a run whose episodes mostly fail (a tool server gone,
+ * a broken reward) stops instead of spinning until max_time_s. */
+#define ERROR_WINDOW 4
+static void check_error_drops(ctl_state *s)
+{
+    if (s->phase == PH_DONE || s->win_resolved < ERROR_WINDOW * (int64_t)s->B) return;
+    double rate = (double)s->win_errors / (double)s->win_resolved;
+    if (rate > s->max_error_drop_rate)
+        fail_run(s,
+                 "%lld of the last %lld training episodes were dropped for errors (%.0f%%, "
+                 "rl.max_error_drop_rate %g); the latest: %s",
+                 (long long)s->win_errors, (long long)s->win_resolved, 100 * rate,
+                 s->max_error_drop_rate, s->win_why);
+    s->win_resolved = s->win_errors = 0;
+}
+
+/* A shard that restarted is restored about a second later even when no
+ * step is due: the rollouts cannot fetch the buckets its old incarnation
+ * served, so they would wait for weights until the next step. */
+static void watch_learners(ctl_state *s)
+{
+    double now = rl_now_s();
+    if (s->phase == PH_NONE || s->phase == PH_DONE || now - s->last_learner_check < 1.0) return;
+    s->last_learner_check = now;
+    int inc, restarted = learner_restarted(s, &inc);
+    if (restarted >= 0) recover_learners(s, restarted, inc);
+}
+
 static void advance(ctl_state *s)
 {
     if (s->advancing) return; /* a step waits on the learners: the loop runs nested */
     s->advancing = 1;
     reclaim(s);
     compact(s);
+    watch_learners(s);
     for (int k = 0; k < 2 && s->phase != PH_DONE; k++)
         if (s->missing_since[k] > 0 && s->missing_last[k] - s->missing_since[k] > s->max_missing_s)
             fail_run(s, "episodes dropped for %.0f s (rl.max_missing_s %g): %s",
                      s->missing_last[k] - s->missing_since[k], s->max_missing_s, s->missing_why[k]);
+    check_error_drops(s);
     switch (s->phase) {
     case PH_EVAL_INITIAL:
         if (!eval_over(s)) break;
@@ -1882,15 +2398,34 @@ static int open_run_dir(ctl_state *s)
 {
     if (mkdir_p(s->run_dir)) return rl_fail(MANTA_ESYS, "cannot create %s", s->run_dir);
     char path[700];
+    int resume = s->resume[0] != 0; /* a resumed run adds to its metrics */
     snprintf(path, sizeof path, "%s/metrics.jsonl", s->run_dir);
-    s->metrics = fopen(path, "w");
+    s->metrics = fopen(path, resume ? "a" : "w");
     snprintf(path, sizeof path, "%s/trajectories.msgpack", s->run_dir);
-    s->traj_dump = fopen(path, "wb");
-    if (!s->metrics || !s->traj_dump) return rl_fail(MANTA_ESYS, "cannot write in %s", s->run_dir);
+    s->traj_dump = resume ? NULL : fopen(path, "wb");
+    if (!s->metrics || (!resume && !s->traj_dump))
+        return rl_fail(MANTA_ESYS, "cannot write in %s", s->run_dir);
     snprintf(path, sizeof path, "%s/summary.json", s->run_dir);
     unlink(path); /* a previous run's must not pass for this one's */
     s->run_dir_open = 1;
     return 0;
+}
+
+/* The run cannot start (its folder is open): summary.json and the reply
+ * say why, with rl_last_error()'s cause after `what`. */
+static int refuse_run(ctl_state *s, manta_req *req, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int refuse_run(ctl_state *s, manta_req *req, int rc, const char *fmt, ...)
+{
+    char what[600], status[1000];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    snprintf(status, sizeof status, "failed: %s: %s", what, rl_last_error());
+    rl_log(s->m, "controller: run %s", status);
+    write_summary(s, status);
+    return manta_reply_error(req, rc, "run: %s: %s", what, rl_last_error());
 }
 
 static int ctl_run(manta_req *req, void *state, const void *arg, size_t len)
@@ -1902,30 +2437,41 @@ static int ctl_run(manta_req *req, void *state, const void *arg, size_t len)
     if (S < 0) return manta_reply_error(req, S, "run: %s", rl_last_error());
     s->S = S;
     if (s->S == 0) return manta_reply_error(req, MANTA_ENOTFOUND, "run: no learner actors");
+    s->L_inc = calloc((size_t)s->S, sizeof *s->L_inc);
+    if (!s->L_inc) return manta_reply_error(req, MANTA_ENOMEM, "run: out of memory");
+    note_incarnations(s);
     int rc = open_run_dir(s);
     if (rc) return manta_reply_error(req, rc, "run: %s", rl_last_error());
     s->t_start = rl_now_s();
-    warmup(s);
-    if (s->wu_error[0]) {
-        char status[400];
-        snprintf(status, sizeof status, "failed: %s", s->wu_error);
-        s->phase = PH_DONE;
-        write_summary(s, status);
-        return manta_reply_error(req, MANTA_EREMOTE, "run failed: %s", s->wu_error);
+    if (s->resume[0]) {
+        if ((rc = resume_run(s))) return refuse_run(s, req, rc, "rl.resume %s", s->resume);
+    } else {
+        warmup(s);
+        if (s->wu_error[0]) {
+            rl_fail(MANTA_EREMOTE, "%s", s->wu_error);
+            return refuse_run(s, req, MANTA_EREMOTE, "warm-up");
+        }
+        if (publish_initial(s))
+            return refuse_run(s, req, MANTA_EREMOTE, "learners could not publish");
+        s->version = 0;
+        s->t_warm = rl_now_s() - s->t_start;
     }
-    if (publish_initial(s))
-        return manta_reply_error(req, MANTA_EREMOTE, "run: learners could not publish: %s",
-                                 rl_last_error());
-    s->version = 0;
     s->have_weights = 1;
-    s->t_warm = rl_now_s() - s->t_start;
     s->run_req = manta_req_defer(req);
-    if (s->eval_n > 0) { /* the baseline: version 0 on the held-out set */
+    if (s->eval_n > 0 && s->success_initial < 0) { /* the baseline: version 0 on the held-out set */
         start_eval(s, s->eval_n);
         s->eval_until = rl_now_s() + 300;
         s->phase = PH_EVAL_INITIAL;
     } else {
         start_training(s);
+    }
+    /* version 0, so that the warm-up is not done twice: written once the run
+     * is open (admissions and submissions are served while the learners
+     * write, as during a step), with no turn of the loop nested in it */
+    if (!s->resume[0]) {
+        s->advancing = 1;
+        checkpoint(s);
+        s->advancing = 0;
     }
     schedule(s, 0);
     return 0;

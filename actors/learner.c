@@ -36,6 +36,18 @@
  * or a fresh GPT-2, with activations for model.max_seq tokens a sequence.
  * "save DIR" writes it as a folder of its family in the source folder's
  * dtype (F32 for a fresh model).
+ *
+ * Checkpoints (the controller's rl.checkpoint_every): "checkpoint DIR"
+ * writes DIR/learner-RANK.state, this shard's AdamW moments and step count
+ * (and, when the model's dtype is not F32, its F32 slice of the parameters,
+ * which the folder's rounding would lose), fsynced; shard 0 also writes the
+ * weights as DIR/model, the same Hugging Face folder as "save". "restore
+ * DIR" reads them back: the whole parameter vector (DIR/model, or the
+ * state files' slices) and this shard's slice of the moments from whichever
+ * state files cover it, so a checkpoint of S shards restores onto any
+ * number. A restarted shard (incarnation > 1: its parameters are the seed's,
+ * its moments zero) refuses "step" and "publish" until it is restored, so a
+ * lost shard can never rejoin the group with a model of its own.
  */
 #include "manta_actors.h"
 #include "rl_util.h"
@@ -43,13 +55,17 @@
 #include <manta_collective.h>
 #include <manta_kernels.h>
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define KEEP_VERSIONS 8
-#define COLL_TIMEOUT  60000 /* ms: a shard that is this late has failed */
 
 typedef struct learner_state {
     manta_ctx *m;
@@ -72,6 +88,9 @@ typedef struct learner_state {
     int pub_next;
     int32_t *x, *y;
     float *blp, *adv, *mask;
+    int coll_timeout_ms; /* rl.collective_timeout_s */
+    int incarnation;     /* of this process (1: the first) */
+    int needs_restore;   /* a restarted shard: no step until "restore" */
 } learner_state;
 
 /* The settings (README.md "Spec sections read"); 0 or MANTA_EINVAL. */
@@ -101,6 +120,7 @@ static int read_settings(learner_state *s, manta_ctx *m, const void *args, size_
     s->ppo.entropy_coef = (float)rl_arg_num(&a, "rl", "entropy_coef", 0.0, -1e3, 1e3);
     *threads = (int)rl_arg_int(&a, NULL, "threads", 1, 0, 4096);
     *bucket_mb = rl_arg_num(&a, "rl", "bucket_mb", 4.0, 1e-3, 1 << 20);
+    s->coll_timeout_ms = (int)(1000 * rl_arg_num(&a, "rl", "collective_timeout_s", 60, 0.1, 86400));
     if (!a.rc && s->rank >= s->world)
         rl_arg_error(&a, "", "replica", "%d is not below replicas (%d)", s->rank, s->world);
     return rl_args_close(&a, m);
@@ -154,6 +174,14 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
     }
     mk_model_read_params(s->model, s->params, 0, s->n_params);
     mark_decay(s);
+    const char *inc = getenv("MANTA_INCARNATION"); /* set by the node agent, as log.c reads it */
+    s->incarnation = inc ? atoi(inc) : 1;
+    s->needs_restore = s->incarnation > 1;
+    if (s->needs_restore)
+        rl_log(m,
+               "learner %d: restarted (incarnation %d): parameters from the seed and AdamW "
+               "state lost; steps are refused until the controller restores a checkpoint",
+               s->rank, s->incarnation);
     char what[600];
     rl_log(m,
            "learner %d/%d: %s, %zu params, slice [%zu, %zu), batch %d x %d in micro-batches of "
@@ -211,7 +239,7 @@ static int publish(learner_state *s, const rl_buckets **out)
 static int join_group(learner_state *s)
 {
     if (s->coll) return 0;
-    manta_coll_options o = {.timeout_ms = COLL_TIMEOUT};
+    manta_coll_options o = {.timeout_ms = s->coll_timeout_ms};
     int rc = manta_coll_create(s->m, "learn", s->world, s->rank, &o, &s->coll);
     if (rc) rl_log(s->m, "learner: join group: %s", manta_last_error());
     return rc;
@@ -318,14 +346,15 @@ static int local_pass(learner_state *s, int mode, int B, int T, float st[N_ST])
 static int reduce_grads(learner_state *s, float st[N_ST], float *gnorm)
 {
     float local_tokens = st[0];
-    int rc = manta_coll_all_reduce(s->coll, st, N_ST, COLL_TIMEOUT);
+    int rc = manta_coll_all_reduce(s->coll, st, N_ST, s->coll_timeout_ms);
     if (rc) return rc;
     mk_model_read_grads(s->model, s->grads, 0, s->n_params);
     mk_scale(s->grads, st[0] > 0 ? local_tokens / st[0] : 0, s->n_params);
-    rc = manta_coll_reduce_scatter(s->coll, s->grads, s->grads + s->off, s->n_params, COLL_TIMEOUT);
+    rc = manta_coll_reduce_scatter(s->coll, s->grads, s->grads + s->off, s->n_params,
+                                   s->coll_timeout_ms);
     if (rc) return rc;
     float sq = (float)mk_sumsq(s->grads + s->off, s->len);
-    rc = manta_coll_all_reduce(s->coll, &sq, 1, COLL_TIMEOUT);
+    rc = manta_coll_all_reduce(s->coll, &sq, 1, s->coll_timeout_ms);
     if (rc) return rc;
     *gnorm = sqrtf(sq);
     if (s->opt.grad_clip > 0)
@@ -351,7 +380,7 @@ static void adamw_slice(learner_state *s, float lr)
 static int gather_params(learner_state *s)
 {
     int rc = manta_coll_all_gather(s->coll, s->params + s->off, s->params, s->n_params,
-                                   MANTA_COLL_FLOAT32, COLL_TIMEOUT);
+                                   MANTA_COLL_FLOAT32, s->coll_timeout_ms);
     if (!rc) mk_model_write_params(s->model, s->params, 0, s->n_params);
     return rc;
 }
@@ -369,9 +398,21 @@ static int reply_step(manta_req *req, rl_step_reply *r, const rl_buckets *pub)
     return rc;
 }
 
+/* A restarted shard that was not restored would train and publish a model
+ * of its own: refuse, naming why (the controller restores or fails). */
+static int refuse_unrestored(manta_req *req, const learner_state *s, const char *method)
+{
+    return manta_reply_error(req, MANTA_EREMOTE,
+                             "%s: learner shard %d restarted (incarnation %d) and was not "
+                             "restored from a checkpoint: its parameters and AdamW state are "
+                             "not the group's",
+                             method, s->rank, s->incarnation);
+}
+
 static int learner_step(manta_req *req, void *state, const void *arg, size_t len)
 {
     learner_state *s = state;
+    if (s->needs_restore) return refuse_unrestored(req, s, "step");
     double t0 = rl_now_s();
     rl_step_req r;
     int T = 1, rc = rl_step_req_decode_vocab(&r, arg, len, s->ms.vocab);
@@ -414,6 +455,7 @@ static int learner_publish(manta_req *req, void *state, const void *arg, size_t 
 {
     learner_state *s = state;
     (void)arg, (void)len;
+    if (s->needs_restore) return refuse_unrestored(req, s, "publish");
     const rl_buckets *pub;
     int rc = publish(s, &pub);
     if (rc) return manta_reply_error(req, rc, "publish: %s", manta_last_error());
@@ -433,13 +475,221 @@ static int learner_save(manta_req *req, void *state, const void *arg, size_t len
         return manta_reply_error(req, MANTA_EINVAL, "save: path of %zu bytes (1 to %zu)", len,
                                  sizeof dir - 1);
     snprintf(dir, sizeof dir, "%.*s", (int)len, (const char *)arg);
+    if (s->needs_restore) return refuse_unrestored(req, s, "save");
     int rc = rl_model_save(&s->ms, s->model, dir);
     if (rc) return manta_reply_error(req, rc, "save: %s", rl_last_error());
     return manta_reply(req, "ok", 2);
 }
 
+/* ---- checkpoints ---- */
+
+/* learner-RANK.state: this header, then the slice's first moments, second
+ * moments and (flag HAS_PARAMS) parameters, len floats each, host byte
+ * order (a checkpoint is read back on machines of the same kind). */
+#define STATE_MAGIC "MANTAOPT"
+#define HAS_PARAMS  1u
+typedef struct state_header {
+    char magic[8];
+    uint32_t format, flags;
+    int64_t world, rank, n_params, off, len, t;
+} state_header;
+
+/* Weights in the Hugging Face folder lose nothing when it is one F32 file
+ * (mk_load reads it); otherwise the state files carry the F32 slices. */
+static int weights_in_folder(const learner_state *s)
+{
+    return s->ms.dtype == MK_F32 && s->n_params * sizeof(float) <= 5000000000ull;
+}
+
+/* fsync a file or a folder by path; 0 or -1 (errno). */
+static int sync_path(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* fsync every file of a folder, then the folder. */
+static int sync_folder(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int rc = 0;
+    struct dirent *e;
+    char path[1100];
+    while (!rc && (e = readdir(d)))
+        if (e->d_name[0] != '.') {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            rc = sync_path(path);
+        }
+    closedir(d);
+    return rc ? rc : sync_path(dir);
+}
+
+static int write_state(const learner_state *s, const char *dir)
+{
+    char path[1100];
+    snprintf(path, sizeof path, "%s/learner-%d.state", dir, s->rank);
+    state_header h = {.format = 1,
+                      .flags = weights_in_folder(s) ? 0 : HAS_PARAMS,
+                      .world = s->world,
+                      .rank = s->rank,
+                      .n_params = (int64_t)s->n_params,
+                      .off = (int64_t)s->off,
+                      .len = (int64_t)s->len,
+                      .t = s->t};
+    memcpy(h.magic, STATE_MAGIC, 8);
+    FILE *f = fopen(path, "wbx"); /* the folder is new: nothing to replace */
+    if (!f) return rl_fail(MANTA_ESYS, "%s: %s", path, strerror(errno));
+    int ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(s->am, sizeof(float), s->len, f) == s->len &&
+             fwrite(s->av, sizeof(float), s->len, f) == s->len &&
+             (!(h.flags & HAS_PARAMS) ||
+              fwrite(s->params + s->off, sizeof(float), s->len, f) == s->len) &&
+             fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (fclose(f)) ok = 0;
+    return ok ? 0 : rl_fail(MANTA_ESYS, "%s: %s", path, strerror(errno));
+}
+
+/* "checkpoint DIR" (text): this shard's state file; shard 0 adds DIR/model. */
+static int learner_checkpoint(manta_req *req, void *state, const void *arg, size_t len)
+{
+    learner_state *s = state;
+    char dir[512], model[600];
+    if (len == 0 || len >= sizeof dir)
+        return manta_reply_error(req, MANTA_EINVAL, "checkpoint: path of %zu bytes (1 to %zu)", len,
+                                 sizeof dir - 1);
+    snprintf(dir, sizeof dir, "%.*s", (int)len, (const char *)arg);
+    if (s->needs_restore) return refuse_unrestored(req, s, "checkpoint");
+    int rc = write_state(s, dir);
+    if (!rc && s->rank == 0) {
+        snprintf(model, sizeof model, "%s/model", dir);
+        rc = rl_model_save(&s->ms, s->model, model);
+        if (!rc && sync_folder(model))
+            rc = rl_fail(MANTA_ESYS, "fsync %s: %s", model, strerror(errno));
+    }
+    if (rc) return manta_reply_error(req, rc, "checkpoint: %s", rl_last_error());
+    return manta_reply(req, "ok", 2);
+}
+
+/* Read n floats at element `at` of the array that starts at byte `base`. */
+static int read_at(FILE *f, long base, size_t at, float *dst, size_t n)
+{
+    return fseek(f, base + (long)(at * sizeof(float)), SEEK_SET) == 0 &&
+                   fread(dst, sizeof(float), n, f) == n
+               ? 0
+               : -1;
+}
+
+/* One state file: its share of this shard's moments (and of the whole
+ * parameter vector when it carries parameters); *got and *pgot count the
+ * elements found. */
+static int read_state(learner_state *s, const char *path, size_t *got, size_t *pgot, int64_t *t)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return rl_fail(MANTA_ESYS, "%s: %s", path, strerror(errno));
+    state_header h;
+    struct stat st;
+    int rc = 0;
+    if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, STATE_MAGIC, 8) || h.format != 1)
+        rc = rl_fail(MANTA_EINVAL, "%s: not a learner state file", path);
+    else if (h.n_params != (int64_t)s->n_params)
+        rc = rl_fail(MANTA_EINVAL, "%s: %lld parameters, the model has %zu", path,
+                     (long long)h.n_params, s->n_params);
+    else if (h.off < 0 || h.len < 0 || h.off + h.len > h.n_params || fstat(fileno(f), &st) ||
+             (uint64_t)st.st_size !=
+                 sizeof h + (uint64_t)h.len * sizeof(float) * ((h.flags & HAS_PARAMS) ? 3 : 2))
+        rc = rl_fail(MANTA_EINVAL, "%s: truncated or inconsistent (slice %lld+%lld)", path,
+                     (long long)h.off, (long long)h.len);
+    size_t lo = (size_t)h.off > s->off ? (size_t)h.off : s->off;
+    size_t hi =
+        (size_t)(h.off + h.len) < s->off + s->len ? (size_t)(h.off + h.len) : s->off + s->len;
+    long m0 = (long)sizeof h, v0 = m0 + (long)(h.len * 4), p0 = v0 + (long)(h.len * 4);
+    if (!rc && lo < hi &&
+        (read_at(f, m0, lo - (size_t)h.off, s->am + (lo - s->off), hi - lo) ||
+         read_at(f, v0, lo - (size_t)h.off, s->av + (lo - s->off), hi - lo)))
+        rc = rl_fail(MANTA_ESYS, "%s: read failed", path);
+    if (!rc && lo < hi) *got += hi - lo;
+    if (!rc && (h.flags & HAS_PARAMS)) {
+        if (read_at(f, p0, 0, s->params + h.off, (size_t)h.len))
+            rc = rl_fail(MANTA_ESYS, "%s: read failed", path);
+        *pgot += (size_t)h.len;
+    }
+    if (!rc) *t = h.t;
+    fclose(f);
+    return rc;
+}
+
+/* The parameters and this shard's moments from checkpoint folder dir. */
+static int restore_from(learner_state *s, const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return rl_fail(MANTA_ESYS, "%s: %s", dir, strerror(errno));
+    size_t got = 0, pgot = 0;
+    int64_t t = -1;
+    int rc = 0, files = 0;
+    struct dirent *e;
+    char path[1100];
+    while (!rc && (e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (strncmp(e->d_name, "learner-", 8) || n < 6 || strcmp(e->d_name + n - 6, ".state"))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        rc = read_state(s, path, &got, &pgot, &t);
+        files++;
+    }
+    closedir(d);
+    if (rc) return rc;
+    if (files == 0 || got != s->len)
+        return rl_fail(MANTA_EINVAL,
+                       "%s: the state files cover %zu of the %zu moments of slice "
+                       "[%zu, %zu)",
+                       dir, got, s->len, s->off, s->off + s->len);
+    if (pgot == 0) { /* the weights are the folder's F32 file */
+        snprintf(path, sizeof path, "%s/model/model.safetensors", dir);
+        if (mk_load(s->model, path) != MK_OK)
+            return rl_fail(MANTA_EINVAL, "%s: %s", path, mk_last_error());
+        mk_model_read_params(s->model, s->params, 0, s->n_params);
+    } else if (pgot != s->n_params) {
+        return rl_fail(MANTA_EINVAL, "%s: the state files hold %zu of %zu parameters", dir, pgot,
+                       s->n_params);
+    } else {
+        mk_model_write_params(s->model, s->params, 0, s->n_params);
+    }
+    s->t = (int)t;
+    return 0;
+}
+
+/* "restore DIR" (text): parameters, moments and step count from a
+ * checkpoint. The collective group is left, so that every shard meets its
+ * peers afresh at the next step. On failure the shard stays unrestored
+ * (a restarted one keeps refusing steps) and the reply says why. */
+static int learner_restore(manta_req *req, void *state, const void *arg, size_t len)
+{
+    learner_state *s = state;
+    char dir[512];
+    if (len == 0 || len >= sizeof dir)
+        return manta_reply_error(req, MANTA_EINVAL, "restore: path of %zu bytes (1 to %zu)", len,
+                                 sizeof dir - 1);
+    snprintf(dir, sizeof dir, "%.*s", (int)len, (const char *)arg);
+    int rc = restore_from(s, dir);
+    manta_coll_free(s->coll);
+    s->coll = NULL;
+    if (rc) {
+        s->needs_restore = 1; /* half-read: never step on it */
+        rl_log(s->m, "learner %d: restore %s: %s", s->rank, dir, rl_last_error());
+        return manta_reply_error(req, rc, "restore: %s", rl_last_error());
+    }
+    s->needs_restore = 0;
+    rl_log(s->m, "learner %d: restored from %s (AdamW step %d)", s->rank, dir, s->t);
+    return manta_reply(req, "ok", 2);
+}
+
 static const manta_method learner_methods[] = {
-    {"step", learner_step}, {"publish", learner_publish}, {"save", learner_save}, {NULL, NULL}};
+    {"step", learner_step},       {"publish", learner_publish},
+    {"save", learner_save},       {"checkpoint", learner_checkpoint},
+    {"restore", learner_restore}, {NULL, NULL}};
 
 const manta_class rl_learner_class = {"learner", sizeof(learner_state), learner_init, learner_fini,
                                       learner_methods};

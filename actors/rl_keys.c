@@ -136,6 +136,24 @@ static const manta_spec_key rl_keys[] = {
      "how long episodes may be dropped for \"no reward actor\" or \"no env actor\" with no actor "
      "of that group at work before the run fails naming the group",
      NULL, NULL, 0},
+    {"checkpoint_every", I, 0, 1 << 30, "20",
+     "write a checkpoint (weights, AdamW state, data position, ledger) to RUN_DIR/checkpoints "
+     "every this many versions, and at version 0 (0: never)",
+     NULL, NULL, 0},
+    {"checkpoint_keep", I, 1, 1 << 20, "2", "how many of the newest checkpoints are kept", NULL,
+     NULL, 0},
+    {"resume", MANTA_SPEC_K_ANY, 0, 0, "false",
+     "true: continue from the newest checkpoint of rl.run_dir; a folder: from that run or "
+     "checkpoint folder (manta run SPEC --resume [RUN_DIR] sets it)",
+     NULL, NULL, 0},
+    {"max_error_drop_rate", N, 0, 1, "0.5",
+     "fail the run when more than this share of a window of 4 x batch_episodes training "
+     "episodes is dropped for errors",
+     NULL, NULL, 0},
+    {"collective_timeout_s", N, 0.1, 86400, "60",
+     "a learner shard later than this in a collective (or in joining the group) has failed: the "
+     "step fails",
+     NULL, NULL, 0},
     {"micro_batch", I, 0, 1 << 24, "0",
      "sequences per forward/backward pass in a learner shard; their gradients add up to the "
      "batch's (0: the shard's whole batch at once)",

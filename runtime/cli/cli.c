@@ -55,6 +55,9 @@ typedef struct cli {
     const char *sets[64];
     int nsets;
     int detach, follow, verbose, json, dashboard;
+    int resume;             /* run --resume [RUN_DIR] */
+    const char *resume_dir; /* its RUN_DIR, or NULL: the spec's own run folder */
+    char resume_sets[2][PATH_MAX + 16];
     double timeout_s;
     const manta_class *const *classes;
     const manta_cli_builtins *b; /* classes, declared sections and settings */
@@ -82,6 +85,8 @@ static const char *usage_text =
     "  --job NAME        which job (status, scale, stop, logs); default: the last one run here\n"
     "  --detach          run: return once every actor is ready; the job keeps running\n"
     "  --dashboard       run: serve the web dashboard (the spec's metrics.port, else a free one)\n"
+    "  --resume [DIR]    run: continue a stopped or crashed job from the newest checkpoint of\n"
+    "                    its run folder (or of run folder DIR): --set rl.resume=true|DIR\n"
     "  --json            run: print the run method's whole answer (JSON) instead of a summary;\n"
     "                    logs: print the log lines as they are (JSON) instead of pretty\n"
     "  --log-level LVL   run: debug, info (default), warn or error: what actors log\n"
@@ -101,7 +106,7 @@ static const char *command_help(const char *cmd)
 {
     if (!strcmp(cmd, "run"))
         return "manta run SPEC [--set PATH=VALUE]... [--redis URL] [--detach] [--log-dir DIR]\n"
-               "               [--json] [--dashboard]\n"
+               "               [--json] [--dashboard] [--resume [RUN_DIR]]\n"
                "  Loads SPEC (errors name file:line:col), starts the embedded Redis unless the\n"
                "  spec or --redis names one, starts a node agent here, places every replica\n"
                "  (named GROUP-I) on a node with room, waits until all are ready, then calls\n"
@@ -118,7 +123,11 @@ static const char *command_help(const char *cmd)
                "  serves a web dashboard at http://ADDR:N/ (actors, curves, errors; live) and\n"
                "  the metrics at /metrics in the Prometheus text format (bind: 127.0.0.1\n"
                "  unless given; port 0: any free one; the URL is printed). Off loopback, the\n"
-               "  data needs the token in RUN_DIR/dashboard.token (?token= or Bearer).\n";
+               "  data needs the token in RUN_DIR/dashboard.token (?token= or Bearer).\n"
+               "  --resume continues a stopped or crashed RL job from the newest checkpoint\n"
+               "  in its run folder's checkpoints/ (--resume RUN_DIR: that run folder's, and\n"
+               "  the run goes on there); it sets rl.resume (and rl.run_dir). A run that\n"
+               "  fails or is interrupted still leaves summary.json, with its status.\n";
     if (!strcmp(cmd, "status"))
         return "manta status [RUN_DIR | --run RUN_DIR] [--job NAME] [-v]\n"
                "  Of a running job: its driver, nodes with their resources and heartbeat age,\n"
@@ -409,6 +418,8 @@ typedef struct run_setup {
     cli_httpd *httpd;          /* the endpoint while the job runs */
     cli_progress *progress;    /* the progress line while the run method runs */
     int64_t t0;                /* when `manta run` started (manta_now_ms) */
+    char end_status[700]; /* a run method that did not answer: "failed: ..." or "interrupted" */
+    cJSON *last_record;   /* the job value `policy` then (an RL controller's last version) */
 } run_setup;
 
 /* The spec's optional `metrics: {port, bind}` section; errors like the
@@ -483,6 +494,31 @@ static void run_logs_end(const run_setup *r, int code)
     fclose(f);
 }
 
+/* --resume [RUN_DIR] as overrides after the user's: rl.resume=true (the
+ * controller's own run folder) or rl.resume=DIR and rl.run_dir=DIR. */
+static int resume_sets(cli *c)
+{
+    char dir[PATH_MAX];
+    if (c->nsets > 62) {
+        fprintf(stderr, "manta run: --resume: too many --set (at most 62 with it)\n");
+        return -1;
+    }
+    if (!c->resume_dir) {
+        snprintf(c->resume_sets[0], sizeof c->resume_sets[0], "rl.resume=true");
+        c->sets[c->nsets++] = c->resume_sets[0];
+        return 0;
+    }
+    if (!realpath(c->resume_dir, dir)) {
+        fprintf(stderr, "manta run: --resume %s: %s\n", c->resume_dir, strerror(errno));
+        return -1;
+    }
+    snprintf(c->resume_sets[0], sizeof c->resume_sets[0], "rl.resume=%s", dir);
+    snprintf(c->resume_sets[1], sizeof c->resume_sets[1], "rl.run_dir=%s", dir);
+    c->sets[c->nsets++] = c->resume_sets[0];
+    c->sets[c->nsets++] = c->resume_sets[1];
+    return 0;
+}
+
 /* Load the spec and make RUN_DIR/logs/RUN_ID (RUN_DIR = LOG_DIR/JOB). */
 static int run_prepare(cli *c, run_setup *r)
 {
@@ -500,6 +536,7 @@ static int run_prepare(cli *c, run_setup *r)
         return MANTA_EXIT_USAGE;
     }
     if (c->log_level) setenv("MANTA_LOG_LEVEL", c->log_level, 1); /* the actors inherit it */
+    if (c->resume && resume_sets(c) != 0) return MANTA_EXIT_USAGE;
     if (!(r->spec = load_spec(c, r->spec_path, c->sets, (size_t)c->nsets))) return MANTA_EXIT_USAGE;
     if (read_metrics_section(r)) return MANTA_EXIT_USAGE;
     if (c->dashboard && r->metrics_port < 0) r->metrics_port = 0; /* a free port */
@@ -770,6 +807,61 @@ static void run_folder_line(const cli *c, const run_setup *r)
     fflush(out);
 }
 
+/* A run method that ended without an answer (it failed, its actor died, or
+ * the driver was interrupted): how, and the last version record, kept for
+ * run_keep_end once the teardown is over. */
+static void run_note_end(run_setup *r, manta_ctx *m, bool interrupted, const char *why)
+{
+    if (interrupted)
+        snprintf(r->end_status, sizeof r->end_status, "interrupted");
+    else
+        snprintf(r->end_status, sizeof r->end_status, "failed: %s", why);
+    void *v;
+    size_t n;
+    if (manta_kv_get(m, "policy", &v, &n) == 0) {
+        r->last_record = cJSON_ParseWithLength(v, n);
+        free(v);
+    }
+}
+
+/* Every run leaves summary.json: when the job wrote none (its run method's
+ * actor died, or could not write while it stopped), the driver writes what
+ * it knows: the status and the ledger of the last version recorded. */
+static void run_keep_end(run_setup *r)
+{
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/summary.json", r->run_dir);
+    if (!r->end_status[0] || access(path, F_OK) == 0) return;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "status", r->end_status);
+    cJSON_AddStringToObject(j, "run_dir", r->run_dir);
+    cJSON_AddStringToObject(j, "written_by", "driver");
+    const cJSON *rec = r->last_record;
+    if (cJSON_IsObject(rec)) { /* {version, admitted, trained, dropped_stale, ...} */
+        static const char *const keys[] = {"admitted", "trained", "dropped_stale", "dropped_error",
+                                           "in_flight"};
+        cJSON *l = cJSON_AddObjectToObject(j, "ledger");
+        double sum = 0, admitted = 0;
+        for (int i = 0; i < 5; i++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(rec, keys[i]);
+            double x = cJSON_IsNumber(v) ? v->valuedouble : 0;
+            cJSON_AddNumberToObject(l, keys[i], x);
+            if (i == 0)
+                admitted = x;
+            else
+                sum += x;
+        }
+        cJSON_AddBoolToObject(l, "balanced", admitted == sum);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(rec, "version");
+        cJSON_AddNumberToObject(l, "at_version", cJSON_IsNumber(v) ? v->valuedouble : -1);
+        cJSON_AddNumberToObject(j, "versions", cJSON_IsNumber(v) ? v->valuedouble : -1);
+    }
+    char *txt = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (txt) keep_answer(r->run_dir, txt, strlen(txt));
+    free(txt);
+}
+
 /* Run the job: its run method (the answer goes to stdout), or serve until
  * `manta stop` (SIGTERM: exit 0) or Ctrl-C (130). */
 static int run_job(cli *c, run_setup *r, manta_job_t *job)
@@ -794,6 +886,7 @@ static int run_job(cli *c, run_setup *r, manta_job_t *job)
         return 0;
     }
     if (rc == MANTA_ECLOSED && g_signal == SIGTERM && !manta_spec_find(s->root, "run")) return 0;
+    if (has_run) run_note_end(r, manta_job_ctx(job), rc == MANTA_ECLOSED, manta_last_error());
     if (rc == MANTA_ECLOSED) {
         fprintf(stderr, "manta: interrupted; tearing down\n");
         return MANTA_EXIT_INTERRUPTED;
@@ -829,6 +922,9 @@ static int cmd_run(cli *c)
     manta_job_free(job);
     if (m && !manta_attached(m)) state_remove(r.spec->job);
     manta_shutdown(m);
+    run_keep_end(
+        &r); /* after the teardown: the job's own summary.json, written as it stops, wins */
+    cJSON_Delete(r.last_record);
     run_logs_end(&r, rc);
     if (r.run_id[0]) run_folder_line(c, &r);
     manta_spec_free(r.spec);
@@ -1367,6 +1463,12 @@ static int parse(cli *c, int argc, char **argv)
             }
         } else if (!strcmp(a, "--detach")) {
             c->detach = 1;
+        } else if (!strcmp(a, "--resume")) { /* an optional RUN_DIR: the next word, a folder */
+            struct stat st;
+            c->resume = 1;
+            if (i + 1 < argc && argv[i + 1][0] != '-' && stat(argv[i + 1], &st) == 0 &&
+                S_ISDIR(st.st_mode))
+                c->resume_dir = argv[++i];
         } else if (!strcmp(a, "--json")) {
             c->json = 1;
         } else if (!strcmp(a, "--dashboard")) {
