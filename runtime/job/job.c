@@ -539,6 +539,11 @@ static void diagnose(manta_job_t *j, char *out, size_t cap)
     for (size_t i = 0; i < nodes.n; i++) {
         const manta_reg_node_entry *e = &nodes.v[i];
         if (mj_probe_endpoint(e->rec.endpoint, PROBE_MS) != MJ_NODE_GONE) continue;
+        /* Dead for certain: out of the node set, so that the shutdown does
+         * not wait on its mailbox. */
+        if (manta_reg_node_set_state(j->m, e->id, MANTA_ACTOR_DEAD) != 0 ||
+            manta_reg_node_leave(j->m, e->id) != 0)
+            say(j, "node %s: %s", e->id, manta_last_error());
         size_t used = strlen(out);
         snprintf(out + used, cap - used,
                  "; node %s (pid %d on %s) is gone: its mailbox refuses connections, and its "
