@@ -392,7 +392,7 @@ static void redis_trouble(manta_job_t *j)
     set_fatal(j, MANTA_EREDIS, msg);
 }
 
-static stall *stall_find(manta_job_t *j, const char *id, bool add)
+static stall *stall_find(manta_job_t *j, const char *id, bool add, int64_t age_ms)
 {
     stall *free_slot = NULL;
     for (size_t i = 0; i < MAX_STALLS; i++) {
@@ -401,7 +401,7 @@ static stall *stall_find(manta_job_t *j, const char *id, bool add)
     }
     if (!add || !free_slot) return NULL;
     snprintf(free_slot->id, sizeof free_slot->id, "%s", id);
-    free_slot->since = manta_now_ms();
+    free_slot->since = manta_now_ms() - age_ms;
     return free_slot;
 }
 
@@ -410,9 +410,9 @@ static stall *stall_find(manta_job_t *j, const char *id, bool add)
  * fails naming it (a node stopped for good would hang the job). */
 static void node_stalled(manta_job_t *j, const manta_reg_node_entry *e)
 {
-    stall *st = stall_find(j, e->id, false);
+    stall *st = stall_find(j, e->id, false, 0);
     if (!st) {
-        st = stall_find(j, e->id, true);
+        st = stall_find(j, e->id, true, e->age_ms);
         say(j,
             "node %s: no heartbeat for %.1f s, but its process still holds its mailbox %s "
             "(stopped or overloaded): not declared dead",

@@ -156,13 +156,42 @@ static bool is_zombie(int pid)
 }
 
 typedef struct who {
-    const char *role; /* "actor", "node", or NULL: a process with the tag */
+    const char *role; /* "actor", "node", NULL: a process with the tag, "redis": see below */
     const char *name; /* MANTA_NAME, or a substring of the command line */
 } who;
 
+/* redis-server rewrites its command line and environment (its process
+ * title "redis-server 127.0.0.1:PORT"): the job's is found by its port,
+ * learnt from the driver's child at the start. */
+static char redis_title[64];
+
+static int ppid_of(int pid)
+{
+    size_t n;
+    char *st = read_proc(pid, "stat", &n);
+    const char *p = st ? strrchr(st, ')') : NULL;
+    int pp = 0;
+    if (p && sscanf(p + 1, " %*c %d", &pp) != 1) pp = 0;
+    free(st);
+    return pp;
+}
+
+static bool cmdline_has(int pid, const char *what)
+{
+    size_t cn;
+    char *cmd = read_proc(pid, "cmdline", &cn);
+    for (size_t i = 0; cmd && i < cn; i++)
+        if (!cmd[i]) cmd[i] = ' ';
+    bool ok = cmd && strstr(cmd, what);
+    free(cmd);
+    return ok;
+}
+
 static bool matches(int pid, const who *w)
 {
-    size_t n, cn;
+    if (w->role && !strcmp(w->role, "redis"))
+        return redis_title[0] && cmdline_has(pid, redis_title);
+    size_t n;
     char *env = read_proc(pid, "environ", &n);
     if (!env) return false;
     char want[128];
@@ -177,13 +206,7 @@ static bool matches(int pid, const who *w)
             ok = has_entry(env, n, want);
         }
     } else {
-        ok = has_entry(env, n, tag);
-        char *cmd = ok ? read_proc(pid, "cmdline", &cn) : NULL;
-        if (cmd)
-            for (size_t i = 0; i < cn; i++)
-                if (!cmd[i]) cmd[i] = ' ';
-        ok = cmd && (!w->name || strstr(cmd, w->name));
-        free(cmd);
+        ok = has_entry(env, n, tag) && (!w->name || cmdline_has(pid, w->name));
     }
     free(env);
     return ok;
@@ -207,10 +230,12 @@ static int find(const who *w, int *pids, int cap)
 /* Every process of the job but the driver: by its name, and by the tag. */
 static int leftovers(int *pids, int cap)
 {
-    who actors = {"actor", NULL}, nodes = {"node", NULL}, tagged = {NULL, NULL};
+    who actors = {"actor", NULL}, nodes = {"node", NULL}, tagged = {NULL, NULL},
+        redis = {"redis", NULL};
     int n = find(&actors, pids, cap);
     n += find(&nodes, pids + n, cap - n);
     n += find(&tagged, pids + n, cap - n);
+    n += find(&redis, pids + n, cap - n);
     return n;
 }
 
@@ -382,6 +407,24 @@ static void check_nothing_left(int port, bool run_folder)
     }
 }
 
+/* The driver's redis-server child: its process title. */
+static void learn_redis(void)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        int pid = atoi(e->d_name);
+        if (pid <= 0 || ppid_of(pid) != driver || !cmdline_has(pid, "redis-server")) continue;
+        size_t cn;
+        char *cmd = read_proc(pid, "cmdline", &cn);
+        const char *at = cmd ? strstr(cmd, "127.0.0.1:") : NULL;
+        if (at) snprintf(redis_title, sizeof redis_title, "redis-server %.30s", at);
+        free(cmd);
+    }
+    if (d) closedir(d);
+    if (!redis_title[0]) die("the driver (pid %d) has no redis-server child", (int)driver);
+}
+
 /* ---- faults ---- */
 
 static int one(const who *w)
@@ -413,7 +456,7 @@ static const fault_case cases[] = {
      SIGKILL,
      "services.0.restart=never",
      "service calc was killed by signal 9 (restart: never)"},
-    {"redis", {NULL, "redis-server"}, SIGKILL, NULL, NULL},
+    {"redis", {"redis", NULL}, SIGKILL, NULL, NULL},
     {"stop_node", {"node", NULL}, SIGSTOP, NULL, NULL},
     {"reward",
      {"actor", "reward-0"},
@@ -476,6 +519,7 @@ int main(int argc, char **argv)
         }
         usleep(50000);
     }
+    learn_redis();
     double tf = now_s();
     if (c->sig && !strcmp(c->name, "driver")) {
         printf("kill -9 of the driver, pid %d\n", (int)driver);
