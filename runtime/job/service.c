@@ -105,7 +105,7 @@ int mj_spec_fail(manta_spec_errors *errs, const char *what)
 
 /* The command split on blanks, or NULL when it needs a shell (or is too
  * long to split): quotes, escapes, expansions, redirections, lists,
- * globs, comments, or an assignment in front. */
+ * globs, comments, an assignment in front, a builtin first. */
 static char **split_command(const char *cmd)
 {
     if (strpbrk(cmd, "|&;<>()$`\\\"'*?[]#~{}\n")) return NULL;
@@ -124,7 +124,14 @@ static char **split_command(const char *cmd)
         n++;
         p += len;
     }
-    if (n == 0) {
+    /* a shell builtin or keyword first (exec, cd, ulimit, if ...): the shell */
+    static const char *const builtins[] = {
+        "exec", "cd",    ".",     "source", "export", "set",  "ulimit", "umask",   "eval", "if",
+        "for",  "while", "until", "case",   "unset",  "trap", "wait",   "command", NULL};
+    bool shell = n == 0;
+    for (size_t i = 0; n && builtins[i] && !shell; i++) shell = !strcmp(argv[0], builtins[i]);
+    if (shell) {
+        for (size_t i = 0; i < n; i++) free(argv[i]);
         free(argv);
         return NULL;
     }

@@ -26,6 +26,8 @@
  *   controller  kill -9 of controller-0: fails naming controller-0
  *   node        kill -9 of the node agent: fails naming the node
  *   driver      kill -9 of the driver: everything else goes with it
+ *   driver_shell the same with a service command that needs the shell
+ *               ("exec python3 ..."), which runs under a keeper process
  *
  * "Finishes" means exit 0 with held-out success within 10 points of an
  * undisturbed run (which stops at stop_at 0.95: so >= 0.85); "fails" means a
@@ -253,11 +255,12 @@ static void cleanup_all(void)
 
 /* ---- the run ---- */
 
-static void start(int port, const char *exe, const char *extra)
+static void start(int port, const char *exe, const char *extra, bool shell)
 {
     char svc[400], svport[64], url[128], jobset[96], rd[400], src_spec[300];
-    snprintf(svc, sizeof svc, "services.0.command=python3 %s/examples/calc_server.py --port %d",
-             SOURCE_DIR, port);
+    /* "exec ..." needs the shell: the service then runs under its keeper */
+    snprintf(svc, sizeof svc, "services.0.command=%spython3 %s/examples/calc_server.py --port %d",
+             shell ? "exec " : "", SOURCE_DIR, port);
     snprintf(svport, sizeof svport, "services.0.port=%d", port);
     snprintf(url, sizeof url, "tools.0.url=http://127.0.0.1:%d/mcp", port);
     snprintf(jobset, sizeof jobset, "job=%s", job);
@@ -466,6 +469,7 @@ static const fault_case cases[] = {
     {"controller", {"actor", "controller-0"}, SIGKILL, NULL, "controller-0.run"},
     {"node", {"node", NULL}, SIGKILL, NULL, "is gone: its mailbox refuses connections"},
     {"driver", {NULL, NULL}, SIGKILL, NULL, ""},
+    {"driver_shell", {NULL, NULL}, SIGKILL, NULL, ""},
 };
 
 static bool have(const char *prog)
@@ -505,7 +509,7 @@ int main(int argc, char **argv)
     if (!realpath(argv[1], exe)) die("%s: %s", argv[1], strerror(errno));
     int port = free_port();
     double t0 = now_s();
-    start(port, exe, c->extra);
+    start(port, exe, c->extra, !strcmp(c->name, "driver_shell"));
 
     /* RL has trained a first version: the fault hits a running pipeline. */
     char metrics[400];
@@ -521,7 +525,7 @@ int main(int argc, char **argv)
     }
     learn_redis();
     double tf = now_s();
-    if (c->sig && !strcmp(c->name, "driver")) {
+    if (c->sig && !strncmp(c->name, "driver", 6)) {
         printf("kill -9 of the driver, pid %d\n", (int)driver);
         kill(driver, SIGKILL);
         waitpid(driver, NULL, 0);
