@@ -20,6 +20,9 @@
  *               finishes
  *   tool_never  the same with restart: never: fails naming service calc
  *   redis       kill -9 of redis-server: restarted with its data, finishes
+ *   redis_stop  SIGSTOP of redis-server for good, MANTA_REDIS_DOWN_MS=3000:
+ *               fails naming Redis (within 75 s: every command to a stopped
+ *               server waits for its 5 s timeout, the teardown's too)
  *   stop_node   SIGSTOP of the node agent for 7 s (the watchdog's limit is
  *               5 s): not declared dead, finishes
  *   reward      kill -9 of reward-0 (no restarts): fails naming group reward
@@ -255,7 +258,7 @@ static void cleanup_all(void)
 
 /* ---- the run ---- */
 
-static void start(int port, const char *exe, const char *extra, bool shell)
+static void start(int port, const char *exe, const char *extra, bool shell, const char *env)
 {
     char svc[400], svport[64], url[128], jobset[96], rd[400], src_spec[300];
     /* "exec ..." needs the shell: the service then runs under its keeper */
@@ -272,6 +275,7 @@ static void start(int port, const char *exe, const char *extra, bool shell)
         int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
         putenv(tag);
+        if (env) putenv((char *)env);
         if (chdir(SOURCE_DIR) != 0) _exit(126);
         const char *argv[32] = {exe,
                                 "run",
@@ -447,30 +451,33 @@ typedef struct fault_case {
     int sig;            /* 0: none */
     const char *extra;  /* one --set */
     const char *expect; /* NULL: finishes; else: fails, with this in the output */
+    const char *env;    /* NAME=VALUE for the driver, or NULL */
+    int fail_within_s;  /* 0: FAIL_WITHIN_S */
 } fault_case;
 
+/* clang-format off */
 static const fault_case cases[] = {
-    {"none", {NULL, NULL}, 0, NULL, NULL},
-    {"rollout", {"actor", "rollout-0"}, SIGKILL, NULL, NULL},
-    {"env", {"actor", "env-0"}, SIGKILL, NULL, NULL},
-    {"tool", {NULL, "calc_server.py"}, SIGKILL, NULL, NULL},
-    {"tool_never",
-     {NULL, "calc_server.py"},
-     SIGKILL,
-     "services.0.restart=never",
-     "service calc was killed by signal 9 (restart: never)"},
-    {"redis", {"redis", NULL}, SIGKILL, NULL, NULL},
-    {"stop_node", {"node", NULL}, SIGSTOP, NULL, NULL},
-    {"reward",
-     {"actor", "reward-0"},
-     SIGKILL,
-     NULL,
-     "group reward: every replica is gone for good"},
-    {"controller", {"actor", "controller-0"}, SIGKILL, NULL, "controller-0.run"},
-    {"node", {"node", NULL}, SIGKILL, NULL, "is gone: its mailbox refuses connections"},
-    {"driver", {NULL, NULL}, SIGKILL, NULL, ""},
-    {"driver_shell", {NULL, NULL}, SIGKILL, NULL, ""},
+    {"none",         {NULL, NULL},              0,       NULL, NULL, NULL, 0},
+    {"rollout",      {"actor", "rollout-0"},    SIGKILL, NULL, NULL, NULL, 0},
+    {"env",          {"actor", "env-0"},        SIGKILL, NULL, NULL, NULL, 0},
+    {"tool",         {NULL, "calc_server.py"},  SIGKILL, NULL, NULL, NULL, 0},
+    {"tool_never",   {NULL, "calc_server.py"},  SIGKILL, "services.0.restart=never",
+                     "service calc was killed by signal 9 (restart: never)", NULL, 0},
+    {"redis",        {"redis", NULL},           SIGKILL, NULL, NULL, NULL, 0},
+    /* stopped for good: every command waits for its 5 s timeout, and the
+     * teardown too (the agent's shutdown call, the keys, the server's stop) */
+    {"redis_stop",   {"redis", NULL},           SIGSTOP, NULL, "Redis has not answered for",
+                     "MANTA_REDIS_DOWN_MS=3000", 75},
+    {"stop_node",    {"node", NULL},            SIGSTOP, NULL, NULL, NULL, 0},
+    {"reward",       {"actor", "reward-0"},     SIGKILL, NULL,
+                     "group reward: every replica is gone for good", NULL, 0},
+    {"controller",   {"actor", "controller-0"}, SIGKILL, NULL, "controller-0.run", NULL, 0},
+    {"node",         {"node", NULL},            SIGKILL, NULL,
+                     "is gone: its mailbox refuses connections", NULL, 0},
+    {"driver",       {NULL, NULL},              SIGKILL, NULL, "", NULL, 0},
+    {"driver_shell", {NULL, NULL},              SIGKILL, NULL, "", NULL, 0},
 };
+/* clang-format on */
 
 static bool have(const char *prog)
 {
@@ -509,7 +516,7 @@ int main(int argc, char **argv)
     if (!realpath(argv[1], exe)) die("%s: %s", argv[1], strerror(errno));
     int port = free_port();
     double t0 = now_s();
-    start(port, exe, c->extra, !strcmp(c->name, "driver_shell"));
+    start(port, exe, c->extra, !strcmp(c->name, "driver_shell"), c->env);
 
     /* RL has trained a first version: the fault hits a running pipeline. */
     char metrics[400];
@@ -540,15 +547,16 @@ int main(int argc, char **argv)
                c->target.role ? c->target.role : "process", c->target.name ? c->target.name : "",
                pid, tf - t0);
         kill(pid, c->sig);
-        if (c->sig == SIGSTOP) {
+        if (c->sig == SIGSTOP && c->target.role && !strcmp(c->target.role, "node")) {
             sleep(STOP_NODE_S);
             kill(pid, SIGCONT);
             printf("SIGCONT after %d s\n", STOP_NODE_S);
         }
     }
-    int status = wait_driver(c->expect ? tf + FAIL_WITHIN_S : t0 + JOB_LIMIT_S);
+    int within = c->fail_within_s ? c->fail_within_s : FAIL_WITHIN_S;
+    int status = wait_driver(c->expect ? tf + within : t0 + JOB_LIMIT_S);
     if (status == -1)
-        die("the job did not end within %d s%s", c->expect ? FAIL_WITHIN_S : JOB_LIMIT_S,
+        die("the job did not end within %d s%s", c->expect ? within : JOB_LIMIT_S,
             c->expect ? " of the fault" : "");
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     printf("driver exited %d, %.1f s after the fault; its last lines:\n", code, now_s() - tf);
