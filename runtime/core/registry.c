@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -156,8 +157,25 @@ static bool embedded_restart(manta_ctx *m)
 
 /* The blocking link, made again when it is broken: at once the first time,
  * then with back-off while Redis stays away. */
+/* A link whose server went away (killed, restarted) has its end of file
+ * waiting: nothing else arrives on an idle blocking link. Found before a
+ * command is sent, it is made again first, so that the command goes to
+ * the live server instead of failing (and is never sent twice). */
+static bool link_stale(redisContext *c)
+{
+    struct pollfd p = {.fd = c->fd, .events = POLLIN};
+    if (poll(&p, 1, 0) != 1) return false;
+    char b;
+    ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
 static int link_up(manta_ctx *m)
 {
+    if (m->redis && link_stale(m->redis)) {
+        redisFree(m->redis);
+        m->redis = NULL;
+    }
     if (m->redis) return 0;
     int64_t now = mn_now_ms();
     if (m->redis_retry_at && now < m->redis_retry_at)
