@@ -432,6 +432,19 @@ static void learn_redis(void)
     if (!redis_title[0]) die("the driver (pid %d) has no redis-server child", (int)driver);
 }
 
+/* No sanitizer report in the driver's output or any log of the job (an
+ * ASan/UBSan build runs these tests too). */
+static void check_no_reports(void)
+{
+    char cmd[600];
+    snprintf(
+        cmd, sizeof cmd,
+        "grep -rlE 'ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|leaked memory' "
+        "'%s' >&2",
+        dir);
+    if (system(cmd) == 0) die("a sanitizer report in the file(s) above");
+}
+
 /* ---- faults ---- */
 
 static int one(const who *w)
@@ -538,6 +551,7 @@ int main(int argc, char **argv)
         waitpid(driver, NULL, 0);
         driver = 0;
         check_nothing_left(port, false);
+        check_no_reports();
         printf("ok: nothing left %.1f s after the driver's death\n", now_s() - tf);
         return 0;
     }
@@ -575,6 +589,7 @@ int main(int argc, char **argv)
         if (f < want) die("held-out success %.3f < %.2f", f, want);
     }
     check_nothing_left(port, true);
+    check_no_reports();
     printf("ok: %s\n", c->name);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
