@@ -493,6 +493,14 @@ static const fault_case cases[] = {
 };
 /* clang-format on */
 
+/* The case's folder goes when it passed (a failed one stays to be read). */
+static void remove_dir(void)
+{
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
 static bool have(const char *prog)
 {
     char cmd[128];
@@ -554,6 +562,7 @@ int main(int argc, char **argv)
         check_nothing_left(port, false);
         check_no_reports();
         printf("ok: nothing left %.1f s after the driver's death\n", now_s() - tf);
+        remove_dir();
         return 0;
     }
     if (c->sig) {
@@ -592,8 +601,6 @@ int main(int argc, char **argv)
     check_nothing_left(port, true);
     check_no_reports();
     printf("ok: %s\n", c->name);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    remove_dir();
     return 0;
 }
