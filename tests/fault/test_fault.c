@@ -255,6 +255,9 @@ static void cleanup_all(void)
     int pids[64];
     int n = leftovers(pids, 64);
     for (int i = 0; i < n; i++) kill(pids[i], SIGKILL);
+    char cmd[200]; /* the killed driver's ipc folder */
+    snprintf(cmd, sizeof cmd, "rm -rf '/tmp/manta-%s'", job);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove /tmp/manta-%s\n", job);
 }
 
 /* ---- the run ---- */
