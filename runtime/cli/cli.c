@@ -876,6 +876,8 @@ static int run_job(cli *c, run_setup *r, manta_job_t *job)
     const void *d;
     size_t n;
     int rc = manta_job_wait(job, -1, &d, &n);
+    char why[1024]; /* the progress line's last read may set another error */
+    snprintf(why, sizeof why, "%s", manta_last_error());
     cli_progress_end(r->progress, (double)(manta_now_ms() - r->t0) / 1000);
     r->progress = NULL;
     if (rc == 0) {
@@ -891,7 +893,7 @@ static int run_job(cli *c, run_setup *r, manta_job_t *job)
         fprintf(stderr, "manta: interrupted; tearing down\n");
         return MANTA_EXIT_INTERRUPTED;
     }
-    fprintf(stderr, "manta run: %s\n", manta_last_error());
+    fprintf(stderr, "manta run: %s\n", why);
     if (rc == MANTA_ETIMEDOUT) return MANTA_EXIT_TIMEOUT;
     return rc == MANTA_ENOTFOUND ? MANTA_EXIT_USAGE : MANTA_EXIT_JOB_FAILED;
 }

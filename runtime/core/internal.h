@@ -305,6 +305,10 @@ struct manta_ctx {
     char *redis_url;             /* the same as a URL, password included: for children */
     pid_t redis_pid;             /* embedded server, driver only */
     char *redis_dir;
+    int redis_restarts;       /* of the embedded server, after it died */
+    int redis_backoff_ms;     /* the blocking link: wait before the next connect */
+    int64_t redis_retry_at;   /* no connect attempt before (monotonic ms); 0: now */
+    int64_t redis_down_since; /* first failed connect of a streak; 0: linked */
     char job[64];
     char self[128];
     char *libraries; /* driver: the node agents' library allow-list, ':'-separated */

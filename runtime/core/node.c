@@ -46,6 +46,7 @@ typedef struct child {
     int max_restarts, restarts, incarnation;
     bool stopping;        /* asked to stop: do not restart */
     bool no_restart;      /* killed with restart=0 */
+    bool superseded;      /* its record went to another node's incarnation: leave it alone */
     manta_req *stop_call; /* answered when it exits */
     manta_req *kill_call; /* answered once the exit is handled */
     struct child *next;
@@ -453,7 +454,9 @@ static void child_exited(node *nd, child *c, int status)
     bool remove = true;
     manta_req *kill_call = c->kill_call;
     c->kill_call = NULL;
-    if (c->stopping || nd->shutdown) {
+    if (c->superseded) {
+        /* the directory record is another incarnation's now */
+    } else if (c->stopping || nd->shutdown) {
         forget_actor(m, c->name);
         if (c->stop_call) manta_reply(c->stop_call, NULL, 0);
     } else if (code == 3 || code == 127) {
@@ -508,12 +511,49 @@ static void reap(void *arg)
     manta_timer_add(nd->m, 10, reap, nd);
 }
 
+static int node_register(manta_ctx *m);
+
+/* The driver's watchdog declared this agent dead (it was cut off, or
+ * silent while its socket did not answer) and its heartbeat is back: join
+ * the node set again. Its actors whose directory records were given to new
+ * incarnations elsewhere, or marked lost, are killed without touching those
+ * records; the ones still recorded here go on. */
+static void readmit(node *nd)
+{
+    manta_ctx *m = nd->m;
+    if (node_register(m) != 0) {
+        mn_log("node %s: re-admission: %s", m->self, manta_last_error());
+        return;
+    }
+    int kept = 0, dropped = 0;
+    manta_reg_actor *rec = malloc(sizeof *rec);
+    for (child *c = nd->children; rec && c; c = c->next) {
+        int rc = manta_reg_actor_read(m, c->name, rec);
+        if (rc == MANTA_EREDIS) continue; /* the next heartbeat looks again */
+        if (rc == 0 && !strcmp(rec->info.node, m->self) && rec->info.state != MANTA_ACTOR_DEAD) {
+            kept++;
+            continue;
+        }
+        dropped++;
+        c->superseded = c->stopping = true;
+        if (c->pid > 0) kill(c->pid, SIGKILL);
+    }
+    free(rec);
+    mn_log("node %s: declared dead by the driver, but alive: re-admitted (%d actor(s) kept, %d "
+           "replaced elsewhere or lost: stopped)",
+           m->self, kept, dropped);
+}
+
 static void node_heartbeat(void *arg)
 {
     node *nd = arg;
-    if (manta_reg_node_heartbeat(nd->m, nd->m->self) != 0)
-        mn_log("node %s: heartbeat: %s", nd->m->self, manta_last_error());
-    manta_timer_add(nd->m, 1000, node_heartbeat, nd);
+    manta_ctx *m = nd->m;
+    manta_reg_node rec;
+    if (manta_reg_node_heartbeat(m, m->self) != 0)
+        mn_log("node %s: heartbeat: %s", m->self, manta_last_error());
+    else if (manta_reg_node_read(m, m->self, &rec) == 0 && rec.state == MANTA_ACTOR_DEAD)
+        readmit(nd);
+    manta_timer_add(m, 1000, node_heartbeat, nd);
 }
 
 /* The agent's actors as "NAME CLASS PID INCARNATION RESTARTS" lines. */

@@ -3,13 +3,24 @@
  *
  * One hiredis connection per process, made from the parsed address
  * (redis_url.c) with AUTH [user] password and SELECT db; a broken link is
- * made again for the next command. Redis is never on the per-call path: it
- * is read when a handle is made, when a peer went away, and for heartbeats
- * and objects. The records themselves (keys, fields, states) are schema.c's.
+ * made again for the next command, with back-off: after a failed connect
+ * the next attempt waits 50 ms, then 100, 200 ... up to 2 s, and commands
+ * meanwhile fail at once (EREDIS, saying since when Redis is gone) instead
+ * of each waiting for a connect timeout. Redis is never on the per-call
+ * path: it is read when a handle is made, when a peer went away, and for
+ * heartbeats and objects. The records themselves (keys, fields, states) are
+ * schema.c's.
  *
  * With no URL the driver starts its own redis-server (the embedded default)
  * on a free loopback port with a generated password, in a private folder,
- * and stops it at shutdown.
+ * with an append-only file, and stops it at shutdown. When it dies during
+ * the job (killed, crashed), the driver's next command that finds the link
+ * broken restarts it on the same port with the same password and folder: it
+ * loads its data back from the append-only file (each write reaches the
+ * file, in the kernel's cache, before its reply: a killed process loses
+ * nothing it answered; no fsync, since the server cannot outlive the
+ * machine's crash anyway: it dies with its driver), and every client's link reconnects by itself.
+ * At most MAX_REDIS_RESTARTS times per job.
  */
 #include "internal.h"
 
@@ -18,6 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -100,15 +112,107 @@ int mn_redis_connect(manta_ctx *m)
     return 0;
 }
 
+#define MAX_REDIS_RESTARTS 10
+#define BACKOFF_FIRST_MS   50
+#define BACKOFF_MAX_MS     2000
+
+static int spawn_redis(manta_ctx *m, const char *conf, pid_t *out);
+static int wait_redis_up(manta_ctx *m, pid_t pid, int port, int64_t ms);
+static void stop_server(manta_ctx *m);
+
+/* The driver's embedded server exited: start it again from its folder and
+ * append-only file. true when it is up again. */
+static bool embedded_restart(manta_ctx *m)
+{
+    int status;
+    if (m->role != MN_ROLE_DRIVER || m->redis_pid <= 0 || !m->redis_dir ||
+        waitpid(m->redis_pid, &status, WNOHANG) != m->redis_pid)
+        return false;
+    pid_t old = m->redis_pid;
+    m->redis_pid = 0;
+    char how[64];
+    if (WIFSIGNALED(status))
+        snprintf(how, sizeof how, "was killed by signal %d", WTERMSIG(status));
+    else
+        snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(status));
+    if (m->redis_restarts >= MAX_REDIS_RESTARTS) {
+        mn_log("embedded redis-server (pid %d) %s; not restarted: it died %d times already (log "
+               "in %s)",
+               (int)old, how, m->redis_restarts, m->redis_dir);
+        return false;
+    }
+    m->redis_restarts++;
+    char conf[512];
+    snprintf(conf, sizeof conf, "%s/redis.conf", m->redis_dir);
+    pid_t pid;
+    if (spawn_redis(m, conf, &pid) != 0 || wait_redis_up(m, pid, m->redis_addr.port, 10000) != 0) {
+        mn_log("embedded redis-server (pid %d) %s; its restart failed: %s", (int)old, how,
+               manta_last_error());
+        return false;
+    }
+    mn_log("embedded redis-server (pid %d) %s; restarted as pid %d on port %d with its data "
+           "(append-only file), restart %d of %d",
+           (int)old, how, (int)pid, m->redis_addr.port, m->redis_restarts, MAX_REDIS_RESTARTS);
+    return true;
+}
+
+/* The blocking link, made again when it is broken: at once the first time,
+ * then with back-off while Redis stays away. */
+/* A link whose server went away (killed, restarted) has its end of file
+ * waiting: nothing else arrives on an idle blocking link. Found before a
+ * command is sent, it is made again first, so that the command goes to
+ * the live server instead of failing (and is never sent twice). */
+static bool link_stale(redisContext *c)
+{
+    struct pollfd p = {.fd = c->fd, .events = POLLIN};
+    if (poll(&p, 1, 0) != 1) return false;
+    char b;
+    ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+static int link_up(manta_ctx *m)
+{
+    if (m->redis && link_stale(m->redis)) {
+        redisFree(m->redis);
+        m->redis = NULL;
+    }
+    if (m->redis) return 0;
+    int64_t now = mn_now_ms();
+    if (m->redis_retry_at && now < m->redis_retry_at)
+        return mn_fail(
+            MANTA_EREDIS, "Redis at %s:%d does not answer (for %.1f s; next try in %lld ms)",
+            m->redis_addr.host, m->redis_addr.port, (double)(now - m->redis_down_since) / 1000,
+            (long long)(m->redis_retry_at - now));
+    int rc = mn_redis_connect(m);
+    if (rc && embedded_restart(m)) rc = m->redis ? 0 : mn_redis_connect(m);
+    if (rc) {
+        if (!m->redis_down_since) m->redis_down_since = now;
+        m->redis_backoff_ms = m->redis_backoff_ms ? 2 * m->redis_backoff_ms : BACKOFF_FIRST_MS;
+        if (m->redis_backoff_ms > BACKOFF_MAX_MS) m->redis_backoff_ms = BACKOFF_MAX_MS;
+        m->redis_retry_at = mn_now_ms() + m->redis_backoff_ms;
+        return rc;
+    }
+    if (m->redis_down_since)
+        mn_log("Redis at %s:%d answers again after %.1f s", m->redis_addr.host, m->redis_addr.port,
+               (double)(mn_now_ms() - m->redis_down_since) / 1000);
+    m->redis_down_since = 0, m->redis_backoff_ms = 0, m->redis_retry_at = 0;
+    return 0;
+}
+
 static redisReply *check_reply(manta_ctx *m, redisReply *r, const char *what)
 {
     if (!r) {
         mn_fail(MANTA_EREDIS, "Redis %s: %s", what, m->redis ? m->redis->errstr : "no link");
-        /* A broken link stays broken in hiredis: reconnect for the next command. */
+        /* A broken link stays broken in hiredis: make it again for the
+         * next command (now, so that a restarted server is found at once). */
         if (m->redis && m->redis->err) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", manta_last_error());
             redisFree(m->redis);
             m->redis = NULL;
-            mn_redis_connect(m);
+            link_up(m);
+            mn_fail(MANTA_EREDIS, "%s", why);
         }
         return NULL;
     }
@@ -122,7 +226,7 @@ static redisReply *check_reply(manta_ctx *m, redisReply *r, const char *what)
 
 redisReply *mn_redis_v(manta_ctx *m, const char *fmt, va_list ap)
 {
-    if (!m->redis && mn_redis_connect(m) != 0) return NULL;
+    if (link_up(m) != 0) return NULL;
     redisReply *r = redisvCommand(m->redis, fmt, ap);
     return check_reply(m, r, fmt);
 }
@@ -138,7 +242,7 @@ redisReply *mn_redis(manta_ctx *m, const char *fmt, ...)
 
 redisReply *mn_redis_argv(manta_ctx *m, int argc, const char **argv, const size_t *lens)
 {
-    if (!m->redis && mn_redis_connect(m) != 0) return NULL;
+    if (link_up(m) != 0) return NULL;
     redisReply *r = redisCommandArgv(m->redis, argc, argv, lens);
     return check_reply(m, r, argv[0]);
 }
@@ -195,7 +299,9 @@ static int free_port(void)
     return port;
 }
 
-void mn_remove_dir(const char *dir)
+/* Remove dir, its files and its sub-folders (the embedded server's
+ * appendonlydir) down to `depth` levels; links are removed, not followed. */
+static void remove_tree(const char *dir, int depth)
 {
     DIR *d = opendir(dir);
     if (!d) return;
@@ -204,10 +310,19 @@ void mn_remove_dir(const char *dir)
     while ((e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        unlink(path);
+        struct stat st;
+        if (depth > 0 && lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            remove_tree(path, depth - 1);
+        else
+            unlink(path);
     }
     closedir(d);
     rmdir(dir);
+}
+
+void mn_remove_dir(const char *dir)
+{
+    remove_tree(dir, 0);
 }
 
 /* Write the embedded server's configuration to DIR/redis.conf (mode 0600,
@@ -220,7 +335,7 @@ static int write_redis_conf(const char *dir, int port, const char *pw, char *con
     char text[1024];
     int n = snprintf(text, sizeof text,
                      "port %d\nbind 127.0.0.1\nprotected-mode yes\nrequirepass %s\n"
-                     "dir %s\nsave \"\"\nappendonly no\ndaemonize no\n"
+                     "dir %s\nsave \"\"\nappendonly yes\nappendfsync no\ndaemonize no\n"
                      "logfile %s/redis.log\n",
                      port, pw, dir, dir);
     bool ok = n > 0 && (size_t)n < sizeof text && fchmod(fd, 0600) == 0 &&
@@ -229,6 +344,65 @@ static int write_redis_conf(const char *dir, int port, const char *pw, char *con
     if (close(fd) != 0 && ok) ok = false, err = errno;
     if (!ok) return mn_fail(MANTA_ESYS, "redis config %s: %s", conf, strerror(err));
     return 0;
+}
+
+static int spawn_redis(manta_ctx *m, const char *conf, pid_t *out)
+{
+    (void)m;
+    char *argv[] = {"redis-server", (char *)conf, NULL};
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) return mn_fail(MANTA_ESYS, "fork redis-server: %s", strerror(errno));
+    if (pid == 0) {
+        /* The embedded server dies with the driver, even on SIGKILL. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(1);
+        setpgid(0, 0); /* Ctrl-C at the terminal goes to the driver, which stops us */
+        execvp("redis-server", argv);
+        execv("/usr/bin/redis-server", argv);
+        _exit(127);
+    }
+    *out = pid;
+    m->redis_pid = pid;
+    return 0;
+}
+
+/* Wait until the server answers PING on the blocking link, up to ms.
+ * MANTA_ESPAWN when it exited (m->redis_pid is then 0; 127: not found). */
+static int wait_redis_up(manta_ctx *m, pid_t pid, int port, int64_t ms)
+{
+    int64_t until = mn_now_ms() + ms;
+    if (m->redis) {
+        redisFree(m->redis);
+        m->redis = NULL;
+    }
+    while (mn_now_ms() < until) {
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            m->redis_pid = 0;
+            if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+                return mn_fail(MANTA_ESYS, "redis-server not found: install it (apt-get install "
+                                           "redis-server) or give a redis:// URL");
+            return mn_fail(MANTA_ESPAWN, "redis-server exited at start (status %d; log in %s)",
+                           status, m->redis_dir);
+        }
+        struct timeval tv = {0, 200000};
+        redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+        bool up = c && !c->err;
+        redisFree(c);
+        if (up && mn_redis_connect(m) == 0) {
+            redisReply *r = redisCommand(m->redis, "PING");
+            bool ok = r && r->type != REDIS_REPLY_ERROR;
+            freeReplyObject(r);
+            if (ok) return 0;
+            redisFree(m->redis);
+            m->redis = NULL;
+        }
+        usleep(10000); /* another process loading its data: poll it */
+    }
+    return mn_fail(MANTA_ETIMEDOUT,
+                   "redis-server on port %d not answering after %lld ms (log in %s)", port,
+                   (long long)ms, m->redis_dir);
 }
 
 int mn_redis_start_embedded(manta_ctx *m)
@@ -241,69 +415,30 @@ int mn_redis_start_embedded(manta_ctx *m)
     for (int attempt = 0; attempt < 5; attempt++) {
         int port = free_port();
         if (port < 0) return mn_fail(MANTA_ESYS, "no free loopback port: %s", strerror(errno));
-        char sport[16], conf[256];
-        snprintf(sport, sizeof sport, "%d", port);
+        char conf[256];
         /* The password goes in a 0600 file in our 0700 folder, never on the
          * command line: /proc/PID/cmdline is readable by every local user. */
         int rc = write_redis_conf(tmpl, port, pw, conf, sizeof conf);
         if (rc) return rc;
-        char *argv[] = {"redis-server", conf, NULL};
-        pid_t parent = getpid();
-        pid_t pid = fork();
-        if (pid < 0) return mn_fail(MANTA_ESYS, "fork redis-server: %s", strerror(errno));
-        if (pid == 0) {
-            /* The embedded server dies with the driver, even on SIGKILL. */
-            prctl(PR_SET_PDEATHSIG, SIGTERM);
-            if (getppid() != parent) _exit(1);
-            setpgid(0, 0); /* Ctrl-C at the terminal goes to the driver, which stops us */
-            execvp("redis-server", argv);
-            execv("/usr/bin/redis-server", argv);
-            _exit(127);
-        }
-        m->redis_pid = pid;
+        pid_t pid;
+        if ((rc = spawn_redis(m, conf, &pid)) != 0) return rc;
         manta_redis_addr addr = {.port = port};
         snprintf(addr.host, sizeof addr.host, "127.0.0.1");
         snprintf(addr.password, sizeof addr.password, "%s", pw);
         rc = mn_redis_set_addr(m, &addr);
         if (rc) return rc;
-        int64_t until = mn_now_ms() + 5000;
-        while (mn_now_ms() < until) {
-            int status;
-            if (waitpid(pid, &status, WNOHANG) == pid) {
-                m->redis_pid = 0;
-                if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
-                    return mn_fail(MANTA_ESYS,
-                                   "redis-server not found: install it (apt-get install "
-                                   "redis-server) or give a redis:// URL");
-                break; /* probably lost the port race: try another */
-            }
-            struct timeval tv = {0, 200000};
-            redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-            if (c && !c->err) {
-                redisFree(c);
-                if (mn_redis_connect(m) == 0) {
-                    redisReply *r = mn_redis(m, "PING");
-                    if (r) {
-                        freeReplyObject(r);
-                        return 0;
-                    }
-                }
-            } else {
-                redisFree(c);
-            }
-            usleep(10000);
-        }
-        if (m->redis_pid) mn_redis_stop_embedded(m);
+        rc = wait_redis_up(m, pid, port, 5000);
+        if (rc == 0) return 0;
+        if (rc == MANTA_ESYS) return rc; /* not installed */
+        /* probably lost the port race: try another */
+        if (m->redis_pid) stop_server(m);
     }
     return mn_fail(MANTA_EREDIS, "could not start the embedded redis-server (log in %s)", tmpl);
 }
 
-void mn_redis_stop_embedded(manta_ctx *m)
+/* Stop the server process only (the folder stays). */
+static void stop_server(manta_ctx *m)
 {
-    if (m->redis) {
-        redisFree(m->redis);
-        m->redis = NULL;
-    }
     if (m->redis_pid > 0) {
         kill(m->redis_pid, SIGTERM);
         int64_t until = mn_now_ms() + 3000;
@@ -318,8 +453,17 @@ void mn_redis_stop_embedded(manta_ctx *m)
         }
         m->redis_pid = 0;
     }
+}
+
+void mn_redis_stop_embedded(manta_ctx *m)
+{
+    if (m->redis) {
+        redisFree(m->redis);
+        m->redis = NULL;
+    }
+    stop_server(m);
     if (m->redis_dir) {
-        mn_remove_dir(m->redis_dir);
+        remove_tree(m->redis_dir, 2);
         free(m->redis_dir);
         m->redis_dir = NULL;
     }

@@ -13,7 +13,7 @@
  * ids in order (manta_spec_place). Every wait turns the ctx's loop, so the
  * watchdog (a one-second timer) runs during all of them.
  */
-#include "manta_job.h"
+#include "job_internal.h"
 #include "manta_schema.h"
 
 #include <errno.h>
@@ -32,44 +32,41 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-typedef struct service {
-    char *name;
-    pid_t pid;
-} service;
+/* A node whose heartbeat stopped while its process still holds its
+ * mailbox: not dead, but watched (and fatal after node_stall_ms). */
+typedef struct stall {
+    char id[64];
+    int64_t since; /* when the watchdog first saw it silent */
+    bool seen;     /* still silent at the last look */
+} stall;
 
+#define MAX_STALLS 64
 struct manta_job {
     manta_ctx *m;
     const manta_spec *spec;
     manta_spec *owned; /* the spec manta_job_attach loaded */
     manta_job_options o;
-    service *sv;
-    size_t nsv;
+    mj_services *sv;
     uint64_t watchdog; /* timer id; 0: none */
+    int fatal;         /* a cause that ends the job (MANTA_E*), 0: none */
+    char fatal_msg[1024];
+    int64_t redis_down_since; /* the watchdog's first failed read of a streak; 0: none */
+    stall stalls[MAX_STALLS];
     manta_future *run; /* the run method's call, once made */
     bool stopped;
     bool recorded; /* manta_job_start wrote the records: free removes them */
     size_t nodes;
 };
 
-#define DEFAULT_READY_S      60
-#define DEFAULT_DRAIN_MS     120000
-#define STOP_MS              30000 /* a drained actor's fini */
-#define WATCH_EVERY_MS       1000
-#define SERVICE_STOP_MS      3000 /* SIGTERM to SIGKILL */
-#define DEFAULT_SERVICE_UP_S 20
+#define DEFAULT_READY_S       60
+#define DEFAULT_DRAIN_MS      120000
+#define STOP_MS               30000 /* a drained actor's fini */
+#define WATCH_EVERY_MS        1000
+#define PROBE_MS              1000  /* a node's socket: connect within this */
+#define DEFAULT_STALL_MS      60000 /* a silent node whose process lives: fatal after */
+#define DEFAULT_REDIS_DOWN_MS 30000 /* Redis unreachable this long: fatal */
 
-static void say(const manta_job_t *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(const manta_job_t *j, const char *fmt, ...)
-{
-    FILE *f = j->o.log ? j->o.log : stderr;
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("manta: ", f);
-    vfprintf(f, fmt, ap);
-    fputc('\n', f);
-    va_end(ap);
-    fflush(f);
-}
+#define say(j, ...) mj_say((j)->o.log, __VA_ARGS__)
 
 static bool interrupted(const manta_job_t *j)
 {
@@ -240,171 +237,6 @@ static int wait_all_ready(manta_job_t *j, manta_actor **actors, size_t n, int ti
     return 0;
 }
 
-/* ---- services ----
- *
- * A spec may name processes the job needs that are not actors, such as the
- * external tool servers an agent calls:
- *
- *   services:
- *     - {name: calc, command: "python3 examples/calc_server.py --port 8000",
- *        port: 8000, ready_timeout_s: 20}
- *
- * Each starts with /bin/sh -c in the current directory, in its own process
- * group, output to LOG_DIR/NAME.log; the job waits until it accepts TCP
- * connections on 127.0.0.1:PORT (when a port is given), and stops it
- * (SIGTERM to its process group, then SIGKILL) when the job is freed. A
- * port already taken is an error: the job would talk to a stranger. */
-
-typedef struct service_def {
-    const char *name, *command;
-    int64_t port;
-    double ready_s;
-} service_def;
-
-static int port_open(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return 0;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
-    close(fd);
-    return ok;
-}
-
-static void stop_services(manta_job_t *j)
-{
-    for (size_t i = 0; i < j->nsv; i++)
-        if (j->sv[i].pid > 0) kill(-j->sv[i].pid, SIGTERM);
-    int64_t until = manta_now_ms() + SERVICE_STOP_MS;
-    for (size_t i = 0; i < j->nsv; i++) {
-        service *s = &j->sv[i];
-        int status;
-        while (s->pid > 0 && waitpid(s->pid, &status, WNOHANG) == 0 && manta_now_ms() < until)
-            usleep(10000); /* a child's exit: nothing to poll but time */
-        if (s->pid > 0 && waitpid(s->pid, &status, WNOHANG) == 0) {
-            kill(-s->pid, SIGKILL);
-            waitpid(s->pid, &status, 0);
-        }
-        free(s->name);
-    }
-    free(j->sv);
-    j->sv = NULL;
-    j->nsv = 0;
-}
-
-/* The spec's errors as one message (file:line:col: path: message; ...). */
-static int spec_fail(manta_spec_errors *errs, const char *what)
-{
-    char msg[1024] = "";
-    for (size_t i = 0; i < errs->count && strlen(msg) < sizeof msg - 4; i++)
-        snprintf(msg + strlen(msg), sizeof msg - strlen(msg), "%s%s", i ? "; " : "",
-                 errs->items[i].text);
-    return manta_fail(MANTA_EINVAL, "%s: %s", what, msg);
-}
-
-static int service_read(const manta_job_t *j, const manta_spec_node *it, service_def *d)
-{
-    manta_spec_errors errs;
-    manta_spec_errors_init(&errs);
-    *d = (service_def){.ready_s = DEFAULT_SERVICE_UP_S};
-    if (manta_spec_get_str(it, "name", NULL, &d->name, &errs) != 0 ||
-        manta_spec_get_str(it, "command", NULL, &d->command, &errs) != 0 ||
-        manta_spec_get_int(it, "port", 0, &d->port, &errs) < 0 ||
-        manta_spec_get_double(it, "ready_timeout_s", DEFAULT_SERVICE_UP_S, &d->ready_s, &errs) <
-            0) {
-        if (!errs.count)
-            manta_spec_errors_add(&errs, j->spec->file, it->line, it->col, "services",
-                                  "each service needs a name and a command");
-        int rc = spec_fail(&errs, "services");
-        manta_spec_errors_destroy(&errs);
-        return rc;
-    }
-    manta_spec_errors_destroy(&errs);
-    if (d->port < 0 || d->port > 65535)
-        return manta_fail(MANTA_EINVAL, "service %s: port %lld is not 0..65535", d->name,
-                          (long long)d->port);
-    return 0;
-}
-
-static pid_t service_spawn(const manta_job_t *j, const service_def *d)
-{
-    char logf[PATH_MAX + 80] = "";
-    if (j->o.log_dir) snprintf(logf, sizeof logf, "%s/%s.log", j->o.log_dir, d->name);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid == 0) {
-        setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent) _exit(1);
-        int fd = logf[0] ? open(logf, O_WRONLY | O_CREAT | O_TRUNC, 0644) : -1;
-        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-        execl("/bin/sh", "sh", "-c", d->command, (char *)NULL);
-        _exit(127);
-    }
-    if (pid < 0) manta_fail(MANTA_ESYS, "service %s: fork: %s", d->name, strerror(errno));
-    return pid;
-}
-
-/* Wait until the service accepts connections on its port (if it has one). */
-static int service_wait_port(manta_job_t *j, const service_def *d, service *s)
-{
-    int64_t until = manta_now_ms() + (int64_t)(d->ready_s * 1000);
-    while (d->port > 0 && !port_open((int)d->port)) {
-        int status;
-        if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
-            s->pid = 0;
-            return manta_fail(MANTA_ESPAWN, "service %s exited before it listened on port %lld%s%s",
-                              d->name, (long long)d->port, j->o.log_dir ? "; see its log in " : "",
-                              j->o.log_dir ? j->o.log_dir : "");
-        }
-        if (interrupted(j)) return manta_fail(MANTA_ECLOSED, "service %s: interrupted", d->name);
-        if (manta_now_ms() > until)
-            return manta_fail(
-                MANTA_ESPAWN, "service %s did not come up on port %lld within %g s%s%s", d->name,
-                (long long)d->port, d->ready_s, j->o.log_dir ? "; see its log in " : "",
-                j->o.log_dir ? j->o.log_dir : "");
-        usleep(20000); /* another process binding a port: poll it */
-    }
-    return 0;
-}
-
-static int start_services(manta_job_t *j)
-{
-    const manta_spec_node *seq = NULL;
-    manta_spec_errors errs;
-    manta_spec_errors_init(&errs);
-    if (manta_spec_get_seq(j->spec->root, "services", &seq, &errs) < 0) {
-        int rc = spec_fail(&errs, "services");
-        manta_spec_errors_destroy(&errs);
-        return rc;
-    }
-    manta_spec_errors_destroy(&errs);
-    size_t n = seq ? manta_spec_len(seq) : 0;
-    if (n && !(j->sv = calloc(n, sizeof *j->sv)))
-        return manta_fail(MANTA_ENOMEM, "%zu services", n);
-    for (size_t i = 0; i < n; i++) {
-        service_def d;
-        int rc = service_read(j, manta_spec_at(seq, i), &d);
-        if (rc) return rc;
-        if (d.port > 0 && port_open((int)d.port))
-            return manta_fail(MANTA_ESPAWN,
-                              "service %s: port %lld is already taken by another process; stop it "
-                              "or change the spec",
-                              d.name, (long long)d.port);
-        service *s = &j->sv[j->nsv];
-        if (!(s->name = strdup(d.name))) return manta_fail(MANTA_ENOMEM, "service %s", d.name);
-        j->nsv++;
-        if ((s->pid = service_spawn(j, &d)) < 0) {
-            s->pid = 0;
-            return MANTA_ESYS;
-        }
-        if ((rc = service_wait_port(j, &d, s)) != 0) return rc;
-        say(j, "service %s started (pid %d)", d.name, (int)s->pid);
-    }
-    return 0;
-}
-
 /* ---- node watchdog and failover ---- */
 
 static int64_t node_timeout_ms(const manta_job_t *j)
@@ -500,10 +332,11 @@ static void move_actor(manta_job_t *j, const char *name, const char *dead_node)
 }
 
 /* Declare node `id` dead and move its actors. */
-static void node_died(manta_job_t *j, const char *id, int64_t silent_ms)
+static void node_died(manta_job_t *j, const char *id, int64_t silent_ms, const char *why)
 {
     manta_ctx *m = j->m;
-    say(j, "node %s: no heartbeat for %.1f s: declared dead", id, (double)silent_ms / 1000);
+    say(j, "node %s: no heartbeat for %.1f s and %s: declared dead", id, (double)silent_ms / 1000,
+        why);
     if (manta_reg_node_set_state(m, id, MANTA_ACTOR_DEAD) != 0 || manta_reg_node_leave(m, id) != 0)
         say(j, "node %s: %s", id, manta_last_error());
     manta_reg_names names;
@@ -517,41 +350,207 @@ static void node_died(manta_job_t *j, const char *id, int64_t silent_ms)
     } else {
         say(j, "node %s: listing its actors: %s", id, manta_last_error());
     }
-    if (manta_reg_node_forget(m, id) != 0) say(j, "node %s: %s", id, manta_last_error());
+    /* The record stays, saying dead: an agent that was only cut off sees it
+     * when its heartbeat comes back, and joins again (node.c). */
 }
 
-/* A service that exits while the job runs is said once (the job goes on:
- * what it does without the service is the actors' business). */
-static void watch_services(manta_job_t *j)
+/* The first cause that ends the job wins; manta_job_wait returns it. */
+static void set_fatal(manta_job_t *j, int code, const char *msg)
 {
-    for (size_t i = 0; i < j->nsv; i++) {
-        service *s = &j->sv[i];
-        int status;
-        if (s->pid <= 0 || waitpid(s->pid, &status, WNOHANG) != s->pid) continue;
-        s->pid = 0;
-        char hint[PATH_MAX + 80] = "";
-        if (j->o.log_dir) snprintf(hint, sizeof hint, "; see %s/%s.log", j->o.log_dir, s->name);
-        if (WIFSIGNALED(status))
-            say(j, "service %s was killed by signal %d%s", s->name, WTERMSIG(status), hint);
+    if (j->fatal) return;
+    j->fatal = code;
+    snprintf(j->fatal_msg, sizeof j->fatal_msg, "%s", msg);
+    say(j, "%s", msg);
+}
+
+static int64_t env_ms(int64_t given, const char *var, int64_t def)
+{
+    if (given > 0) return given;
+    const char *v = getenv(var);
+    return v && atoll(v) > 0 ? atoll(v) : def;
+}
+
+/* The watchdog's own Redis reads failed: Redis is gone (being restarted,
+ * or for good). Fatal once that has lasted redis_down_ms. */
+static void redis_trouble(manta_job_t *j)
+{
+    int64_t now = manta_now_ms(),
+            limit = env_ms(j->o.redis_down_ms, "MANTA_REDIS_DOWN_MS", DEFAULT_REDIS_DOWN_MS);
+    char why[512];
+    snprintf(why, sizeof why, "%s", manta_last_error());
+    if (!j->redis_down_since) {
+        j->redis_down_since = now;
+        say(j, "job %s: Redis does not answer (%s); the job fails if it lasts %.0f s", j->spec->job,
+            why, (double)limit / 1000);
+        return;
+    }
+    if (now - j->redis_down_since < limit) return;
+    char msg[1024];
+    snprintf(msg, sizeof msg,
+             "job %s: Redis has not answered for %.0f s (limit %.0f s, MANTA_REDIS_DOWN_MS): %s",
+             j->spec->job, (double)(now - j->redis_down_since) / 1000, (double)limit / 1000, why);
+    set_fatal(j, MANTA_EREDIS, msg);
+}
+
+static stall *stall_find(manta_job_t *j, const char *id, bool add, int64_t age_ms)
+{
+    stall *free_slot = NULL;
+    for (size_t i = 0; i < MAX_STALLS; i++) {
+        if (j->stalls[i].id[0] && !strcmp(j->stalls[i].id, id)) return &j->stalls[i];
+        if (!j->stalls[i].id[0] && !free_slot) free_slot = &j->stalls[i];
+    }
+    if (!add || !free_slot) return NULL;
+    snprintf(free_slot->id, sizeof free_slot->id, "%s", id);
+    free_slot->since = manta_now_ms() - age_ms;
+    return free_slot;
+}
+
+/* A silent node whose process still holds its mailbox: stopped or starved,
+ * not dead. Its actors stay where they are; after node_stall_ms the job
+ * fails naming it (a node stopped for good would hang the job). */
+static void node_stalled(manta_job_t *j, const manta_reg_node_entry *e)
+{
+    stall *st = stall_find(j, e->id, false, 0);
+    if (!st) {
+        st = stall_find(j, e->id, true, e->age_ms);
+        say(j,
+            "node %s: no heartbeat for %.1f s, but its process still holds its mailbox %s "
+            "(stopped or overloaded): not declared dead",
+            e->id, (double)e->age_ms / 1000, e->rec.endpoint);
+        if (!st) return; /* more stalled nodes than slots: said, not timed */
+    }
+    st->seen = true;
+    int64_t limit = env_ms(j->o.node_stall_ms, "MANTA_NODE_STALL_MS", DEFAULT_STALL_MS);
+    if (e->age_ms < limit) return;
+    char msg[1024];
+    snprintf(msg, sizeof msg,
+             "node %s (pid %d on %s): no heartbeat for %.0f s while its process holds its "
+             "mailbox (stopped?); limit %.0f s (MANTA_NODE_STALL_MS): the job cannot go on",
+             e->id, e->rec.pid, e->rec.host, (double)e->age_ms / 1000, (double)limit / 1000);
+    set_fatal(j, MANTA_ETIMEDOUT, msg);
+}
+
+/* Nodes: a silent one is probed; dead only when its socket says so. A
+ * stalled node whose heartbeat came back is said once. */
+static void watch_nodes(manta_job_t *j)
+{
+    manta_reg_node_list nodes;
+    if (manta_reg_node_list_read(j->m, &nodes) != 0) {
+        redis_trouble(j);
+        return;
+    }
+    if (j->redis_down_since)
+        say(j, "job %s: Redis answers again after %.1f s", j->spec->job,
+            (double)(manta_now_ms() - j->redis_down_since) / 1000);
+    j->redis_down_since = 0;
+    for (size_t i = 0; i < MAX_STALLS; i++) j->stalls[i].seen = false;
+    int64_t limit = node_timeout_ms(j);
+    for (size_t i = 0; i < nodes.n && !j->fatal; i++) {
+        const manta_reg_node_entry *e = &nodes.v[i];
+        if (e->age_ms <= limit) continue;
+        mj_node_liveness l = mj_probe_endpoint(e->rec.endpoint, PROBE_MS);
+        if (l == MJ_NODE_PRESENT)
+            node_stalled(j, e);
         else
-            say(j, "service %s exited with status %d%s", s->name, WEXITSTATUS(status), hint);
+            node_died(j, e->id, e->age_ms,
+                      l == MJ_NODE_GONE ? "its mailbox refuses connections"
+                                        : "its endpoint cannot be probed");
+    }
+    manta_reg_node_list_free(&nodes);
+    for (size_t i = 0; i < MAX_STALLS; i++) {
+        stall *st = &j->stalls[i];
+        if (!st->id[0] || st->seen) continue;
+        say(j, "node %s: heartbeat again after %.1f s of silence", st->id,
+            (double)(manta_now_ms() - st->since) / 1000);
+        memset(st, 0, sizeof *st);
     }
 }
 
-/* The watchdog: services, then nodes; every WATCH_EVERY_MS. */
-static void watch_nodes(void *arg)
+/* A group whose every replica is gone for good (dead after its restarts,
+ * failed, lost with its node) ends the job: the others cannot do its work.
+ * A group being moved or scaled has no records for a moment; only records
+ * that exist count. */
+static void watch_groups(manta_job_t *j)
+{
+    manta_reg_names names;
+    if (manta_reg_actor_names(j->m, &names) != 0) {
+        redis_trouble(j);
+        return;
+    }
+    size_t ng = j->spec->n_groups;
+    size_t *present = calloc(ng ? ng : 1, sizeof *present),
+           *gone = calloc(ng ? ng : 1, sizeof *gone);
+    char(*example)[700] = calloc(ng ? ng : 1, sizeof *example);
+    manta_reg_actor *a = malloc(sizeof *a);
+    for (size_t k = 0; present && gone && example && a && k < names.n; k++) {
+        if (manta_reg_actor_read(j->m, names.v[k], a) != 0) continue;
+        size_t g = group_index(j->spec, a->group);
+        if (g == ng) continue;
+        present[g]++;
+        if (a->info.state != MANTA_ACTOR_DEAD && a->info.state != MANTA_ACTOR_FAILED) continue;
+        if (gone[g]++ == 0)
+            snprintf(example[g], sizeof example[g], "%s: %s: %.500s", names.v[k],
+                     manta_actor_state_name(a->info.state), a->error[0] ? a->error : "no reason");
+    }
+    for (size_t g = 0; present && gone && example && g < ng && !j->fatal; g++) {
+        if (!present[g] || gone[g] < present[g]) continue;
+        char msg[1024];
+        snprintf(msg, sizeof msg,
+                 "group %s: every replica is gone for good (%zu of %zu; %s): the job cannot go on",
+                 j->spec->groups[g].name, gone[g], present[g], example[g]);
+        set_fatal(j, MANTA_EDIED, msg);
+    }
+    free(present), free(gone), free(example), free(a);
+    manta_reg_names_free(&names);
+}
+
+/* The watchdog, every WATCH_EVERY_MS: services, nodes, groups. */
+static void watchdog(void *arg)
 {
     manta_job_t *j = arg;
-    manta_ctx *m = j->m;
-    watch_services(j);
-    manta_reg_node_list nodes;
-    int64_t limit = node_timeout_ms(j);
-    if (manta_reg_node_list_read(m, &nodes) == 0) {
-        for (size_t i = 0; i < nodes.n; i++)
-            if (nodes.v[i].age_ms > limit) node_died(j, nodes.v[i].id, nodes.v[i].age_ms);
-        manta_reg_node_list_free(&nodes);
+    if (!j->fatal) {
+        int rc = mj_services_watch(j->sv);
+        if (rc) set_fatal(j, rc, manta_last_error());
     }
-    j->watchdog = manta_timer_add(m, WATCH_EVERY_MS, watch_nodes, j);
+    if (!j->fatal) watch_nodes(j);
+    if (!j->fatal && !j->redis_down_since) watch_groups(j);
+    j->watchdog = manta_timer_add(j->m, WATCH_EVERY_MS, watchdog, j);
+}
+
+/* Why did the run method's actor die? What the watchdog knows, else a
+ * look at the services and the nodes now (an agent's death kills its
+ * actors at once, before its heartbeat is old enough for the watchdog). */
+static void diagnose(manta_job_t *j, char *out, size_t cap)
+{
+    out[0] = 0;
+    if (!j->fatal) {
+        int rc = mj_services_watch(j->sv);
+        if (rc) set_fatal(j, rc, manta_last_error());
+    }
+    if (j->fatal) {
+        snprintf(out, cap, "; %s", j->fatal_msg);
+        return;
+    }
+    manta_reg_node_list nodes;
+    if (manta_reg_node_list_read(j->m, &nodes) != 0) {
+        snprintf(out, cap, "; Redis: %s", manta_last_error());
+        return;
+    }
+    for (size_t i = 0; i < nodes.n; i++) {
+        const manta_reg_node_entry *e = &nodes.v[i];
+        if (mj_probe_endpoint(e->rec.endpoint, PROBE_MS) != MJ_NODE_GONE) continue;
+        /* Dead for certain: out of the node set, so that the shutdown does
+         * not wait on its mailbox. */
+        if (manta_reg_node_set_state(j->m, e->id, MANTA_ACTOR_DEAD) != 0 ||
+            manta_reg_node_leave(j->m, e->id) != 0)
+            say(j, "node %s: %s", e->id, manta_last_error());
+        size_t used = strlen(out);
+        snprintf(out + used, cap - used,
+                 "; node %s (pid %d on %s) is gone: its mailbox refuses connections, and its "
+                 "actors died with it",
+                 e->id, e->rec.pid, e->rec.host);
+    }
+    manta_reg_node_list_free(&nodes);
 }
 
 /* ---- start ---- */
@@ -664,7 +663,8 @@ int manta_job_start(manta_ctx *m, const manta_spec *spec, const manta_job_option
     manta_job_t *j = job_new(m, spec, o);
     if (!j) return MANTA_ENOMEM;
     int rc = record_job(j);
-    if (rc == 0 && !j->o.no_services) rc = start_services(j);
+    if (rc == 0 && !j->o.no_services)
+        rc = mj_services_start(spec, j->o.log_dir, j->o.interrupt, j->o.log, &j->sv);
     if (rc == 0) rc = start_all_replicas(j);
     if (rc) {
         char why[1024];
@@ -674,7 +674,7 @@ int manta_job_start(manta_ctx *m, const manta_spec *spec, const manta_job_option
     }
     /* While the job runs, nodes that stop heart-beating are declared dead
      * and their actors re-created on nodes with room. */
-    if (!j->o.no_watchdog) j->watchdog = manta_timer_add(m, WATCH_EVERY_MS, watch_nodes, j);
+    if (!j->o.no_watchdog) j->watchdog = manta_timer_add(m, WATCH_EVERY_MS, watchdog, j);
     *out = j;
     return 0;
 }
@@ -726,7 +726,7 @@ int manta_job_attach(manta_ctx *m, const manta_spec_options *so, manta_spec_erro
     manta_spec_errors_init(&own);
     manta_spec *spec = manta_spec_load_file(spec_path, &o, errs ? errs : &own);
     free(v), free(sets);
-    int rc = spec ? 0 : spec_fail(errs ? errs : &own, spec_path);
+    int rc = spec ? 0 : mj_spec_fail(errs ? errs : &own, spec_path);
     manta_spec_errors_destroy(&own);
     if (rc) return rc;
     manta_job_t *j = job_new(m, spec, NULL);
@@ -930,8 +930,10 @@ static int run_answer(manta_job_t *job, int st, const void **reply, size_t *len)
     if (st == 0) return manta_get(job->run, 0, reply, len);
     run_call rc;
     run_section(job->spec, &rc);
-    return manta_fail(st, "%s-0.%s: %s: %s", rc.group, rc.method, manta_strerror(st),
-                      manta_future_error(job->run));
+    char cause[1536] = "";
+    if (st == MANTA_EDIED || st == MANTA_ETIMEDOUT) diagnose(job, cause, sizeof cause);
+    return manta_fail(st, "%s-0.%s: %s: %s%s", rc.group, rc.method, manta_strerror(st),
+                      manta_future_error(job->run), cause);
 }
 
 int manta_job_wait(manta_job_t *job, int timeout_ms, const void **reply, size_t *len)
@@ -953,6 +955,7 @@ int manta_job_wait(manta_job_t *job, int timeout_ms, const void **reply, size_t 
             if (!job->run) return 0;
             return manta_fail(MANTA_ECLOSED, "job %s: stopped", job->spec->job);
         }
+        if (job->fatal) return manta_fail(job->fatal, "%s", job->fatal_msg);
         int64_t left = until - manta_now_ms();
         if (left <= 0) return MANTA_EPENDING;
         int st = wait_step(job, left < 100 ? (int)left : 100);
@@ -971,7 +974,7 @@ void manta_job_free(manta_job_t *job)
     if (!job) return;
     if (job->watchdog) manta_timer_cancel(job->m, job->watchdog);
     if (job->recorded) unrecord_job(job);
-    stop_services(job);
+    mj_services_stop(job->sv);
     manta_future_free(job->run);
     manta_spec_free(job->owned);
     free(job);

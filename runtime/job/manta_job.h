@@ -11,7 +11,11 @@
  * While the job runs, a node watchdog (a timer on the ctx's loop) declares
  * nodes whose heartbeat stopped dead and re-creates their actors on nodes
  * with room; it runs whenever the loop turns (manta_job_wait, manta_get,
- * manta_poll ...); it also says when a service exits. Groups grow and shrink with
+ * manta_poll ...). It also supervises the services (restarted as their
+ * `restart:` says) and ends the job (manta_job_wait returns the cause) when
+ * something it needs is gone for good: a service not restarted, a group
+ * whose every replica is dead or failed, a node stalled past
+ * node_stall_ms, Redis unreachable past redis_down_ms. Groups grow and shrink with
  * manta_job_scale(), also from another process that attached to the job (manta_job_attach).
  *
  *     manta_ctx *m;
@@ -71,6 +75,16 @@ typedef struct manta_job_options {
     /* A node without a heartbeat for this long is declared dead; 0: env
      * MANTA_NODE_TIMEOUT_MS, else 5000. */
     int64_t node_timeout_ms;
+    /* A silent node is declared dead only when its mailbox refuses
+     * connections (its process is gone) or its machine does not answer. One
+     * whose process still holds its mailbox (stopped, starved) keeps its
+     * actors; after this long without a heartbeat the job fails naming it.
+     * 0: env MANTA_NODE_STALL_MS, else 60000. */
+    int64_t node_stall_ms;
+    /* The watchdog's Redis reads failing this long fail the job (the
+     * embedded redis-server is restarted with its data by the core first).
+     * 0: env MANTA_REDIS_DOWN_MS, else 30000. */
+    int64_t redis_down_ms;
     /* When set and nonzero, waits end: manta_job_start and manta_job_wait
      * return MANTA_ECLOSED. A signal handler may set it. */
     const volatile sig_atomic_t *interrupt;
@@ -149,7 +163,11 @@ int manta_job_run_method(manta_job_t *job, manta_future **out);
  * owned by the job and valid until manta_job_free.
  * Returns 0 (answered; or stopped by manta_job_stop without `run:`), the
  * run method's error (MANTA_EREMOTE, MANTA_ETIMEDOUT, MANTA_EDIED ...; the
- * message names GROUP-0.METHOD and the actor's text), MANTA_EPENDING
+ * message names GROUP-0.METHOD and the actor's text, and for a death what
+ * the watchdog found: a node gone, a service gone), the watchdog's fatal
+ * cause (MANTA_EDIED: a service or group gone for good; MANTA_ESPAWN: a
+ * service's restart failed; MANTA_ETIMEDOUT: a node stalled; MANTA_EREDIS:
+ * Redis gone; the message names it), MANTA_EPENDING
  * (timeout_ms ran out; < 0 waits for ever; the call stays in flight and a
  * later wait continues it), MANTA_ECLOSED (interrupted or stopped while the
  * run method was in flight), MANTA_ENOTFOUND (no GROUP-0 to call). */
