@@ -535,11 +535,21 @@ typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
 #define MK_AVX2    __attribute__((target("avx2,fma"), optimize("fp-contract=fast")))
 #endif
 
+/* 16 bfloat16 values, and their widening: a bfloat16 is the top half of a float, so the float
+ * is its bits shifted up by 16 (exact; vpmovzxwd + vpslld on AVX-512); a macro, as a function
+ * returning a vector would depend on the caller's target for its ABI. */
+typedef uint16_t v16h __attribute__((vector_size(32), aligned(2), may_alias));
+typedef uint32_t v16i __attribute__((vector_size(64)));
+#define wload(w, i, b16)                                                                           \
+    ((b16) ? (v16)(__builtin_convertvector(*(const v16h *)((const uint16_t *)(w) + (i)), v16i)     \
+                   << 16)                                                                          \
+           : (v16)load16((const float *)(w) + (i)))
+
 /* out[r0:r0+nr, c0:c0+64] (+)= inp[r0:r0+nr, k0:k1] w[k0:k1, c0:c0+64] with wb the rows k0..k1
- * of the strip (ldw floats apart), nr <= 6: nr x 4 accumulators of 16 floats.  The first k-block
- * starts from the bias, later ones from what the previous block stored (float in, float out: the
- * sum is the same as one pass). */
-MK_INLINE void skinny_tile(float *out, const float *inp, const float *wb, int ldw,
+ * of the strip (ldw elements apart; float, or bfloat16 when b16), nr <= 6: nr x 4 accumulators
+ * of 16 floats.  The first k-block starts from the bias, later ones from what the previous
+ * block stored (float in, float out: the sum is the same as one pass). */
+MK_INLINE void skinny_tile(float *out, const float *inp, const void *wb, int ldw, int b16,
                            const float *bias, int IC, int OC, int c0, int r0, int nr, int k0,
                            int k1)
 {
@@ -550,8 +560,9 @@ MK_INLINE void skinny_tile(float *out, const float *inp, const float *wb, int ld
             acc[r][j] = k0 ? (v16)load16(o) : (bias ? (v16)load16(bias + c0 + 16 * j) : (v16){0});
         }
     for (int k = k0; k < k1; k++) {
-        const float *wk = wb + (size_t)(k - k0) * ldw;
-        v16 w0 = load16(wk), w1 = load16(wk + 16), w2 = load16(wk + 32), w3 = load16(wk + 48);
+        size_t wk = (size_t)(k - k0) * ldw;
+        v16 w0 = wload(wb, wk, b16), w1 = wload(wb, wk + 16, b16), w2 = wload(wb, wk + 32, b16),
+            w3 = wload(wb, wk + 48, b16);
         for (int r = 0; r < nr; r++) {
             float a = inp[(size_t)(r0 + r) * IC + k];
             acc[r][0] += a * w0;
@@ -566,63 +577,81 @@ MK_INLINE void skinny_tile(float *out, const float *inp, const float *wb, int ld
 
 /* One 64-column strip of out (columns c0..c0+64) for every row, k-block by k-block: 6-row tiles
  * (24 accumulators) while they last, then a 4-, 2- and 1-row tile.  With more than one row tile
- * the k-block is first copied to a contiguous buffer; a single tile reads w in place. */
-MK_INLINE void skinny_strip_any(float *out, const float *inp, const float *w, const float *bias,
-                                int R, int IC, int OC, int c0)
+ * the k-block is first copied to a contiguous float buffer (widened from bfloat16 once, for all
+ * the tiles); a single tile reads w in place, bfloat16 widened in registers. */
+MK_INLINE void skinny_strip_any(float *out, const float *inp, const void *w, int b16,
+                                const float *bias, int R, int IC, int OC, int c0)
 {
     float wp[SKINNY_KB * 64] __attribute__((aligned(64)));
+    size_t es = b16 ? sizeof(uint16_t) : sizeof(float);
     for (int k0 = 0; k0 < IC; k0 += SKINNY_KB) {
         int k1 = k0 + SKINNY_KB < IC ? k0 + SKINNY_KB : IC;
-        const float *wb = w + (size_t)k0 * OC + c0;
-        int ldw = OC;
         if (R > 6) {
-            for (int k = k0; k < k1; k++)
-                memcpy(wp + (size_t)(k - k0) * 64, w + (size_t)k * OC + c0, 64 * sizeof(float));
-            wb = wp;
-            ldw = 64;
+            for (int k = k0; k < k1; k++) {
+                size_t src = (size_t)k * OC + c0;
+                float *dst = wp + (size_t)(k - k0) * 64;
+                for (int j = 0; j < 64; j += 16) store16(dst + j, wload(w, src + j, b16));
+            }
         }
+        const void *wb = R > 6 ? (const void *)wp
+                               : (const void *)((const char *)w + ((size_t)k0 * OC + c0) * es);
+        int ldw = R > 6 ? 64 : OC;
         int r0 = 0;
-        for (; r0 + 6 <= R; r0 += 6)
-            skinny_tile(out, inp, wb, ldw, bias, IC, OC, c0, r0, 6, k0, k1);
-        if (r0 + 4 <= R) {
-            skinny_tile(out, inp, wb, ldw, bias, IC, OC, c0, r0, 4, k0, k1);
-            r0 += 4;
+        if (R > 6) {
+            for (; r0 + 6 <= R; r0 += 6)
+                skinny_tile(out, inp, wb, ldw, 0, bias, IC, OC, c0, r0, 6, k0, k1);
+            if (r0 + 4 <= R) {
+                skinny_tile(out, inp, wb, ldw, 0, bias, IC, OC, c0, r0, 4, k0, k1);
+                r0 += 4;
+            }
+            if (r0 + 2 <= R) {
+                skinny_tile(out, inp, wb, ldw, 0, bias, IC, OC, c0, r0, 2, k0, k1);
+                r0 += 2;
+            }
+            if (r0 < R) skinny_tile(out, inp, wb, ldw, 0, bias, IC, OC, c0, r0, 1, k0, k1);
+        } else if (R == 6) {
+            skinny_tile(out, inp, wb, ldw, b16, bias, IC, OC, c0, 0, 6, k0, k1);
+        } else {
+            if (r0 + 4 <= R) {
+                skinny_tile(out, inp, wb, ldw, b16, bias, IC, OC, c0, r0, 4, k0, k1);
+                r0 += 4;
+            }
+            if (r0 + 2 <= R) {
+                skinny_tile(out, inp, wb, ldw, b16, bias, IC, OC, c0, r0, 2, k0, k1);
+                r0 += 2;
+            }
+            if (r0 < R) skinny_tile(out, inp, wb, ldw, b16, bias, IC, OC, c0, r0, 1, k0, k1);
         }
-        if (r0 + 2 <= R) {
-            skinny_tile(out, inp, wb, ldw, bias, IC, OC, c0, r0, 2, k0, k1);
-            r0 += 2;
-        }
-        if (r0 < R) skinny_tile(out, inp, wb, ldw, bias, IC, OC, c0, r0, 1, k0, k1);
     }
 }
 
-typedef void skinny_strip_fn(float *out, const float *inp, const float *w, const float *bias, int R,
+typedef void skinny_strip_fn(float *out, const float *inp, const void *w, const float *bias, int R,
                              int IC, int OC, int c0);
+/* Each copy of the strip exists for float weights and for bfloat16 ones. */
+#define SKINNY_COPY(name, attr, b16)                                                               \
+    attr static void name(float *out, const float *inp, const void *w, const float *bias, int R,   \
+                          int IC, int OC, int c0)                                                  \
+    {                                                                                              \
+        skinny_strip_any(out, inp, w, b16, bias, R, IC, OC, c0);                                   \
+    }
 #ifdef MK_VEC_X86
-MK_AVX512 static void skinny_strip_avx512(float *out, const float *inp, const float *w,
-                                          const float *bias, int R, int IC, int OC, int c0)
-{
-    skinny_strip_any(out, inp, w, bias, R, IC, OC, c0);
-}
-MK_AVX2 static void skinny_strip_avx2(float *out, const float *inp, const float *w,
-                                      const float *bias, int R, int IC, int OC, int c0)
-{
-    skinny_strip_any(out, inp, w, bias, R, IC, OC, c0);
-}
+SKINNY_COPY(skinny_strip_avx512, MK_AVX512, 0)
+SKINNY_COPY(skinny_strip_avx2, MK_AVX2, 0)
+SKINNY_COPY(skinny_b16_avx512, MK_AVX512, 1)
+SKINNY_COPY(skinny_b16_avx2, MK_AVX2, 1)
 #endif
-static void skinny_strip_base(float *out, const float *inp, const float *w, const float *bias,
-                              int R, int IC, int OC, int c0)
-{
-    skinny_strip_any(out, inp, w, bias, R, IC, OC, c0);
-}
-static skinny_strip_fn *skinny_strip = skinny_strip_base;
+SKINNY_COPY(skinny_strip_base, , 0)
+SKINNY_COPY(skinny_b16_base, , 1)
+static skinny_strip_fn *skinny_strip = skinny_strip_base, *skinny_b16 = skinny_b16_base;
 
 /* out[R,OC] = inp[R,IC] w[IC,OC] + bias for few rows (a decoding step, a
- * short prefill).  BLAS packs all of w into a scratch layout on every call,
+ * short prefill) with float weights, or for any number of rows with bfloat16
+ * ones (b16).  BLAS packs all of w into a scratch layout on every call,
  * which for a handful of rows costs as much as the product; this reads w
- * once, in place.  Columns beyond the last multiple of 64 go to BLAS. */
-static void skinny_mm(float *out, const float *inp, const float *w, const float *bias, int R,
-                      int IC, int OC)
+ * once, in place.  Columns beyond the last multiple of 64 go to BLAS (float)
+ * or a plain loop (bfloat16). */
+static void skinny_mm(float *out, const float *inp, const void *w, int b16, const float *bias,
+                      int R, int IC, int OC)
 {
     int strips = OC / 64;
     /* work items: strips, and when there are few of them (C = 384 gives 6) also groups of at
@@ -632,20 +661,63 @@ static void skinny_mm(float *out, const float *inp, const float *w, const float 
     if (groups > R / 12) groups = R / 12;
     if (groups < 1) groups = 1;
     int items = strips * groups, units = R / 6;
+    skinny_strip_fn *strip = b16 ? skinny_b16 : skinny_strip;
 #pragma omp parallel for num_threads(n_threads)                                                    \
     schedule(dynamic, 1) if ((size_t)R * IC * OC > 8 * PAR_MIN)
     for (int it = 0; it < items; it++) {
         int s = it / groups, g = it % groups;
         int r0 = units * g / groups * 6, r1 = g == groups - 1 ? R : units * (g + 1) / groups * 6;
-        skinny_strip(out + (size_t)r0 * OC, inp + (size_t)r0 * IC, w, bias, r1 - r0, IC, OC,
-                     64 * s);
+        strip(out + (size_t)r0 * OC, inp + (size_t)r0 * IC, w, bias, r1 - r0, IC, OC, 64 * s);
     }
     int done = strips * 64;
     if (done < OC) {
         for (int r = 0; r < R; r++)
             for (int c = done; c < OC; c++) out[(size_t)r * OC + c] = bias ? bias[c] : 0.0f;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, OC - done, IC, 1.0f, inp, IC,
-                    w + done, OC, 1.0f, out + done, OC);
+        if (!b16) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, OC - done, IC, 1.0f, inp, IC,
+                        (const float *)w + done, OC, 1.0f, out + done, OC);
+            return;
+        }
+        const uint16_t *wh = w;
+        for (int r = 0; r < R; r++) {
+            float *o = out + (size_t)r * OC;
+            for (int k = 0; k < IC; k++) {
+                float a = inp[(size_t)r * IC + k];
+                for (int c = done; c < OC; c++) o[c] += a * mk_bf16_to_f32(wh[(size_t)k * OC + c]);
+            }
+        }
+    }
+}
+
+/* With bfloat16 weights every product takes the skinny path, whatever the rows (a long
+ * prefill too), so that a row's result does not depend on how many rows came with it. */
+static void mm_fwd_bf16(float *out, const float *inp, const uint16_t *w, const float *bias, int R,
+                        int IC, int OC)
+{
+    skinny_mm(out, inp, w, 1, bias, R, IC, OC);
+}
+
+/* dst = src [rows, cols] rounded to bfloat16, as is or transposed ([cols, rows]: 32 x 32
+ * tiles, so that both sides are read and written a cache line at a time). */
+static void to_bf16(uint16_t *dst, const float *src, size_t rows, size_t cols, int transpose)
+{
+    size_t n = rows * cols;
+    if (!transpose) {
+        size_t chunks = (n + 65535) / 65536;
+#pragma omp parallel for num_threads(n_threads) schedule(static) if (n > PAR_MIN)
+        for (size_t ch = 0; ch < chunks; ch++) {
+            size_t i1 = (ch + 1) * 65536 < n ? (ch + 1) * 65536 : n;
+            for (size_t i = ch * 65536; i < i1; i++) dst[i] = mk_f32_to_bf16(src[i]);
+        }
+        return;
+    }
+    size_t tr = (rows + 31) / 32, tc = (cols + 31) / 32;
+#pragma omp parallel for num_threads(n_threads) schedule(static) if (n > PAR_MIN)
+    for (size_t t = 0; t < tr * tc; t++) {
+        size_t r0 = t / tc * 32, c0 = t % tc * 32;
+        size_t r1 = r0 + 32 < rows ? r0 + 32 : rows, c1 = c0 + 32 < cols ? c0 + 32 : cols;
+        for (size_t c = c0; c < c1; c++)
+            for (size_t r = r0; r < r1; r++) dst[c * rows + r] = mk_f32_to_bf16(src[r * cols + c]);
     }
 }
 
@@ -653,7 +725,7 @@ static void mm_fwd(float *out, const float *inp, const float *w, const float *bi
                    int OC)
 {
     if (R <= SKINNY_ROWS) {
-        skinny_mm(out, inp, w, bias, R, IC, OC);
+        skinny_mm(out, inp, w, 0, bias, R, IC, OC);
         return;
     }
     float beta = 0.0f;
@@ -1095,9 +1167,11 @@ static void choose_vector_kernels(void)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) {
         skinny_strip = skinny_strip_avx512;
+        skinny_b16 = skinny_b16_avx512;
         attend_vector = attend_heads_avx512;
     } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         skinny_strip = skinny_strip_avx2;
+        skinny_b16 = skinny_b16_avx2;
         attend_vector = attend_heads_avx2;
     }
 #endif
@@ -1323,6 +1397,8 @@ const mk_backend mk__cpu_backend = {
     .rms_bwd = rms_bwd,
     .mm_fwd = mm_fwd,
     .mm_bwd = mm_bwd,
+    .mm_fwd_bf16 = mm_fwd_bf16,
+    .to_bf16 = to_bf16,
     .head_fwd = head_fwd,
     .head_bwd = head_bwd,
     .qk_fwd = qk_fwd,

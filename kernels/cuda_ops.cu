@@ -293,6 +293,52 @@ static void mm_bwd(float *dinp, float *dw, float *dbias, const float *dout, cons
     }
 }
 
+/* bfloat16 weights: one thread per output element (column c of row r), consecutive threads
+ * reading consecutive weights; the widening is exact (the bits shifted up by 16).  A plain
+ * kernel, not tuned: decoding with bfloat16 weights exists for the memory-bound CPU. */
+__global__ static void mm_bf16_k(float *out, const float *inp, const uint16_t *w, const float *bias,
+                                 int R, int IC, int OC)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
+    if (c >= OC || r >= R) return;
+    const float *x = inp + (size_t)r * IC;
+    float s = bias ? bias[c] : 0.0f;
+    for (int k = 0; k < IC; k++) s += x[k] * __uint_as_float((unsigned)w[(size_t)k * OC + c] << 16);
+    out[(size_t)r * OC + c] = s;
+}
+
+static void mm_fwd_bf16(float *out, const float *inp, const uint16_t *w, const float *bias, int R,
+                        int IC, int OC)
+{
+    mm_bf16_k<<<dim3(blocks((size_t)OC, 128), R), 128>>>(out, inp, w, bias, R, IC, OC);
+    LAUNCHED();
+}
+
+/* round to nearest even, nan kept quiet: mk_f32_to_bf16 */
+__device__ static inline uint16_t f32_to_bf16(float x)
+{
+    unsigned u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(u >> 16 | 0x40);
+    u += 0x7fffu + (u >> 16 & 1);
+    return (uint16_t)(u >> 16);
+}
+
+/* element i of src [rows, cols] to dst [rows, cols] or, transposed, [cols, rows] */
+__global__ static void to_bf16_k(uint16_t *dst, const float *src, size_t rows, size_t cols,
+                                 int transpose)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= rows * cols) return;
+    size_t o = transpose ? i % cols * rows + i / cols : i;
+    dst[o] = f32_to_bf16(src[i]);
+}
+
+static void to_bf16(uint16_t *dst, const float *src, size_t rows, size_t cols, int transpose)
+{
+    to_bf16_k<<<blocks(rows * cols, 256), 256>>>(dst, src, rows, cols, transpose);
+    LAUNCHED();
+}
+
 static void head_fwd(float *logits, const float *inp, const float *wte, int R, int C, int V)
 {
     gemm_rm(false, true, R, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);
@@ -836,11 +882,11 @@ static void scale(float *x, float s, size_t n)
 
 /* in the order of struct mk__backend (mk_internal.h) */
 static const mk_backend cuda_backend = {
-    "cuda",    cu_alloc,  cu_release, cu_upload,  cu_download, cu_copy,  cu_zero,
-    embed_fwd, embed_bwd, ln_fwd,     ln_bwd,     rms_fwd,     rms_bwd,  mm_fwd,
-    mm_bwd,    head_fwd,  head_bwd,   qk_fwd,     qk_bwd,      attn_fwd, attn_bwd,
-    gelu_fwd,  gelu_bwd,  swiglu_fwd, swiglu_bwd, add,         kv_store, attn_decode,
-    row_stats, row_grad,  adamw,      sumsq,      scale,
+    "cuda",    cu_alloc,    cu_release, cu_upload, cu_download, cu_copy,    cu_zero,
+    embed_fwd, embed_bwd,   ln_fwd,     ln_bwd,    rms_fwd,     rms_bwd,    mm_fwd,
+    mm_bwd,    mm_fwd_bf16, to_bf16,    head_fwd,  head_bwd,    qk_fwd,     qk_bwd,
+    attn_fwd,  attn_bwd,    gelu_fwd,   gelu_bwd,  swiglu_fwd,  swiglu_bwd, add,
+    kv_store,  attn_decode, row_stats,  row_grad,  adamw,       sumsq,      scale,
 };
 
 /* Not thread-safe on its first call (it creates the cuBLAS handle): call it

@@ -14,7 +14,9 @@
  *
  * The decoder reads the model's parameters at every call, so writing new
  * weights into the model between calls takes effect at the next call, with
- * the caches left as they were computed.
+ * the caches left as they were computed.  With MK_MODEL_BF16_WEIGHTS the
+ * products use the model's bfloat16 copies of the weights, remade at the start
+ * of a call when the parameters were written since the last.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -140,6 +142,18 @@ const float *mk_decoder_last_logits(const mk_decoder *d, int slot)
     return d->h_logits + (size_t)slot * d->m->cfg.vocab_size;
 }
 
+/* out[R,OC] = inp[R,IC] times block tensor k of layer l, plus bias: with the float weights,
+ * or their bfloat16 copies (MK_MODEL_BF16_WEIGHTS). */
+static void linear(const mk_model *m, float *out, const float *inp, int l, int k, const float *bias,
+                   int R, int IC, int OC)
+{
+    int i = mk__ltensor(m, l, k);
+    if (m->wb16)
+        m->be->mm_fwd_bf16(out, inp, m->wb16 + m->b16_off[i], bias, R, IC, OC);
+    else
+        m->be->mm_fwd(out, inp, P(i), bias, R, IC, OC);
+}
+
 /* Runs R rows (host h_tok/h_slot/h_pos) through the model, storing keys and
  * values; with want_logits, leaves logits [R,V] in d->logits. */
 static void run_rows(mk_decoder *d, int R, int want_logits)
@@ -151,6 +165,7 @@ static void run_rows(mk_decoder *d, int R, int want_logits)
     int V = c->vocab_size, W = (int)mk__qkv_width(c), A = (int)mk__att_width(c);
     int F = (int)mk__mlp_in(c), H = (int)mk__mlp_hidden(c), rot = mk__rotary(c);
     size_t RC = (size_t)R * C, layer_cache = (size_t)d->S * d->Tmax * NKV * hd;
+    mk__bf16_sync(m); /* new weights since the last call: remake the bfloat16 copies */
     be->upload(d->d_tok, d->h_tok, sizeof(int) * R);
     be->upload(d->d_slot, d->h_slot, sizeof(int) * R);
     be->upload(d->d_pos, d->h_pos, sizeof(int) * R);
@@ -158,17 +173,17 @@ static void run_rows(mk_decoder *d, int R, int want_logits)
     for (int l = 0; l < L; l++) {
         float *kc = d->kc + l * layer_cache, *vc = d->vc + l * layer_cache;
         mk__norm_fwd(m, d->ln, NULL, NULL, d->x, LP(l, MK_P_LN1W), LP(l, MK_P_LN1B), R);
-        be->mm_fwd(rot ? d->qkvr : d->qkv, d->ln, LP(l, MK_P_QKVW), LP(l, MK_P_QKVB), R, C, W);
+        linear(m, rot ? d->qkvr : d->qkv, d->ln, l, MK_P_QKVW, LP(l, MK_P_QKVB), R, C, W);
         if (rot)
             be->qk_fwd(d->qkv, NULL, d->qkvr, LP(l, MK_P_QNW), LP(l, MK_P_KNW), m->rope_cos,
                        m->rope_sin, d->d_pos, R, NH, NKV, hd, c->norm_eps);
         be->kv_store(kc, vc, d->qkv, d->d_slot, d->d_pos, R, NH, NKV, hd, d->Tmax);
         be->attn_decode(d->atty, d->att, d->qkv, kc, vc, d->d_slot, d->d_pos, R, NH, NKV, hd,
                         d->Tmax);
-        be->mm_fwd(d->ln, d->atty, LP(l, MK_P_PROJW), LP(l, MK_P_PROJB), R, A, C);
+        linear(m, d->ln, d->atty, l, MK_P_PROJW, LP(l, MK_P_PROJB), R, A, C);
         be->add(d->x, d->x, d->ln, RC);
         mk__norm_fwd(m, d->ln, NULL, NULL, d->x, LP(l, MK_P_LN2W), LP(l, MK_P_LN2B), R);
-        be->mm_fwd(d->fch, d->ln, LP(l, MK_P_FCW), LP(l, MK_P_FCB), R, C, F);
+        linear(m, d->fch, d->ln, l, MK_P_FCW, LP(l, MK_P_FCB), R, C, F);
         float *hid = d->fch;
         if (rot) {
             be->swiglu_fwd(d->fcg, d->fch, R, H);
@@ -176,12 +191,16 @@ static void run_rows(mk_decoder *d, int R, int want_logits)
         } else {
             be->gelu_fwd(d->fch, d->fch, (size_t)R * F);
         }
-        be->mm_fwd(d->ln, hid, LP(l, MK_P_FCPW), LP(l, MK_P_FCPB), R, H, C);
+        linear(m, d->ln, hid, l, MK_P_FCPW, LP(l, MK_P_FCPB), R, H, C);
         be->add(d->x, d->x, d->ln, RC);
     }
     if (want_logits) {
         mk__norm_fwd(m, d->ln, NULL, NULL, d->x, TP(MK_T_LNFW), TP(MK_T_LNFB), R);
-        be->head_fwd(d->logits, d->ln, P(mk__head_tensor(m)), R, C, V);
+        int ht = mk__head_tensor(m);
+        if (m->wb16) /* the copy is the head transposed, [C, V] */
+            be->mm_fwd_bf16(d->logits, d->ln, m->wb16 + m->b16_off[ht], NULL, R, C, V);
+        else
+            be->head_fwd(d->logits, d->ln, P(ht), R, C, V);
     }
 }
 

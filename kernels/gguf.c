@@ -902,6 +902,8 @@ int mk_load_gguf_ex(mk_model **out, const char *path, int max_batch, int max_seq
         mk_model_free(m);
         return rc;
     }
+    mk__params_changed(m);
+    mk__bf16_sync(m);
     *out = m;
     return MK_OK;
 }

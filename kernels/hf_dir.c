@@ -810,6 +810,8 @@ int mk_load_dir_ex(mk_model **out, const char *dir, int max_batch, int max_seq,
         mk_model_free(m);
         return rc;
     }
+    mk__params_changed(m);
+    mk__bf16_sync(m);
     *out = m;
     return MK_OK;
 }
@@ -824,7 +826,11 @@ int mk_load(mk_model *m, const char *path)
     float *buf = rc ? NULL : malloc(sizeof(float) * m->n_params);
     if (!rc && !buf) rc = mk__fail(MK_ERR_NOMEM, "cannot allocate %zu parameters", m->n_params);
     if (!rc) rc = load_tensors(m, &fo, 1, path, buf);
-    if (!rc) m->be->upload(m->params, buf, sizeof(float) * m->n_params);
+    if (!rc) {
+        m->be->upload(m->params, buf, sizeof(float) * m->n_params);
+        mk__params_changed(m);
+        mk__bf16_sync(m);
+    }
     free(buf);
     folder_close(&fo);
     return rc;

@@ -158,6 +158,17 @@ enum {
      * mk_model_step and reading or writing gradients fail with MK_ERR_STATE; mk_zero_grad does
      * nothing. */
     MK_MODEL_INFER = 1u,
+    /* With MK_MODEL_INFER only (else MK_ERR_ARG): decoding multiplies by bfloat16 copies of
+     * the product weights (q/k/v, o, gate/up, down or GPT-2's four, and the head), made
+     * from the float parameters rounded to nearest even; activations, sums, embeddings,
+     * norms and biases stay float.  Decoding reads half the bytes a step (it is bound by
+     * memory bandwidth at a few slots), and a checkpoint stored in BF16 decodes with its
+     * exact weights.  Costs a copy of those weights at 2 bytes each beside the float
+     * parameters (which loading, mk_model_read_params and saving keep using).  The copies
+     * are remade after mk_model_init, the loaders and mk_model_write_params (at the next
+     * decoder call), and after mk_model_params (the caller may write through it).  CPU and
+     * CUDA. */
+    MK_MODEL_BF16_WEIGHTS = 2u,
 };
 int mk_model_new_ex(mk_model **out, const mk_config *cfg, int max_batch, int max_seq,
                     const mk_backend *be, unsigned flags);
@@ -212,7 +223,9 @@ int mk_model_hf_tensor(const mk_model *m, int i, mk_tensor_info *info);
 int mk_model_read_hf(const mk_model *m, const char *name, int grads, float *dst);
 
 /* Back-end pointers to the flat parameters and gradients (host memory on the
- * CPU back-end, device memory on CUDA).  Owned by the model. */
+ * CPU back-end, device memory on CUDA).  Owned by the model.  With
+ * MK_MODEL_BF16_WEIGHTS, mk_model_params marks the bfloat16 copies stale (the next
+ * decoder call remakes them): call it again after writing through an old pointer. */
 float *mk_model_params(mk_model *m);
 float *mk_model_grads(mk_model *m);
 /* Copy elements [off, off+n) between the model and host memory; work on any

@@ -55,6 +55,13 @@ struct mk__backend {
     /* dinp = dout w^T (overwrites); dw += inp^T dout; dbias += colsum(dout) (dbias may be NULL) */
     void (*mm_bwd)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                    const float *w, int R, int IC, int OC);
+    /* out[R,OC] = inp[R,IC] w[IC,OC] + bias[OC] with w in bfloat16 (widened exactly to float
+     * as it is read; products and sums in float); bias may be NULL.  Any R. */
+    void (*mm_fwd_bf16)(float *out, const float *inp, const uint16_t *w, const float *bias, int R,
+                        int IC, int OC);
+    /* dst = src [rows, cols] rounded to bfloat16 (nearest even, nan kept quiet), as is
+     * (transpose 0: dst [rows, cols]) or transposed (1: dst [cols, rows]) */
+    void (*to_bf16)(uint16_t *dst, const float *src, size_t rows, size_t cols, int transpose);
     /* logits[R,V] = inp[R,C] wte[V,C]^T */
     void (*head_fwd)(float *logits, const float *inp, const float *wte, int R, int C, int V);
     /* dinp = dlogits wte (overwrites); dwte += dlogits^T inp */
@@ -272,6 +279,13 @@ struct mk_model {
     const mk_backend *be;
     int max_B, max_T;
     int infer; /* MK_MODEL_INFER: parameters only */
+    /* MK_MODEL_BF16_WEIGHTS: bfloat16 copies of the product weights (every block's
+     * [in, out] matrices as they are, the head transposed to [C, V]) that decoding
+     * multiplies with; b16_off[i] is tensor i's place in wb16 (SIZE_MAX: none).
+     * b16_stale: the parameters may have changed since the copies were made. */
+    uint16_t *wb16;
+    size_t *b16_off;
+    int b16_stale;
     int n_tensors;
     mk_tensor_info *tensors; /* size table, n_tensors entries (host) */
     int gidx[MK_T_N];        /* model-level tensor indices, -1 absent */
@@ -349,6 +363,15 @@ static inline int mk__head_tensor(const mk_model *m)
  * GPT2, RMSNorm (w; rstd may be NULL) for the rotary families. */
 void mk__norm_fwd(const mk_model *m, float *out, float *mean, float *rstd, const float *inp,
                   const float *w, const float *b, int R);
+
+/* Marks the bfloat16 weight copies stale (the parameters were or may be written), and
+ * remakes stale copies from the parameters; both nothing without MK_MODEL_BF16_WEIGHTS.
+ * The sync allocates nothing. */
+static inline void mk__params_changed(mk_model *m)
+{
+    m->b16_stale = 1;
+}
+void mk__bf16_sync(mk_model *m);
 
 /* Checkpoint tensor i between its own layout (src/dst: info.numel host floats) and the
  * internal host parameter vector `params` (n_params floats). */

@@ -517,6 +517,51 @@ int mk_model_new(mk_model **out, const mk_config *cfg, int max_batch, int max_se
     return mk_model_new_ex(out, cfg, max_batch, max_seq, be, 0);
 }
 
+/* ---- bfloat16 weight copies (MK_MODEL_BF16_WEIGHTS) ---------------------- */
+
+/* The tensors decoding multiplies by: every block's four product weights and the head. */
+static int bf16_tensor(const mk_model *m, int i)
+{
+    if (i == mk__head_tensor(m)) return 1;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        const int *li = m->lidx + l * MK_P_PER_LAYER;
+        if (i == li[MK_P_QKVW] || i == li[MK_P_PROJW] || i == li[MK_P_FCW] || i == li[MK_P_FCPW])
+            return 1;
+    }
+    return 0;
+}
+
+static int bf16_alloc(mk_model *m)
+{
+    if (!m->be->mm_fwd_bf16 || !m->be->to_bf16)
+        return mk__fail(MK_ERR_UNSUPPORTED, "back-end %s has no bfloat16 weights", m->be->name);
+    m->b16_off = malloc(sizeof(size_t) * (size_t)m->n_tensors);
+    if (!m->b16_off) return mk__fail(MK_ERR_NOMEM, "cannot allocate model tables");
+    size_t n = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        m->b16_off[i] = bf16_tensor(m, i) ? n : SIZE_MAX;
+        /* each copy starts on a 64-byte line (32 elements) */
+        if (bf16_tensor(m, i)) n += (m->tensors[i].numel + 31) / 32 * 32;
+    }
+    m->b16_stale = 1;
+    return m->be->alloc((void **)&m->wb16, n * sizeof(uint16_t));
+}
+
+void mk__bf16_sync(mk_model *m)
+{
+    if (!m->wb16 || !m->b16_stale) return;
+    int head = mk__head_tensor(m);
+    for (int i = 0; i < m->n_tensors; i++) {
+        if (m->b16_off[i] == SIZE_MAX) continue;
+        const mk_tensor_info *t = &m->tensors[i];
+        /* block weights are [in, out] already; the head [V, C] is stored as [C, V] so that
+         * the same product serves it */
+        m->be->to_bf16(m->wb16 + m->b16_off[i], m->params + t->offset, (size_t)t->shape[0],
+                       (size_t)t->shape[1], i == head);
+    }
+    m->b16_stale = 0;
+}
+
 int mk_model_new_ex(mk_model **out, const mk_config *cfg_in, int max_batch, int max_seq,
                     const mk_backend *be, unsigned flags)
 {
@@ -529,8 +574,11 @@ int mk_model_new_ex(mk_model **out, const mk_config *cfg_in, int max_batch, int 
     if (max_batch < 1 || max_seq < 1 || max_seq > cfg->block_size)
         return mk__fail(MK_ERR_ARG, "max_batch %d, max_seq %d: need >= 1 and max_seq <= %d",
                         max_batch, max_seq, cfg->block_size);
-    if (flags & ~(unsigned)MK_MODEL_INFER)
-        return mk__fail(MK_ERR_ARG, "unknown model flags 0x%x", flags & ~(unsigned)MK_MODEL_INFER);
+    unsigned known = MK_MODEL_INFER | MK_MODEL_BF16_WEIGHTS;
+    if (flags & ~known) return mk__fail(MK_ERR_ARG, "unknown model flags 0x%x", flags & ~known);
+    if ((flags & MK_MODEL_BF16_WEIGHTS) && !(flags & MK_MODEL_INFER))
+        return mk__fail(MK_ERR_ARG, "MK_MODEL_BF16_WEIGHTS needs MK_MODEL_INFER (a trainable "
+                                    "model keeps float weights)");
     if (!be) be = &mk__cpu_backend;
     if (be == &mk__cpu_backend) mk__blas_init();
     mk_model *m = calloc(1, sizeof *m);
@@ -577,7 +625,8 @@ int mk_model_new_ex(mk_model **out, const mk_config *cfg_in, int max_batch, int 
         (rc = be->alloc((void **)&m->d_pos, R * sizeof(int))) ||
         (rc = be->alloc((void **)&m->d_rowa, R * sizeof(float))) ||
         (rc = be->alloc((void **)&m->d_rowb, R * sizeof(float))) ||
-        (mk__rotary(cfg) && (rc = rope_tables(m)))) {
+        (mk__rotary(cfg) && (rc = rope_tables(m))) ||
+        ((flags & MK_MODEL_BF16_WEIGHTS) && (rc = bf16_alloc(m)))) {
         mk_model_free(m);
         return rc;
     }
@@ -594,13 +643,14 @@ void mk_model_free(mk_model *m)
     if (!m) return;
     void *dev[] = {m->params,    m->grads,    m->m,         m->v,     m->acts_mem,
                    m->gacts_mem, m->d_tokens, m->d_targets, m->d_pos, m->d_rowa,
-                   m->d_rowb,    m->rope_cos, m->rope_sin};
+                   m->d_rowb,    m->rope_cos, m->rope_sin,  m->wb16};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) m->be->release(dev[i]);
     free(m->tensors);
     free(m->hf);
     free(m->lidx);
     free(m->h_rowa);
+    free(m->b16_off);
     free(m);
 }
 
@@ -634,6 +684,7 @@ int mk_model_tensor(const mk_model *m, int i, mk_tensor_info *info)
 
 float *mk_model_params(mk_model *m)
 {
+    mk__params_changed(m);
     return m->params;
 }
 
@@ -671,7 +722,10 @@ int mk_model_read_params(const mk_model *m, float *dst, size_t off, size_t n)
 int mk_model_write_params(mk_model *m, const float *src, size_t off, size_t n)
 {
     int rc = range_ok(m, src, off, n);
-    if (!rc && n) m->be->upload(m->params + off, src, n * sizeof(float));
+    if (!rc && n) {
+        m->be->upload(m->params + off, src, n * sizeof(float));
+        mk__params_changed(m);
+    }
     return rc;
 }
 
@@ -725,6 +779,8 @@ void mk_model_init(mk_model *m, uint64_t seed)
     }
     m->be->upload(m->params, h, sizeof(float) * m->n_params);
     free(h);
+    mk__params_changed(m);
+    mk__bf16_sync(m);
     if (!m->infer) {
         m->be->zero(m->m, sizeof(float) * m->n_params);
         m->be->zero(m->v, sizeof(float) * m->n_params);

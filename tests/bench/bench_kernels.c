@@ -13,12 +13,24 @@
  * layers, hidden 896, 14 query and 2 key/value heads of 64, SwiGLU 4864,
  * vocabulary 151936, tied head; random weights written as a BF16 Hugging
  * Face folder first):
- *   load_llama0.5B          seconds of mk_load_dir (BF16 -> float) against
- *                           from_pretrained(dtype=float32); ratio = speed-up
- *   decode_llama0.5B_b<B>   tokens/s, B = 1 and 16, 16-token prompts
+ * Two models of it are measured, one after the other.  A rollout's: inference
+ * only with bfloat16 weights (MK_MODEL_INFER | MK_MODEL_BF16_WEIGHTS:
+ * products with bfloat16 weights widened in registers, float activations
+ * and sums), "weights":"bf16", against PyTorch with the model in bfloat16
+ * AND in float32, each on its own line ("baseline_dtype"):
+ *   load_llama0.5B_rollout          seconds of mk_load_dir_ex (BF16 folder ->
+ *                                   float parameters + bfloat16 copies);
+ *                                   ratio = speed-up
+ *   decode_llama0.5B_b<B>_bf16      tokens/s, B = 1 and 16, 16-token prompts,
+ *                                   against PyTorch bfloat16
+ *   decode_llama0.5B_b<B>_bf16_vs_f32   the same figure against PyTorch float32
+ *   mem_llama0.5B_rollout           peak resident MB after loading and
+ *                                   decoding; ratio = baseline / value
+ * and a learner's: trainable, float weights ("f32"), against PyTorch float32:
+ *   load_llama0.5B          seconds of mk_load_dir (BF16 -> float)
+ *   decode_llama0.5B_b<B>   tokens/s with the float weights
  *   train_llama0.5B         tokens/s of one step on 4 x 256 tokens
- *   mem_llama0.5B           peak resident MB of the whole run (load, decode,
- *                           train) on each side; ratio = baseline / value
+ *   mem_llama0.5B           peak resident MB of the whole run
  * (--no-llama skips these: they need ~12 GB and minutes on 2 cores;
  * --only-llama runs only these.)
  * The baseline is transformers' GPT2LMHeadModel (eager PyTorch, the same
@@ -168,19 +180,6 @@ static double torch_baseline(const char *name)
     return torch_run(BENCH_TORCH_SCRIPT, name, "");
 }
 
-static void report_unit(const char *name, double value, const char *unit, double base, double ratio)
-{
-    if (isnan(base))
-        printf("{\"name\":\"%s\",\"value\":%.3f,\"unit\":\"%s\",\"baseline\":null,"
-               "\"ratio\":null}\n",
-               name, value, unit);
-    else
-        printf("{\"name\":\"%s\",\"value\":%.3f,\"unit\":\"%s\",\"baseline\":%.3f,"
-               "\"ratio\":%.3f}\n",
-               name, value, unit, base, ratio);
-    fflush(stdout);
-}
-
 /* Writes the random-weight BF16 folder once (kept across runs: it is the same every time). */
 static void llama_folder(void)
 {
@@ -196,40 +195,75 @@ static void llama_folder(void)
     mk_model_free(m);
 }
 
-static void bench_llama(void)
+/* Best tokens/s over `reps` runs of `gen` decoding steps of n slots (16-token prompts,
+ * temperature 1) on a decoder of model m. */
+static double llama_decode(mk_model *m, int n, int prompt, int gen)
 {
-    int B = 4, T = 256, S = 16, prompt = 16, gen = quick ? 4 : 16;
-    char extra[600];
-    snprintf(extra, sizeof extra, "--dir %s", llama_dir);
-    llama_folder();
-    /* Manta's figures first, then the model is freed before PyTorch's run (both at once
-     * would need twice the memory). */
-    double t0 = now();
-    mk_model *m;
-    CHECK(mk_load_dir(&m, llama_dir, B, T, NULL));
-    double load = now() - t0;
-    fprintf(stderr, "bench_kernels: llama0.5B has %zu parameters\n", mk_model_num_params(m));
-    const int batches[2] = {1, S};
-    double dec[2];
-    for (int k = 0; k < 2; k++) {
-        int n = batches[k];
-        mk_decoder *d;
-        CHECK(mk_decoder_new_ctx(&d, m, n, 256));
-        int slots[16], tok[16], pr[16];
-        float temp[16], topp[16], lps[16], lpp[16];
+    mk_decoder *d;
+    CHECK(mk_decoder_new_ctx(&d, m, n, 256));
+    int slots[16], tok[16], pr[16];
+    float temp[16], topp[16], lps[16], lpp[16];
+    double best = 0;
+    for (int rep = 0; rep < reps; rep++) {
         for (int s = 0; s < n; s++) {
             slots[s] = s, temp[s] = 1.0f, topp[s] = 1.0f;
             for (int i = 0; i < prompt; i++) pr[i] = (s * 7919 + i * 104729) % llama_cfg.vocab_size;
             CHECK(mk_decoder_reset(d, s, (uint64_t)s));
             CHECK(mk_decoder_append(d, s, pr, prompt));
         }
-        CHECK(mk_decoder_step(d, slots, n, temp, topp, tok, lps, lpp));
+        CHECK(mk_decoder_step(d, slots, n, temp, topp, tok, lps, lpp)); /* warm-up */
         double t1 = now();
         for (int g = 0; g < gen; g++)
             CHECK(mk_decoder_step(d, slots, n, temp, topp, tok, lps, lpp));
-        dec[k] = (double)n * gen / (now() - t1);
-        mk_decoder_free(d);
+        best = fmax(best, (double)n * gen / (now() - t1));
     }
+    mk_decoder_free(d);
+    return best;
+}
+
+/* One JSON line of the Llama figures: what each side ran (ours: "f32" weights, or "bf16"
+ * weights with float activations; PyTorch: the model's dtype) beside the numbers. */
+static void report_llama(const char *name, double value, const char *unit, const char *ours,
+                         const char *theirs, double base, double ratio)
+{
+    printf("{\"name\":\"%s\",\"value\":%.3f,\"unit\":\"%s\",\"weights\":\"%s\","
+           "\"baseline_dtype\":\"%s\",",
+           name, value, unit, ours, theirs);
+    if (isnan(base))
+        printf("\"baseline\":null,\"ratio\":null}\n");
+    else
+        printf("\"baseline\":%.3f,\"ratio\":%.3f}\n", base, ratio);
+    fflush(stdout);
+}
+
+static void bench_llama(void)
+{
+    int B = 4, T = 256, S = 16, prompt = 16, gen = quick ? 4 : 16;
+    const int batches[2] = {1, S};
+    char f32[600], b16[600];
+    snprintf(f32, sizeof f32, "--dir %s --dtype float32", llama_dir);
+    snprintf(b16, sizeof b16, "--dir %s --dtype bfloat16", llama_dir);
+    llama_folder();
+    /* Manta's figures first, each model freed before the next and before PyTorch's runs
+     * (both at once would need twice the memory).  1. A rollout's model: inference only,
+     * bfloat16 weights (MK_MODEL_INFER | MK_MODEL_BF16_WEIGHTS); the peak resident memory
+     * after it is the rollout's. */
+    double t0 = now();
+    mk_model *m;
+    CHECK(mk_load_dir_ex(&m, llama_dir, 1, 1, NULL, MK_MODEL_INFER | MK_MODEL_BF16_WEIGHTS));
+    double load_b16 = now() - t0, dec_b16[2];
+    fprintf(stderr, "bench_kernels: llama0.5B has %zu parameters\n", mk_model_num_params(m));
+    for (int k = 0; k < 2; k++) dec_b16[k] = llama_decode(m, batches[k], prompt, gen);
+    mk_model_free(m);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double mb_rollout = ru.ru_maxrss / 1024.0;
+    /* 2. A learner's model: trainable, float weights; decoding with it too (float against
+     * float), then the training step. */
+    t0 = now();
+    CHECK(mk_load_dir(&m, llama_dir, B, T, NULL));
+    double load = now() - t0, dec[2];
+    for (int k = 0; k < 2; k++) dec[k] = llama_decode(m, batches[k], prompt, gen);
     int *x = malloc(sizeof(int) * B * T), *y = malloc(sizeof(int) * B * T);
     mk_rng r;
     mk_rng_seed(&r, 2);
@@ -252,22 +286,38 @@ static void bench_llama(void)
     }
     free(x), free(y);
     mk_model_free(m);
-    struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double mb = ru.ru_maxrss / 1024.0;
 
-    double tb = torch_run(BENCH_LLAMA_SCRIPT, "load_llama0.5B", extra);
-    report_unit("load_llama0.5B", load, "s", tb, tb / load);
+    /* the rollout's figures against PyTorch in bfloat16 and in float32 */
+    double tb = torch_run(BENCH_LLAMA_SCRIPT, "load_llama0.5B", b16);
+    report_llama("load_llama0.5B_rollout", load_b16, "s", "bf16", "bfloat16", tb, tb / load_b16);
+    for (int k = 0; k < 2; k++) {
+        char name[64], tname[64];
+        snprintf(tname, sizeof tname, "decode_llama0.5B_b%d", batches[k]);
+        snprintf(name, sizeof name, "decode_llama0.5B_b%d_bf16", batches[k]);
+        double base = torch_run(BENCH_LLAMA_SCRIPT, tname, b16);
+        report_llama(name, dec_b16[k], "tokens/s", "bf16", "bfloat16", base, dec_b16[k] / base);
+        snprintf(name, sizeof name, "decode_llama0.5B_b%d_bf16_vs_f32", batches[k]);
+        base = torch_run(BENCH_LLAMA_SCRIPT, tname, f32);
+        report_llama(name, dec_b16[k], "tokens/s", "bf16", "float32", base, dec_b16[k] / base);
+    }
+    double bm = torch_run(BENCH_LLAMA_SCRIPT, "mem_rollout_llama0.5B", b16);
+    report_llama("mem_llama0.5B_rollout", mb_rollout, "MB", "bf16", "bfloat16", bm,
+                 bm / mb_rollout);
+    /* the learner's figures against PyTorch in float32 */
+    tb = torch_run(BENCH_LLAMA_SCRIPT, "load_llama0.5B", f32);
+    report_llama("load_llama0.5B", load, "s", "f32", "float32", tb, tb / load);
     for (int k = 0; k < 2; k++) {
         char name[64];
         snprintf(name, sizeof name, "decode_llama0.5B_b%d", batches[k]);
-        double base = torch_run(BENCH_LLAMA_SCRIPT, name, extra);
-        report_unit(name, dec[k], "tokens/s", base, dec[k] / base);
+        double base = torch_run(BENCH_LLAMA_SCRIPT, name, f32);
+        report_llama(name, dec[k], "tokens/s", "f32", "float32", base, dec[k] / base);
     }
-    double base = torch_run(BENCH_LLAMA_SCRIPT, "train_llama0.5B", extra);
-    report_unit("train_llama0.5B", train, "tokens/s", base, train / base);
-    double bm = torch_run(BENCH_LLAMA_SCRIPT, "mem_llama0.5B", extra);
-    report_unit("mem_llama0.5B", mb, "MB", bm, bm / mb);
+    double base = torch_run(BENCH_LLAMA_SCRIPT, "train_llama0.5B", f32);
+    report_llama("train_llama0.5B", train, "tokens/s", "f32", "float32", base, train / base);
+    bm = torch_run(BENCH_LLAMA_SCRIPT, "mem_llama0.5B", f32);
+    report_llama("mem_llama0.5B", mb, "MB", "f32", "float32", bm, bm / mb);
 }
 
 static void report(const char *name, double value, double base)

@@ -4,14 +4,18 @@
     python3 tests/bench/bench_llama_torch.py --dir /tmp/manta_bench_llama0.5B --only NAME
 
 The folder is the BF16 one bench_kernels writes.  The model is loaded with
-AutoModelForCausalLM.from_pretrained(dir, dtype=float32) (eager PyTorch, its
-default attention), as Manta holds it in float.  Figures (--only picks one):
+AutoModelForCausalLM.from_pretrained(dir, dtype=DTYPE) (eager PyTorch, its
+default attention), --dtype float32 (default; as Manta holds a trainable model)
+or bfloat16 (weights and activations in bfloat16).  Figures (--only picks one):
   load_llama0.5B         seconds of from_pretrained
   decode_llama0.5B_b<B>  tokens/s of a sampling loop with the KV cache, B = 1, 16
+                         (best of --reps runs of the loop)
   train_llama0.5B        tokens/s of one forward + cross-entropy + backward +
                          clipping + AdamW step on 4 x 256 tokens (best after a warm-up)
   mem_llama0.5B          peak resident MB of a process that loads, decodes at
                          B = 16 and trains, as the C side does
+  mem_rollout_llama0.5B  peak resident MB of a process that loads and decodes
+                         at B = 1 and 16 (a rollout)
 Prints {"name": ..., "value": ...}.  Exits 77 without torch or transformers.
 """
 import argparse
@@ -28,9 +32,9 @@ except ImportError as e:
     sys.exit(77)
 
 
-def load(d):
+def load(d, dtype):
     t0 = time.perf_counter()
-    m = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+    m = AutoModelForCausalLM.from_pretrained(d, dtype=dtype)
     return m, time.perf_counter() - t0
 
 
@@ -82,21 +86,27 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", required=True)
-    ap.add_argument("--reps", type=int, default=1, help="ignored (figures run once here)")
+    ap.add_argument("--reps", type=int, default=1, help="decode: best of this many loops")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     gen = 4 if a.quick else 16
     steps = 2 if a.quick else 3
-    model, secs = load(a.dir)
+    model, secs = load(a.dir, getattr(torch, a.dtype))
+    reps = max(1, a.reps)
     if a.only == "load_llama0.5B":
         v = secs
     elif a.only == "decode_llama0.5B_b1":
-        v = decode(model, 1, 16, gen)
+        v = max(decode(model, 1, 16, gen) for _ in range(reps))
     elif a.only == "decode_llama0.5B_b16":
-        v = decode(model, 16, 16, gen)
+        v = max(decode(model, 16, 16, gen) for _ in range(reps))
     elif a.only == "train_llama0.5B":
         v = train(model, 4, 256, steps)
+    elif a.only == "mem_rollout_llama0.5B":
+        decode(model, 1, 16, 2)
+        decode(model, 16, 16, 2)
+        v = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     elif a.only == "mem_llama0.5B":
         decode(model, 16, 16, 2)
         train(model, 4, 256, 2)

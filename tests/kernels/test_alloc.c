@@ -140,12 +140,13 @@ static void test_training_allocates_nothing(void **state)
 }
 
 /* Appending and stepping allocate nothing either, for one slot (a work item per head) and
- * for many (a work item per row), greedy and with top-p. */
-static void test_decoding_allocates_nothing(void **state)
+ * for many (a work item per row), greedy and with top-p; with float weights and with
+ * bfloat16 ones (whose copies are remade, after a write of the parameters, by the next step). */
+static void decoding_allocates_nothing(unsigned flags)
 {
     mk_model *m;
     mk_decoder *d;
-    assert_mk_ok(mk_model_new(&m, &cfg, 1, T, NULL));
+    assert_mk_ok(mk_model_new_ex(&m, &cfg, 1, T, NULL, flags));
     mk_model_init(m, 6);
     enum { S = 16 };
     assert_mk_ok(mk_decoder_new(&d, m, S));
@@ -156,7 +157,9 @@ static void test_decoding_allocates_nothing(void **state)
     for (int s = 0; s < S; s++) assert_mk_ok(mk_decoder_append(d, s, prompt, 4));
     assert_mk_ok(mk_decoder_step(d, slots, S, temp, topp, tok, lps, lpp)); /* warm-up */
     assert_mk_ok(mk_decoder_step(d, slots, 1, temp, topp, tok, lps, lpp));
+    float w = 0.5f;
     alloc_start();
+    assert_mk_ok(mk_model_write_params(m, &w, mk_model_num_params(m) / 2, 1));
     assert_mk_ok(mk_decoder_append(d, 2, prompt, 3));
     for (int k = 0; k < 4; k++) {
         assert_mk_ok(mk_decoder_step(d, slots, S, temp, topp, tok, lps, lpp));
@@ -167,12 +170,25 @@ static void test_decoding_allocates_nothing(void **state)
     mk_model_free(m);
 }
 
+static void test_decoding_allocates_nothing(void **state)
+{
+    (void)state;
+    decoding_allocates_nothing(0);
+}
+
+static void test_bf16_decoding_allocates_nothing(void **state)
+{
+    (void)state;
+    decoding_allocates_nothing(MK_MODEL_INFER | MK_MODEL_BF16_WEIGHTS);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wrapper_counts),
         cmocka_unit_test(test_training_allocates_nothing),
         cmocka_unit_test(test_decoding_allocates_nothing),
+        cmocka_unit_test(test_bf16_decoding_allocates_nothing),
     };
     mk_set_threads(2);
     return cmocka_run_group_tests(tests, NULL, NULL);

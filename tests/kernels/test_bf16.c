@@ -1,0 +1,272 @@
+/*
+ * test_bf16.c - decoding with bfloat16 weights (MK_MODEL_BF16_WEIGHTS).
+ *
+ * The CPU product with bfloat16 weights against a double-precision sum over
+ * the widened weights, for row counts that take every tile (1..6 in place,
+ * more through the widened L1 block), several k-blocks and column tails;
+ * the rounding (and transposition) of the weight copies bit-equal to
+ * mk_f32_to_bf16.  Whole models (GPT-2 with biases, tied Llama, untied Qwen2
+ * with biases, sizes with column tails): a bfloat16-weight decoder equals a
+ * float decoder whose parameters were rounded to bfloat16 beforehand (1e-4:
+ * the same products in another order), over prompts (many rows) and steps
+ * of 1, 5 and 8 slots; against the float parameters unrounded the logits
+ * differ, by a bounded amount (the rounding of the weights, 2^-9 relative
+ * each), and not by nothing (the copies are used).  New weights written
+ * between steps (mk_model_write_params, mk_model_params) are used at the
+ * next step.  A BF16 Hugging Face folder decodes alike with either weights.
+ * The flag without MK_MODEL_INFER is refused.
+ */
+#include "ktest.h"
+#include "mk_internal.h"
+
+static const mk_backend *be = &mk__cpu_backend;
+
+static void test_product(void **state)
+{
+    (void)state;
+    mk_set_threads(2);
+    mk_rng r;
+    mk_rng_seed(&r, 11);
+    const int Rs[] = {1, 2, 3, 4, 5, 6, 7, 13, 100}, ICs[] = {1, 130, 257},
+              OCs[] = {1, 64, 100, 200};
+    for (size_t a = 0; a < sizeof Rs / sizeof *Rs; a++)
+        for (size_t b = 0; b < sizeof ICs / sizeof *ICs; b++)
+            for (size_t c = 0; c < sizeof OCs / sizeof *OCs; c++) {
+                int R = Rs[a], IC = ICs[b], OC = OCs[c], with_bias = (a + b + c) % 2;
+                float *x = malloc(sizeof(float) * R * IC), *w = malloc(sizeof(float) * IC * OC);
+                float *bias = malloc(sizeof(float) * OC), *out = malloc(sizeof(float) * R * OC);
+                float *ref = malloc(sizeof(float) * R * OC);
+                uint16_t *wh = malloc(sizeof(uint16_t) * IC * OC);
+                fill_uniform(x, (size_t)R * IC, -1, 1, &r);
+                fill_uniform(w, (size_t)IC * OC, -1, 1, &r);
+                fill_uniform(bias, OC, -1, 1, &r);
+                be->to_bf16(wh, w, IC, OC, 0);
+                for (int i = 0; i < IC * OC; i++) assert_int_equal(wh[i], mk_f32_to_bf16(w[i]));
+                for (int i = 0; i < R; i++)
+                    for (int j = 0; j < OC; j++) {
+                        double s = with_bias ? bias[j] : 0.0;
+                        for (int k = 0; k < IC; k++)
+                            s += (double)x[i * IC + k] * mk_bf16_to_f32(wh[k * OC + j]);
+                        ref[i * OC + j] = (float)s;
+                    }
+                for (int i = 0; i < R * OC; i++) out[i] = NAN; /* every element must be written */
+                be->mm_fwd_bf16(out, x, wh, with_bias ? bias : NULL, R, IC, OC);
+                char label[96];
+                snprintf(label, sizeof label, "bf16 product R %d IC %d OC %d", R, IC, OC);
+                /* float sums of up to 257 terms of size <= 1: a few 1e-6 */
+                check_close(out, ref, (size_t)R * OC, 2e-5, 1e-5, label);
+                free(x), free(w), free(bias), free(out), free(ref), free(wh);
+            }
+}
+
+static void test_transpose(void **state)
+{
+    (void)state;
+    mk_rng r;
+    mk_rng_seed(&r, 12);
+    const size_t shapes[][2] = {{1, 1}, {33, 70}, {100, 31}, {64, 64}};
+    for (size_t s = 0; s < 4; s++) {
+        size_t R = shapes[s][0], C = shapes[s][1];
+        float *x = malloc(sizeof(float) * R * C);
+        uint16_t *t = malloc(sizeof(uint16_t) * R * C);
+        fill_uniform(x, R * C, -3, 3, &r);
+        x[0] = NAN;
+        be->to_bf16(t, x, R, C, 1);
+        for (size_t i = 0; i < R; i++)
+            for (size_t j = 0; j < C; j++)
+                assert_int_equal(t[j * R + i], mk_f32_to_bf16(x[i * C + j]));
+        free(x), free(t);
+    }
+}
+
+enum { CTX = 40, SL = 8, PROMPT = 11 };
+
+/* Random parameters with a spread that makes logits differ clearly (as test_decode.c). */
+static void random_params(float *p, size_t n, uint64_t seed)
+{
+    mk_rng r;
+    mk_rng_seed(&r, seed);
+    for (size_t i = 0; i < n; i++) p[i] = 0.25f * (mk_rng_uniform(&r) - 0.5f) + 0.02f;
+}
+
+static void round_params(float *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) p[i] = mk_bf16_to_f32(mk_f32_to_bf16(p[i]));
+}
+
+/* Appends the same prompts to every slot of each decoder, then steps groups of 1, 5 and 8
+ * slots greedily; every step's logits of decoder 1 go to lg1, of decoder 2 to lg2 (each
+ * [n_logits, V]); first[row] (may be NULL) is 1 for a slot's first step (logits before any
+ * sampled token was fed back, so equal inputs on both sides whatever they sampled).  Returns
+ * the number of logit rows written. */
+static int run_pair(mk_decoder *d1, mk_decoder *d2, int V, float *lg1, float *lg2, int *first)
+{
+    mk_decoder *ds[2] = {d1, d2};
+    float *lgs[2] = {lg1, lg2};
+    int rows = 0;
+    for (int k = 0; k < 2; k++) {
+        int n = 0;
+        for (int s = 0; s < SL; s++) {
+            int pr[PROMPT];
+            for (int i = 0; i < PROMPT; i++) pr[i] = (s * 13 + i * 7 + 3) % V;
+            assert_mk_ok(mk_decoder_reset(ds[k], s, (uint64_t)s));
+            assert_mk_ok(mk_decoder_append(ds[k], s, pr, 1 + (s * 5) % PROMPT));
+        }
+        const int groups[3] = {1, 5, 8};
+        for (int g = 0; g < 3; g++)
+            for (int it = 0; it < 3; it++) {
+                int slots[SL], tok[SL];
+                float temp[SL] = {0}, topp[SL];
+                for (int i = 0; i < groups[g]; i++) slots[i] = (i * 3 + g) % SL, topp[i] = 1.0f;
+                assert_mk_ok(mk_decoder_step(ds[k], slots, groups[g], temp, topp, tok, NULL, NULL));
+                for (int i = 0; i < groups[g]; i++, n++)
+                    memcpy(lgs[k] + (size_t)n * V, mk_decoder_last_logits(ds[k], slots[i]),
+                           sizeof(float) * V);
+            }
+        rows = n;
+        if (first) {
+            int seen[SL] = {0}, row = 0;
+            for (int g = 0; g < 3; g++)
+                for (int it = 0; it < 3; it++)
+                    for (int i = 0; i < groups[g]; i++, row++) {
+                        int s = (i * 3 + g) % SL;
+                        first[row] = !seen[s];
+                        seen[s] = 1;
+                    }
+        }
+    }
+    return rows;
+}
+
+static void check_family(const mk_config *cfg, const char *name)
+{
+    mk_model *mf, *mb;
+    assert_mk_ok(mk_model_new_ex(&mf, cfg, 1, 1, NULL, MK_MODEL_INFER));
+    assert_mk_ok(mk_model_new_ex(&mb, cfg, 1, 1, NULL, MK_MODEL_INFER | MK_MODEL_BF16_WEIGHTS));
+    size_t P = mk_model_num_params(mf);
+    int V = cfg->vocab_size;
+    float *p = malloc(sizeof(float) * P), *pr = malloc(sizeof(float) * P);
+    random_params(p, P, 5);
+    memcpy(pr, p, sizeof(float) * P);
+    round_params(pr, P);
+    enum { ROWS = 3 * (1 + 5 + 8) };
+    float *lf = malloc(sizeof(float) * ROWS * V), *lb = malloc(sizeof(float) * ROWS * V);
+    mk_decoder *df, *db;
+    assert_mk_ok(mk_decoder_new_ctx(&df, mf, SL, CTX));
+    assert_mk_ok(mk_decoder_new_ctx(&db, mb, SL, CTX));
+    char label[96];
+
+    /* the same parameters, rounded to bfloat16 beforehand (so that embeddings and norms,
+     * which stay float, agree too): equal up to the order of the sums */
+    assert_mk_ok(mk_model_write_params(mf, pr, 0, P));
+    assert_mk_ok(mk_model_write_params(mb, pr, 0, P));
+    int n = run_pair(df, db, V, lf, lb, NULL);
+    assert_int_equal(n, ROWS);
+    snprintf(label, sizeof label, "%s: bf16 weights vs float weights rounded", name);
+    check_close(lb, lf, (size_t)n * V, 1e-4, 1e-4, label);
+
+    /* against the unrounded float weights: differs, within a bound.  Each weight moves by at
+     * most 2^-9 of itself, the errors of a product's terms mostly cancel: observed max |diff|
+     * 5.6e-4 for logits up to 0.3 (2e-3 of them) on the three models; bound 2e-2 of the
+     * largest logit.  Compared on each slot's first step only (later, greedy choices may
+     * differ and then so do the inputs) */
+    assert_mk_ok(mk_model_write_params(mf, p, 0, P));
+    assert_mk_ok(mk_model_write_params(mb, p, 0, P));
+    int first[ROWS], n_first = 0;
+    run_pair(df, db, V, lf, lb, first);
+    double maxd = 0, maxl = 0;
+    for (int row = 0; row < n; row++) {
+        if (!first[row]) continue; /* greedy choices may differ later: other inputs */
+        n_first++;
+        for (int i = row * V; i < (row + 1) * V; i++) {
+            maxd = fmax(maxd, fabs((double)lb[i] - lf[i]));
+            maxl = fmax(maxl, fabs((double)lf[i]));
+        }
+    }
+    assert_int_equal(n_first, SL);
+    fprintf(stderr, "%s: bf16 vs float weights: max |logit diff| %.3g (max |logit| %.3g)\n", name,
+            maxd, maxl);
+    assert_true(maxd > 1e-6);         /* the bf16 copies are what was multiplied */
+    assert_true(maxd <= 0.02 * maxl); /* and their rounding moves the logits little */
+
+    /* new weights through mk_model_params (marks the copies stale): the next step uses them */
+    float *bp = mk_model_params(mb);
+    random_params(bp, P, 9);
+    round_params(bp, P);
+    memcpy(pr, bp, sizeof(float) * P);
+    assert_mk_ok(mk_model_write_params(mf, pr, 0, P));
+    run_pair(df, db, V, lf, lb, NULL);
+    snprintf(label, sizeof label, "%s: after writing through mk_model_params", name);
+    check_close(lb, lf, (size_t)n * V, 1e-4, 1e-4, label);
+
+    mk_decoder_free(df), mk_decoder_free(db);
+    mk_model_free(mf), mk_model_free(mb);
+    free(p), free(pr), free(lf), free(lb);
+}
+
+static void test_models(void **state)
+{
+    (void)state;
+    /* column tails: C 160 and 96 (not multiples of 64), F 400, V 300; IC over one k-block */
+    mk_config gpt2 = {
+        .n_layer = 2, .n_head = 4, .n_embd = 96, .block_size = CTX, .vocab_size = 300};
+    mk_config llama = {.n_layer = 2,
+                       .n_head = 4,
+                       .n_embd = 160,
+                       .block_size = CTX,
+                       .vocab_size = 300,
+                       .arch = MK_ARCH_LLAMA,
+                       .n_kv_head = 2,
+                       .n_inner = 200};
+    mk_config qwen2 = llama;
+    qwen2.arch = MK_ARCH_QWEN2;
+    qwen2.untied_head = 1;
+    qwen2.n_embd = 128;
+    qwen2.head_dim = 32;
+    check_family(&gpt2, "gpt2");
+    check_family(&llama, "llama");
+    check_family(&qwen2, "qwen2 untied");
+}
+
+/* A BF16 folder: its weights are bfloat16 values, so both decoders agree to the sums' order. */
+static void test_folder(void **state)
+{
+    (void)state;
+    const char *dir = MK_FIXTURES "/family/qwen3_bf16";
+    mk_model *mf, *mb;
+    assert_mk_ok(mk_load_dir_ex(&mf, dir, 1, 1, NULL, MK_MODEL_INFER));
+    assert_mk_ok(mk_load_dir_ex(&mb, dir, 1, 1, NULL, MK_MODEL_INFER | MK_MODEL_BF16_WEIGHTS));
+    int V = mk_model_config(mf)->vocab_size;
+    enum { ROWS = 3 * (1 + 5 + 8) };
+    float *lf = malloc(sizeof(float) * ROWS * V), *lb = malloc(sizeof(float) * ROWS * V);
+    mk_decoder *df, *db;
+    assert_mk_ok(mk_decoder_new_ctx(&df, mf, SL, CTX));
+    assert_mk_ok(mk_decoder_new_ctx(&db, mb, SL, CTX));
+    int n = run_pair(df, db, V, lf, lb, NULL);
+    check_close(lb, lf, (size_t)n * V, 1e-4, 1e-4, "qwen3_bf16 folder: bf16 vs float weights");
+    mk_decoder_free(df), mk_decoder_free(db);
+    mk_model_free(mf), mk_model_free(mb);
+    free(lf), free(lb);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    mk_config c = {.n_layer = 1, .n_head = 2, .n_embd = 16, .block_size = 8, .vocab_size = 16};
+    mk_model *m = (mk_model *)1;
+    assert_int_equal(mk_model_new_ex(&m, &c, 1, 1, NULL, MK_MODEL_BF16_WEIGHTS), MK_ERR_ARG);
+    assert_null(m);
+    assert_non_null(strstr(mk_last_error(), "MK_MODEL_INFER"));
+    assert_int_equal(mk_model_new_ex(&m, &c, 1, 1, NULL, 4u), MK_ERR_ARG);
+    assert_non_null(strstr(mk_last_error(), "unknown model flags"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_product),  cmocka_unit_test(test_transpose),
+        cmocka_unit_test(test_models),   cmocka_unit_test(test_folder),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
