@@ -1432,14 +1432,21 @@ static const manta_spec_key SERVICE_KEYS[] = {
     {"name", MANTA_SPEC_K_STR, 0, 0, NULL, "the service's name; its output goes to LOGS/NAME.log",
      NULL, NULL, MANTA_SPEC_REQUIRED},
     {"command", MANTA_SPEC_K_STR, 0, 0, NULL,
-     "the command, run with /bin/sh -c in the current folder, in its own process group", NULL, NULL,
-     MANTA_SPEC_REQUIRED},
+     "the command, run directly when it is a simple one (else under /bin/sh -c with a keeper), in "
+     "the current folder, in its own process group; it dies with the job",
+     NULL, NULL, MANTA_SPEC_REQUIRED},
     {"port", MANTA_SPEC_K_INT, 0, 65535, "0",
      "the TCP port on 127.0.0.1 the job waits for before starting actors (0: do not wait); "
      "taken by another process before the start: an error",
      NULL, NULL, 0},
     {"ready_timeout_s", MANTA_SPEC_K_NUM, 0, 1e9, "20",
      "seconds to wait for the port to accept connections", NULL, NULL, 0},
+    {"restart", MANTA_SPEC_K_STR, 0, 0, "on-failure",
+     "when the service exits: on-failure (restart unless it exited 0), always, or never (the job "
+     "fails naming it)",
+     "on-failure|always|never", NULL, 0},
+    {"max_restarts", MANTA_SPEC_K_INT, -1, 1 << 30, "3",
+     "restarts before the job fails naming the service (-1: no limit)", NULL, NULL, 0},
     {NULL, 0, 0, 0, NULL, NULL, NULL, NULL, 0}};
 static const manta_spec_key METRICS_KEYS[] = {
     {"port", MANTA_SPEC_K_INT, 0, 65535, "(none)",

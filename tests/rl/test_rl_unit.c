@@ -634,7 +634,7 @@ static void test_model_section(void **st)
              small);
     assert_string_equal(why, want);
     assert_int_equal(read_path("", NULL, 0, &ms, why, sizeof why), MANTA_EINVAL);
-    assert_string_equal(why, "model.path: empty (a Hugging Face model folder)");
+    assert_string_equal(why, "model.path: empty (a Hugging Face model folder or a GGUF file)");
 
     /* a fresh model: F32 checkpoints, the seed's initialisation */
     g_extra = NULL;

@@ -330,13 +330,14 @@ static bool runtime_declares(const char *path)
 /* manta_spec_get_*(NODE, "PATH" ...) in job.c and cli.c */
 static int scan_runtime(void)
 {
-    static const char *const files[] = {"runtime/job/job.c", "runtime/cli/cli.c"};
+    static const char *const files[] = {"runtime/job/job.c", "runtime/job/service.c",
+                                        "runtime/cli/cli.c"};
     regex_t re;
     assert_int_equal(
         regcomp(&re, "manta_spec_get_[a-z]+\\([a-z_>.-]+,[[:space:]]*\"([a-z_.]+)\"", REG_EXTENDED),
         0);
     int found = 0;
-    for (size_t i = 0; i < 2; i++) {
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", SOURCE_DIR, files[i]);
         char *text = slurp(path);
