@@ -313,7 +313,7 @@ static int put_pre(mtok_buf *o, const gmeta *g)
         const char *bl = PRES[i].byte_regex ? "true" : "false";
         if (!PRES[i].split) {
             rc = mtok__buf_puts(o, "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":"
-                                   "false,\"use_regex\":true},");
+                                   "false,\"trim_offsets\":true,\"use_regex\":true},");
             return rc;
         }
         rc = mtok__buf_puts(o, "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{"
@@ -321,7 +321,8 @@ static int put_pre(mtok_buf *o, const gmeta *g)
         if (!rc) rc = mtok__pyjson_str(o, PRES[i].split, strlen(PRES[i].split));
         if (!rc)
             rc = mtok__buf_puts(o, "},\"behavior\":\"Isolated\",\"invert\":false},{\"type\":"
-                                   "\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":");
+                                   "\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,"
+                                   "\"use_regex\":");
         if (!rc) rc = mtok__buf_puts(o, bl);
         return rc ? rc : mtok__buf_puts(o, "}]},");
     }
@@ -433,12 +434,20 @@ static int put_post(mtok_buf *o, const gmeta *g, const toks *tk, int64_t bos, in
     if ((add_bos && bos < 0) || (add_eos && eos < 0))
         return mtok__fail(MTOK_EFORMAT, "%s: add_bos_token/add_eos_token set without the token id",
                           g->path);
+    /* single: [bos] $A [eos]; pair: the same, then [bos] $B [eos] (type 1),
+     * as transformers' converters write it (tokenizers needs both) */
     rc = mtok__buf_puts(o, "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[");
-    if (!rc && add_bos) rc = put_tpl_token(o, tk, bos);
-    if (!rc) rc = mtok__buf_puts(o, add_bos ? "," : "");
-    if (!rc) rc = mtok__buf_puts(o, "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}");
-    if (!rc && add_eos) rc = mtok__buf_puts(o, ",");
-    if (!rc && add_eos) rc = put_tpl_token(o, tk, eos);
+    for (int part = 0; part < 3 && !rc; part++) {
+        if (part == 1) rc = mtok__buf_puts(o, "],\"pair\":[");
+        if (part == 2) rc = mtok__buf_puts(o, ",");
+        if (!rc && add_bos) rc = put_tpl_token(o, tk, bos);
+        if (!rc) rc = mtok__buf_puts(o, add_bos ? "," : "");
+        if (!rc)
+            rc = mtok__buf_puts(o, part < 2 ? "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}"
+                                            : "{\"Sequence\":{\"id\":\"B\",\"type_id\":1}}");
+        if (!rc && add_eos) rc = mtok__buf_puts(o, ",");
+        if (!rc && add_eos) rc = put_tpl_token(o, tk, eos);
+    }
     if (!rc) rc = mtok__buf_puts(o, "],\"special_tokens\":{");
     bool first = true;
     if (!rc && add_bos) rc = put_tpl_special(o, tk, bos, &first);
@@ -532,7 +541,9 @@ static int synthesise(mtok_buf *o, const gmeta *g)
     }
     if (!rc)
         rc = mtok__buf_puts(o, "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,"
-                               "\"normalizer\":null,\"decoder\":{\"type\":\"ByteLevel\"},");
+                               "\"normalizer\":null,\"decoder\":{\"type\":\"ByteLevel\","
+                               "\"add_prefix_space\":true,\"trim_offsets\":true,"
+                               "\"use_regex\":true},");
     if (!rc) rc = put_pre(o, g);
     if (!rc) rc = put_added_tokens(o, g, &tk, sp);
     if (!rc) rc = put_post(o, g, &tk, sp[0], sp[1]);
