@@ -49,8 +49,11 @@ if [ "$PART" = api ]; then
     opts=()
 fi
 cd "$SRC"
-# long enough to watch; the test interrupts it when done
+# long enough to watch; the test interrupts it when done. The warm-up stops
+# at one demonstration in ten reproduced (the example's 0.9 leaves held-out
+# success near 1.0 from the start, with nothing to rise while watched).
 "$MANTA" run --log-dir "$work/runs" --set rl.max_versions=400 --set rl.max_time_s=120 \
+    --set rl.warmup.until_success=0.1 \
     --set rl.stop_at=2 --set rl.eval_every=5 --set rl.eval_problems=60 ${opts[@]+"${opts[@]}"} \
     "$work/spec.yaml" > "$work/out" 2> "$work/err" &
 driver=$!
