@@ -116,10 +116,12 @@ void rl_turn_destroy(rl_turn *t)
     memset(t, 0, sizeof *t);
 }
 
+/* S may be NULL when N is 0: a call opened and closed before the turn had
+ * any text. */
 static int set_call(rl_turn *t, const char *s, size_t n)
 {
     free(t->call);
-    t->call = strndup(s, n);
+    t->call = n ? strndup(s, n) : strdup("");
     return t->call ? RL_TURN_CALL : rl_fail(MANTA_ENOMEM, "text: out of memory for a call");
 }
 
@@ -184,7 +186,7 @@ static int bytes_step(rl_text *x, rl_turn *t, int32_t tok)
     }
     if (tok == RL_TOK_END && t->in_call) {
         t->in_call = 0;
-        return set_call(t, t->text + t->call_start, t->len - t->call_start);
+        return set_call(t, t->text ? t->text + t->call_start : NULL, t->len - t->call_start);
     }
     if (tok < 256) {
         char c = (char)tok;

@@ -333,6 +333,36 @@ static void test_turns(void **st)
 
 /* Llama 3: the call is the whole turn as JSON, ended by <|eot_id|>; tool
  * results come back in an ipython turn. */
+/* The byte-level vocabulary: a call opened and closed before the turn has
+ * any text is an empty call (the rollout asks the tool with ""), not a
+ * read of a missing buffer (UBSan caught strndup(NULL, 0) here). */
+static void test_bytes_empty_call(void **st)
+{
+    (void)st;
+    rl_model_spec ms;
+    char why[512];
+    assert_int_equal(read_spec(&ms, why, sizeof why, NULL), 0);
+    rl_text *x;
+    if (rl_text_new(&ms, &x)) fail_msg("rl_text_new: %s", rl_last_error());
+    assert_int_equal(rl_text_vocab(x), RL_VOCAB);
+    rl_turn turn = {0};
+    assert_int_equal(rl_text_step(x, &turn, RL_TOK_CALL), RL_TURN_MORE);
+    assert_int_equal(rl_text_step(x, &turn, RL_TOK_END), RL_TURN_CALL);
+    assert_non_null(turn.call);
+    assert_string_equal(turn.call, "");
+    /* and after text, the call is the bytes in between */
+    rl_turn_reset(&turn);
+    const char *in = "so 2*3";
+    for (const char *c = in; *c; c++) {
+        if (c == in + 3) assert_int_equal(rl_text_step(x, &turn, RL_TOK_CALL), RL_TURN_MORE);
+        assert_int_equal(rl_text_step(x, &turn, (unsigned char)*c), RL_TURN_MORE);
+    }
+    assert_int_equal(rl_text_step(x, &turn, RL_TOK_END), RL_TURN_CALL);
+    assert_string_equal(turn.call, "2*3");
+    rl_turn_destroy(&turn);
+    rl_text_free(x);
+}
+
 static void test_llama3_turns(void **st)
 {
     (void)st;
@@ -567,6 +597,7 @@ static void test_sampled_ids(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_spec), cmocka_unit_test(test_turns),
+                                       cmocka_unit_test(test_bytes_empty_call),
                                        cmocka_unit_test(test_llama3_turns),
                                        cmocka_unit_test(test_sampled_ids)};
     return cmocka_run_group_tests(tests, NULL, NULL);
