@@ -131,9 +131,9 @@ typedef struct ctl_state {
     /* settings */
     int G, B, eta, S;
     double lr, warmup_lr;
-    rl_warmup wu;   /* when the warm-up stops (rl.warmup, rl.warmup_steps) */
-    int wu_given;   /* either was in the spec (else wu is the default) */
-    int warmup_max; /* demonstrations read (rl.warmup_batch) */
+    rl_warmup wu;     /* when the warm-up stops (rl.warmup, rl.warmup_steps) */
+    int wu_given;     /* either was in the spec (else wu is the default) */
+    int warmup_batch; /* demonstrations per warm-up step (rl.warmup_batch) */
     int no_reward_warn_versions;
     int dynamic_sampling; /* drop groups without signal (rl.dynamic_sampling, default on) */
     int max_versions, eval_every, eval_n;
@@ -319,8 +319,10 @@ static int build_demo(demo *d, rl_text *x, const cJSON *p, const cJSON *segs)
 /* A demonstration: {"prompt": str, "segments": [["policy"|"tool", text]]}.
  * In policy text "<call>" and "</call>" are the tool-call tokens; EOS ends the
  * last policy segment; tool text is followed by '\n' as the rollout does.
- * The first `max` (rl.warmup_batch) are read. */
-static int load_demos(ctl_state *s, const char *path, int max)
+ * Every line is read (at most MAX_DEMOS; more is an error); each warm-up
+ * step takes the next rl.warmup_batch of them in turn. */
+#define MAX_DEMOS (1 << 20)
+static int load_demos(ctl_state *s, const char *path)
 {
     FILE *f = fopen(path, "r");
     if (!f) return rl_fail(MANTA_ESYS, "%s: %s", path, strerror(errno));
@@ -328,12 +330,26 @@ static int load_demos(ctl_state *s, const char *path, int max)
     size_t lcap = 0;
     int lineno = 0, rc = 0;
     rl_text *x = NULL;
-    s->demos = calloc((size_t)max, sizeof *s->demos);
-    if (!s->demos) rc = rl_fail(MANTA_ENOMEM, "%s: out of memory for %d demonstrations", path, max);
-    if (!rc) rc = rl_text_new(&s->ms, &x);
-    while (!rc && s->n_demos < max && getline(&line, &lcap, f) >= 0) {
+    int cap = 0;
+    rc = rl_text_new(&s->ms, &x);
+    while (!rc && getline(&line, &lcap, f) >= 0) {
         lineno++;
         if (blank(line)) continue;
+        if (s->n_demos == cap) {
+            if (cap == MAX_DEMOS) {
+                rc = rl_fail(MANTA_EINVAL, "%s:%d: more than %d demonstrations", path, lineno,
+                             MAX_DEMOS);
+                break;
+            }
+            int ncap = cap ? 2 * cap : 64;
+            demo *nd = realloc(s->demos, (size_t)ncap * sizeof *nd);
+            if (!nd) {
+                rc = rl_fail(MANTA_ENOMEM, "%s: out of memory for %d demonstrations", path, ncap);
+                break;
+            }
+            memset(nd + cap, 0, (size_t)(ncap - cap) * sizeof *nd);
+            s->demos = nd, cap = ncap;
+        }
         cJSON *j = cJSON_Parse(line);
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
         const cJSON *segs = cJSON_GetObjectItemCaseSensitive(j, "segments");
@@ -478,7 +494,7 @@ static int read_settings(ctl_state *s, manta_ctx *m, const void *args, size_t le
     s->dynamic_sampling = read_bool(&a, "rl", "dynamic_sampling", 1);
     s->no_reward_warn_versions =
         (int)rl_arg_int(&a, "rl", "no_reward_warn_versions", 50, 0, 1 << 30);
-    s->warmup_max = (int)rl_arg_int(&a, "rl", "warmup_batch", 64, 1, 1 << 24);
+    s->warmup_batch = (int)rl_arg_int(&a, "rl", "warmup_batch", 64, 1, 1 << 24);
     s->max_versions = (int)rl_arg_int(&a, "rl", "max_versions", 100, 0, 1 << 30);
     s->max_time_s = rl_arg_num(&a, "rl", "max_time_s", 600, 0, 1e9);
     s->eval_every = (int)rl_arg_int(&a, "rl", "eval_every", 10, 0, 1 << 30);
@@ -521,7 +537,7 @@ static int ctl_init(manta_ctx *m, void *state, const void *args, size_t len)
     }
     if ((rc = load_problems(s->train_path, &s->train, &s->n_train)) ||
         (s->heldout_path[0] && (rc = load_problems(s->heldout_path, &s->heldout, &s->n_heldout))) ||
-        (s->demos_path[0] && (rc = load_demos(s, s->demos_path, s->warmup_max)))) {
+        (s->demos_path[0] && (rc = load_demos(s, s->demos_path)))) {
         rl_log(m, "controller: task: %s", rl_last_error());
         return rc;
     }
@@ -1394,15 +1410,20 @@ static void warmup(ctl_state *s)
                     "demonstrations: RL starts from the initial policy");
         return;
     }
-    rl_step_item *q = calloc((size_t)s->n_demos, sizeof *q);
+    /* each step the next nb demonstrations, in turn (all of them when they
+     * fit in one batch) */
+    int nb = s->n_demos < s->warmup_batch ? s->n_demos : s->warmup_batch, next = 0;
+    rl_step_item *q = calloc((size_t)nb, sizeof *q);
     if (!q) return;
-    for (int i = 0; i < s->n_demos; i++)
-        q[i] = (rl_step_item){s->demos[i].n, s->demos[i].tok, NULL, s->demos[i].mask, 0};
     int limit = w->fixed >= 0 ? w->fixed : w->max_steps;
     rl_step_reply o;
     int failures = 0;
     for (int t = 1; s->wu_outcome == RL_WARMUP_GO; t++) {
-        if (learn_step(s, RL_STEP_SFT, s->warmup_lr, q, s->n_demos, -1, &o)) {
+        for (int i = 0; i < nb; i++) {
+            const demo *d = &s->demos[(next + i) % s->n_demos];
+            q[i] = (rl_step_item){d->n, d->tok, NULL, d->mask, 0};
+        }
+        if (learn_step(s, RL_STEP_SFT, s->warmup_lr, q, nb, -1, &o)) {
             rl_log(s->m, "warm-up step %d: %s", t, rl_last_error());
             if (++failures >= s->max_step_failures) {
                 snprintf(s->wu_error, sizeof s->wu_error,
@@ -1414,6 +1435,7 @@ static void warmup(ctl_state *s)
             continue;
         }
         failures = 0;
+        next = (next + nb) % s->n_demos;
         s->wu_steps = t, s->wu_loss = o.loss, s->wu_reproduced = o.reproduced;
         s->wu_outcome = rl_warmup_check(w, t, o.loss, o.reproduced);
         if (t % 10 == 1 || s->wu_outcome != RL_WARMUP_GO)

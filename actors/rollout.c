@@ -635,6 +635,7 @@ static int decode_step(rollout_state *s)
             }
             sl->state = SLOT_TOOL;
             sl->tool_tries = 0;
+            sl->new_tokens = 0; /* rl.max_new_tokens counts per turn */
             send_tool(s, k);
             continue;
         }

@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
 """Writes the SmolLM2 agent's task: arithmetic word problems that need the
-calculator (a product, then a sum or difference), and demonstrations of the
-tool call on plain products only.
+calculator (seven stories: three are a product, four a product and then a
+sum or a difference), and demonstrations of the tool call on other problems.
 
   train.jsonl    2000 word problems   {"prompt", "answer"}
   heldout.jsonl   200 word problems   (numbers never seen in train)
-  demos.jsonl      32 products only   "What is 237*82?" and the three word
-                                     problems that are a plain product ->
-                                     call, result, answer
+  demos.jsonl      48 demonstrations  call, result, answer:
+                   24 bare expressions "What is 237*82?", "What is
+                      237*82+415?", "What is 237*82-415?" (every symbol a
+                      call writes: digits, *, + and -);
+                   24 product stories in four wordings of their own, none
+                      of them a template of the task.
 
 The warm-up on the demonstrations teaches the call format (the pretrained
-model never calls a tool by itself: 0 calls in 64 samples) and how to pull a
-product out of a sentence; the sums and differences (four templates of
-seven) are never demonstrated: those are left to RL.
+model never calls a tool by itself: 0 calls in 64 samples), that a call
+holds the whole calculation, and how to pull a product out of a sentence.
+No demonstration is a task template, and none turns a sentence into a sum
+or a difference: writing "824*26+491" for the shop's loose apples, or
+"...-c" for the jammed pages, is left to RL.
 Deterministic; run from the repository root:  python3 examples/smollm2/gen.py
 """
 import json
@@ -27,12 +32,22 @@ TEMPLATES = [
     ("A box holds {b} pencils. How many pencils are in {a} boxes?", "{a}*{b}"),
     ("Each of {a} buses carries {b} people. How many people ride in all?", "{a}*{b}"),
     ("A farm has {a} rows of {b} trees. How many trees are there?", "{a}*{b}"),
-    ("What is {a} times {b}, plus {c}?", "{a}*{b}+{c}"),
-    ("What is {a} times {b}, minus {c}?", "{a}*{b}-{c}"),
     ("A shop sells {a} bags of {b} apples and {c} loose apples. How many apples does it sell?",
      "{a}*{b}+{c}"),
     ("A printer makes {b} pages a minute for {a} minutes; {c} pages jam. How many good pages?",
      "{a}*{b}-{c}"),
+    ("A hotel has {a} floors of {b} rooms, and {c} rooms are booked. How many rooms are free?",
+     "{a}*{b}-{c}"),
+    ("A club buys {a} packs of {b} cards and is given {c} more cards. How many cards does it "
+     "have?", "{a}*{b}+{c}"),
+]
+
+# Demonstrations' own stories (products only): none is a task template.
+DEMO_STORIES = [
+    "A crate holds {b} bottles. How many bottles fill {a} crates?",
+    "A cinema has {a} rows with {b} seats each. How many seats does it have?",
+    "Each of {a} students reads {b} pages. How many pages do they read?",
+    "A train runs {b} km an hour for {a} hours. How far does it go?",
 ]
 
 
@@ -53,12 +68,17 @@ def main():
     train = [problem(rng, seen) for _ in range(2000)]
     heldout = [problem(rng, seen) for _ in range(200)]
     demos = []
-    for i in range(32):  # plain products and the product-only word problems
-        a, b = rng.randint(100, 999), rng.randint(11, 99)
-        r = str(a * b)
-        q = f"What is {a}*{b}?" if i % 4 == 0 else TEMPLATES[i % 3][0].format(a=a, b=b)
+    for i in range(48):
+        a, b, c = rng.randint(100, 999), rng.randint(11, 99), rng.randint(10, 999)
+        if i % 2 == 0:  # bare expressions: *, + and -
+            expr = (f"{a}*{b}", f"{a}*{b}+{c}", f"{a}*{b}-{c}")[(i // 2) % 3]
+            q = f"What is {expr}?"
+        else:  # product stories the task never asks
+            expr = f"{a}*{b}"
+            q = DEMO_STORIES[(i // 2) % len(DEMO_STORIES)].format(a=a, b=b)
+        r = str(eval(expr))
         demos.append({"prompt": q,
-                      "segments": [["policy", f"<call>{a}*{b}</call>"], ["tool", r],
+                      "segments": [["policy", f"<call>{expr}</call>"], ["tool", r],
                                    ["policy", r]]})
     for name, rows in (("train", train), ("heldout", heldout), ("demos", demos)):
         with open(os.path.join(DST, name + ".jsonl"), "w") as f:
