@@ -22,15 +22,17 @@
  * SAMPLES.jsonl (with the policy version so far: the last training line of
  * --metrics, the run's metrics.jsonl), and compares each process's RSS at
  * the first sample at or after --warm-s seconds and --warm-versions versions
- * with its last sample. A process that
- * appears later (a restart) is compared from its own first sample.
+ * with its last sample. A process that appears later (a restart) is
+ * compared from its own first sample. COMMAND's stdout and stderr go to
+ * stderr.
  *
  * Either way stdout gets one JSON line per figure, {"name", "value", "unit",
  * "baseline", "ratio"}: for memory the value is the RSS at the end, the
  * baseline the RSS after warm-up (per process kind: the sum over its
- * processes), and the growth per process. The exit status is 1 when any
- * process grew more than --max-growth-kb after warm-up (the output names
- * it), when a call failed, or when COMMAND failed; 0 otherwise.
+ * processes), and the largest growth of one process of that kind, in kB and
+ * per 100k calls or per 1000 versions. The exit status is 1 when any
+ * process grew more than --max-growth-kb after warm-up (stderr names it),
+ * when a call failed, or when COMMAND failed; 0 otherwise.
  *
  * Actor processes are this same program (manta_init runs them); the raw
  * helpers are this program started with a --raw-* first argument, dispatched
@@ -733,6 +735,7 @@ static int job_mode(const job_opts *o)
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGTERM); /* the job goes when the soak goes */
         if (getppid() != parent) _exit(1);
+        dup2(2, 1); /* its output to stderr: stdout stays JSON lines */
         execvp(o->cmd[0], o->cmd);
         fprintf(stderr, "bench_soak: exec %s: %s\n", o->cmd[0], strerror(errno));
         _exit(127);

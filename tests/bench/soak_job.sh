@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Run: tests/bench/soak_job.sh [SECONDS] [ROLLOUTS] > figures.jsonl   (from the repository root)
+# Run: tests/bench/soak_job.sh [SECONDS] [ROLLOUTS] [--set KEY=VALUE]... > figures.jsonl
+#      (from the repository root)
 #
 # The job soak of issue 12 item 6: the calculator job (examples/calc_agent.yaml)
 # through `build/manta run` for SECONDS (default 600) with ROLLOUTS rollout
 # replicas (default 8), never stopping early (stop_at above any success,
 # max_versions out of reach), while build/tests/bench/bench_soak --job samples
 # the RSS of every process under `manta run` (the CLI driver, redis-server, the
-# node agent, every actor, the tool server) every 10 s. stdout: the JSON
+# node agent, every actor, the tool server) every 10 s. Further `--set`s go to
+# `manta run` after the soak's own (e.g. --set rl.dynamic_sampling=false, so
+# that a policy that already solves every problem keeps making versions). stdout: the JSON
 # figures; stderr: progress and the per-process table; exit 1 when a process
 # grew more than MAX_GROWTH_KB (default 8192) after the warm-up point (60 s and
 # 100 versions) or the job failed.
@@ -17,6 +20,7 @@
 set -euo pipefail
 secs=${1:-600}
 rollouts=${2:-8}
+shift $(($# < 2 ? $# : 2))
 manta=${MANTA:-build/manta}
 bench=${BENCH_SOAK:-build/tests/bench/bench_soak}
 out=${OUT:-runs/soak-job}
@@ -49,4 +53,5 @@ exec "$bench" --job "$out/samples.jsonl" --metrics "$out/run/metrics.jsonl" \
     --set "run.timeout_s=$((secs + 600))" \
     --set "services.0.command=python3 examples/calc_server.py --port $port" \
     --set "services.0.port=$port" \
-    --set "tools.0.url=http://127.0.0.1:$port/mcp"
+    --set "tools.0.url=http://127.0.0.1:$port/mcp" \
+    "$@"
