@@ -503,16 +503,18 @@ static int save_folder(learner_state *s, const char *dir, size_t have)
     if (!mkdtemp(tmp) || chmod(tmp, 0755))
         return rl_fail(MANTA_ESYS, "cannot create folder %s: %s", tmp, strerror(errno));
     rc = rl_model_save(&s->ms, s->model, tmp);
+    old[0] = 0;
     if (!rc && lstat(dir, &st) == 0) {
-        snprintf(old, sizeof old, "%s.old-XXXXXX", dir);
         if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid())
             rc = rl_fail(MANTA_ESYS, "%s exists and is not a folder of this user", dir);
-        else if (!mkdtemp(old) || rename(dir, old))
+        else if (snprintf(old, sizeof old, "%s.old-XXXXXX", dir) < 0 || !mkdtemp(old) ||
+                 rename(dir, old))
             rc = rl_fail(MANTA_ESYS, "cannot move %s aside: %s", dir, strerror(errno));
-    } else {
-        old[0] = 0;
     }
-    if (!rc && rename(tmp, dir)) rc = rl_fail(MANTA_ESYS, "%s: %s", dir, strerror(errno));
+    if (!rc && rename(tmp, dir)) {
+        rc = rl_fail(MANTA_ESYS, "%s: %s", dir, strerror(errno));
+        if (old[0] && rename(old, dir) == 0) old[0] = 0; /* the previous one stays */
+    }
     if (rc) rl_remove_tree(tmp);
     if (old[0]) rl_remove_tree(old);
     return rc;

@@ -782,7 +782,9 @@ int rl_path_inside(const char *what, const char *root, int root_ok, const char *
         if (errno != ENOENT && errno != ENOTDIR)
             return rl_fail(MANTA_EINVAL, "%s: %s: %s: %s", what, req, probe, strerror(errno));
     }
-    if (k < 0) return rl_fail(MANTA_EINVAL, "%s: %s: no part of it exists", what, req);
+    if (k < 0)
+        return rl_fail(MANTA_EINVAL, "%s: %s: no part of it exists (the run folder is %s)", what,
+                       req, top);
     size_t tl = strlen(top);
     int inside =
         !strncmp(base, top, tl) &&
@@ -795,8 +797,9 @@ int rl_path_inside(const char *what, const char *root, int root_ok, const char *
                        !strcmp(base, top) ? "not a path inside" : "outside", top, shown);
     }
     if (stat(base, &st) || st.st_uid != geteuid())
-        return rl_fail(MANTA_EINVAL, "%s: %s: %s is not owned by this user (uid %d)", what, req,
-                       base, (int)geteuid());
+        return rl_fail(MANTA_EINVAL,
+                       "%s: %s: %s in the run folder %s is not owned by this user (uid %d)", what,
+                       req, base, top, (int)geteuid());
     size_t at = strlen(base);
     if (at >= cap) return rl_fail(MANTA_EINVAL, "%s: %s: path too long", what, req);
     memcpy(out, base, at + 1);
@@ -808,8 +811,9 @@ int rl_path_inside(const char *what, const char *root, int root_ok, const char *
         /* realpath said ENOENT for a dangling link too: it must not be there at all */
         if (i == k && lstat(out, &st) == 0)
             return rl_fail(MANTA_EINVAL,
-                           "%s: %s: %s exists but does not resolve (a dangling link?)", what, req,
-                           out);
+                           "%s: %s: %s is a link to nothing, which may lead out of the run "
+                           "folder %s",
+                           what, req, out, top);
         at += (size_t)w;
     }
     return 0;

@@ -309,8 +309,7 @@ static void test_dead_shard_buckets(void **st)
     manta_job_options jo = {.no_services = 1, .tick = kill_learner_add_rollout, .tick_arg = &c};
     if (manta_job_start(ctx, spec, &jo, &job) != 0) fail_msg("start: %s", manta_last_error());
     int rc = manta_job_wait(job, 200000, NULL, NULL);
-    printf("run: rc %d: %s
-", rc, manta_last_error());
+    printf("run: rc %d: %s\n", rc, manta_last_error());
     assert_int_equal(c.killed, 1);
     manta_actor *r;
     assert_int_equal(manta_actor_lookup(ctx, c.rollout, &r), 0);
@@ -318,14 +317,15 @@ static void test_dead_shard_buckets(void **st)
     const void *d;
     size_t n;
     assert_int_equal(manta_get(f, 20000, &d, &n), 0);
-    int64_t errors = rollout_stat(d, n, "weight_errors"), skips = rollout_stat(d, n, "weight_skips");
+    int64_t errors = rollout_stat(d, n, "weight_errors"),
+            skips = rollout_stat(d, n, "weight_skips");
     int64_t version = rollout_stat(d, n, "version");
     manta_future_free(f);
     printf("%s over %d s after the kill: version %lld, %lld failed fetches, %lld skipped\n",
            c.rollout, WATCH_S, (long long)version, (long long)errors, (long long)skips);
-    assert_true(errors >= 1);          /* it did try, and failed */
-    assert_true(errors <= 4);          /* 10 s, then 5 s off, 10 s, then 10 s off ... */
-    assert_true(skips >= 20);          /* admit replies answered meanwhile, without a fetch */
+    assert_true(errors >= 1); /* it did try, and failed */
+    assert_true(errors <= 4); /* 10 s, then 5 s off, 10 s, then 10 s off ... */
+    assert_true(skips >= 20); /* admit replies answered meanwhile, without a fetch */
     manta_job_free(job);
     manta_spec_free(spec);
 }

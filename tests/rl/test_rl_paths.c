@@ -200,8 +200,8 @@ static void test_paths(void **st)
     snprintf(p, sizeof p, "%s/dangling", run); /* RUN/dangling -> OUT/new (missing) */
     snprintf(q, sizeof q, "%s/new", out);
     assert_int_equal(symlink(q, p), 0);
-    expect_refused(a, "save", "dangling", "does not resolve");
-    expect_refused(a, "checkpoint", "dangling", "does not resolve");
+    expect_refused(a, "save", "dangling", "is a link to nothing");
+    expect_refused(a, "checkpoint", "dangling", "is a link to nothing");
     expect_refused(a, "save", run, "is not a path inside");
 
     /* a link planted in an existing model folder is not written through:
