@@ -67,6 +67,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <malloc.h>
 #include <math.h>
 #include <stdarg.h>
@@ -508,9 +509,7 @@ static int read_settings(ctl_state *s, manta_ctx *m, const void *args, size_t le
     s->ckpt_keep = (int)rl_arg_int(&a, "rl", "checkpoint_keep", 2, 1, 1 << 20);
     rl_arg_str(&a, NULL, "learner_group", s->learner_group, sizeof s->learner_group, "learner");
     s->S = (int)rl_arg_int(&a, NULL, "learners", 0, 0, MAX_LEARNERS);
-    char dflt[128];
-    snprintf(dflt, sizeof dflt, "runs/%s", s->job);
-    rl_arg_str(&a, "rl", "run_dir", s->run_dir, sizeof s->run_dir, dflt);
+    rl_run_dir_read(&a, s->run_dir, sizeof s->run_dir); /* as the learners read it */
     read_resume(&a, s);
     rl_arg_str(&a, "task", "train", s->train_path, sizeof s->train_path, "");
     rl_arg_str(&a, "task", "heldout", s->heldout_path, sizeof s->heldout_path, "");
@@ -1285,10 +1284,23 @@ static int learner_restarted(ctl_state *s, int *inc)
     return -1;
 }
 
-/* Call `method` with the text `arg` on every shard and wait for all (up to
- * timeout_ms); 0 when every one answered. */
-static int call_all(ctl_state *s, const char *method, const char *arg, int timeout_ms)
+/* A path as the learners take it: they confine save, checkpoint and
+ * restore to the run folder they read from the spec (learner.c), so a
+ * path in it goes relative to it; one elsewhere (rl.resume's folder)
+ * absolute. Returns path, a suffix of it, or out (PATH_MAX bytes). */
+static const char *learner_path(const ctl_state *s, const char *path, char *out)
 {
+    size_t n = strlen(s->run_dir);
+    if (!strncmp(path, s->run_dir, n) && path[n] == '/' && path[n + 1]) return path + n + 1;
+    return path[0] != '/' && realpath(path, out) ? out : path;
+}
+
+/* Call `method` with a path (learner_path's form) on every shard and wait
+ * for all (up to timeout_ms); 0 when every one answered. */
+static int call_all(ctl_state *s, const char *method, const char *path, int timeout_ms)
+{
+    char abs[PATH_MAX];
+    const char *arg = learner_path(s, path, abs);
     int rc = learners_alive(s);
     if (rc) return rc;
     manta_future **f = calloc((size_t)s->S, sizeof *f);
@@ -2221,7 +2233,9 @@ static void finish_run(ctl_state *s)
     if (s->traj_dump) fclose(s->traj_dump), s->traj_dump = NULL;
     char path[700];
     snprintf(path, sizeof path, "%s/model", s->run_dir);
-    manta_future *sf = manta_call(s->m, s->L[0], "save", path, strlen(path));
+    char abs[PATH_MAX];
+    const char *lp = learner_path(s, path, abs);
+    manta_future *sf = manta_call(s->m, s->L[0], "save", lp, strlen(lp));
     if (manta_get(sf, SAVE_TIMEOUT_MS, NULL, NULL)) {
         rl_log(s->m, "controller: save %s: %s", path, manta_future_error(sf));
         snprintf(s->checkpoint_err, sizeof s->checkpoint_err, "%s", manta_future_error(sf));

@@ -58,6 +58,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,9 +89,11 @@ typedef struct learner_state {
     int pub_next;
     int32_t *x, *y;
     float *blp, *adv, *mask;
-    int coll_timeout_ms; /* rl.collective_timeout_s */
-    int incarnation;     /* of this process (1: the first) */
-    int needs_restore;   /* a restarted shard: no step until "restore" */
+    int coll_timeout_ms;  /* rl.collective_timeout_s */
+    int incarnation;      /* of this process (1: the first) */
+    int needs_restore;    /* a restarted shard: no step until "restore" */
+    char run_dir[512];    /* rl.run_dir: save, checkpoint and restore stay inside it */
+    char resume_dir[512]; /* rl.resume when it names a folder: restore may read it too */
 } learner_state;
 
 /* The settings (README.md "Spec sections read"); 0 or MANTA_EINVAL. */
@@ -121,6 +124,10 @@ static int read_settings(learner_state *s, manta_ctx *m, const void *args, size_
     *threads = (int)rl_arg_int(&a, NULL, "threads", 1, 0, 4096);
     *bucket_mb = rl_arg_num(&a, "rl", "bucket_mb", 4.0, 1e-3, 1 << 20);
     s->coll_timeout_ms = (int)(1000 * rl_arg_num(&a, "rl", "collective_timeout_s", 60, 0.1, 86400));
+    rl_run_dir_read(&a, s->run_dir, sizeof s->run_dir);
+    const msgpack_object *resume = rl_arg_get(&a, "rl", "resume");
+    if (resume && resume->type == MSGPACK_OBJECT_STR)
+        rl_mp_str(resume, s->resume_dir, sizeof s->resume_dir, "");
     if (!a.rc && s->rank >= s->world)
         rl_arg_error(&a, "", "replica", "%d is not below replicas (%d)", s->rank, s->world);
     return rl_args_close(&a, m);
@@ -463,20 +470,70 @@ static int learner_publish(manta_req *req, void *state, const void *arg, size_t 
     return reply_step(req, &out, pub);
 }
 
+/* ---- paths: inside the run folder only ----
+ *
+ * save, checkpoint and restore take a path from whoever calls them, so
+ * each is confined to the run folder (rl.run_dir, read from the spec as the
+ * controller reads it, never from the caller): relative to it, or absolute
+ * and inside it once resolved (rl_path_inside: no "..", no link leading
+ * out). What is written is created new, never through a link: folders with
+ * mkdir/mkdtemp, files with O_CREAT|O_EXCL|O_NOFOLLOW. restore may also read
+ * the folder rl.resume names. A refusal is answered with the reason, logged
+ * and counted (metric path_refusals_total{kind=METHOD}). */
+
+static int refuse_path(manta_req *req, learner_state *s, const char *method, int rc)
+{
+    manta_metric_add(s->m, "path_refusals_total", method, 1);
+    rl_log(s->m, "learner %d: refused: %s", s->rank, rl_last_error());
+    return manta_reply_error(req, rc, "%s", rl_last_error());
+}
+
+/* Write the model as the Hugging Face folder dir (canonical, inside the run
+ * folder, its first `have` bytes existing): missing parents are made, the
+ * files go into a new folder made by mkdtemp beside dir (nobody else's
+ * links can be in it), which then replaces dir; a folder already at dir
+ * (ours: rl_path_inside checked) is moved aside and removed. */
+static int save_folder(learner_state *s, const char *dir, size_t have)
+{
+    char tmp[PATH_MAX + 16], old[PATH_MAX + 16];
+    struct stat st;
+    int rc = rl_mkdirs_new(dir, have, 0);
+    if (rc) return rc;
+    snprintf(tmp, sizeof tmp, "%s.new-XXXXXX", dir);
+    if (!mkdtemp(tmp) || chmod(tmp, 0755))
+        return rl_fail(MANTA_ESYS, "cannot create folder %s: %s", tmp, strerror(errno));
+    rc = rl_model_save(&s->ms, s->model, tmp);
+    old[0] = 0;
+    if (!rc && lstat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+            rc = rl_fail(MANTA_ESYS, "%s exists and is not a folder of this user", dir);
+        else if (snprintf(old, sizeof old, "%s.old-XXXXXX", dir) < 0 || !mkdtemp(old) ||
+                 rename(dir, old))
+            rc = rl_fail(MANTA_ESYS, "cannot move %s aside: %s", dir, strerror(errno));
+    }
+    if (!rc && rename(tmp, dir)) {
+        rc = rl_fail(MANTA_ESYS, "%s: %s", dir, strerror(errno));
+        if (old[0] && rename(old, dir) == 0) old[0] = 0; /* the previous one stays */
+    }
+    if (rc) rl_remove_tree(tmp);
+    if (old[0]) rl_remove_tree(old);
+    return rc;
+}
+
 /* Save the full model as a Hugging Face folder of its family at the path
- * given (text), in the dtype of the folder it was loaded from (F32 for a
- * fresh model): config.json and model.safetensors (or shards and their
- * index), loadable by mk_load_dir and transformers' from_pretrained. */
+ * given (text, inside the run folder), in the dtype of the folder it was
+ * loaded from (F32 for a fresh model): config.json and model.safetensors
+ * (or shards and their index), loadable by mk_load_dir and transformers'
+ * from_pretrained. */
 static int learner_save(manta_req *req, void *state, const void *arg, size_t len)
 {
     learner_state *s = state;
-    char dir[512];
-    if (len == 0 || len >= sizeof dir)
-        return manta_reply_error(req, MANTA_EINVAL, "save: path of %zu bytes (1 to %zu)", len,
-                                 sizeof dir - 1);
-    snprintf(dir, sizeof dir, "%.*s", (int)len, (const char *)arg);
+    char dir[PATH_MAX];
+    size_t have;
+    int rc = rl_path_inside("save", s->run_dir, 0, arg, len, dir, sizeof dir, &have);
+    if (rc) return refuse_path(req, s, "save", rc);
     if (s->needs_restore) return refuse_unrestored(req, s, "save");
-    int rc = rl_model_save(&s->ms, s->model, dir);
+    rc = save_folder(s, dir, have);
     if (rc) return manta_reply_error(req, rc, "save: %s", rl_last_error());
     return manta_reply(req, "ok", 2);
 }
@@ -530,7 +587,8 @@ static int sync_folder(const char *dir)
 
 static int write_state(const learner_state *s, const char *dir)
 {
-    char path[1100];
+    char path[PATH_MAX + 32];
+    int rc;
     snprintf(path, sizeof path, "%s/learner-%d.state", dir, s->rank);
     state_header h = {.format = 1,
                       .flags = weights_in_folder(s) ? 0 : HAS_PARAMS,
@@ -541,8 +599,14 @@ static int write_state(const learner_state *s, const char *dir)
                       .len = (int64_t)s->len,
                       .t = s->t};
     memcpy(h.magic, STATE_MAGIC, 8);
-    FILE *f = fopen(path, "wbx"); /* the folder is new: nothing to replace */
-    if (!f) return rl_fail(MANTA_ESYS, "%s: %s", path, strerror(errno));
+    /* new, never through a link (the folder is new: nothing to replace) */
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "wb");
+    if (!f) {
+        rc = rl_fail(MANTA_ESYS, "%s: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return rc;
+    }
     int ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(s->am, sizeof(float), s->len, f) == s->len &&
              fwrite(s->av, sizeof(float), s->len, f) == s->len &&
              (!(h.flags & HAS_PARAMS) ||
@@ -552,20 +616,27 @@ static int write_state(const learner_state *s, const char *dir)
     return ok ? 0 : rl_fail(MANTA_ESYS, "%s: %s", path, strerror(errno));
 }
 
-/* "checkpoint DIR" (text): this shard's state file; shard 0 adds DIR/model. */
+/* "checkpoint DIR" (text, inside the run folder; made when missing): this
+ * shard's state file; shard 0 adds DIR/model. */
 static int learner_checkpoint(manta_req *req, void *state, const void *arg, size_t len)
 {
     learner_state *s = state;
-    char dir[512], model[600];
-    if (len == 0 || len >= sizeof dir)
-        return manta_reply_error(req, MANTA_EINVAL, "checkpoint: path of %zu bytes (1 to %zu)", len,
-                                 sizeof dir - 1);
-    snprintf(dir, sizeof dir, "%.*s", (int)len, (const char *)arg);
+    char dir[PATH_MAX], model[PATH_MAX + 8];
+    size_t have;
+    int rc = rl_path_inside("checkpoint", s->run_dir, 0, arg, len, dir, sizeof dir, &have);
+    if (rc) return refuse_path(req, s, "checkpoint", rc);
     if (s->needs_restore) return refuse_unrestored(req, s, "checkpoint");
-    int rc = write_state(s, dir);
+    if (have < strlen(dir)) { /* made here (shards race: one wins), then checked again */
+        rl_mkdirs_new(dir, have, 1);
+        rc = rl_path_inside("checkpoint", s->run_dir, 0, arg, len, dir, sizeof dir, &have);
+        if (!rc && have < strlen(dir))
+            rc = rl_fail(MANTA_ESYS, "checkpoint: cannot create folder %s", dir);
+        if (rc) return manta_reply_error(req, rc, "%s", rl_last_error());
+    }
+    rc = write_state(s, dir);
     if (!rc && s->rank == 0) {
         snprintf(model, sizeof model, "%s/model", dir);
-        rc = rl_model_save(&s->ms, s->model, model);
+        rc = save_folder(s, model, strlen(dir));
         if (!rc && sync_folder(model))
             rc = rl_fail(MANTA_ESYS, "fsync %s: %s", model, strerror(errno));
     }
@@ -587,10 +658,20 @@ static int read_at(FILE *f, long base, size_t at, float *dst, size_t n)
  * elements found. */
 static int read_state(learner_state *s, const char *path, size_t *got, size_t *pgot, int64_t *t)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return rl_fail(MANTA_ESYS, "%s: %s", path, strerror(errno));
-    state_header h;
+    /* a file of the folder, never a link out of it */
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid())) {
+        close(fd);
+        return rl_fail(MANTA_EINVAL, "%s: not a regular file of this user", path);
+    }
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
+    if (!f) {
+        int rc = rl_fail(MANTA_ESYS, "%s: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return rc;
+    }
+    state_header h;
     int rc = 0;
     if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, STATE_MAGIC, 8) || h.format != 1)
         rc = rl_fail(MANTA_EINVAL, "%s: not a learner state file", path);
@@ -621,6 +702,26 @@ static int read_state(learner_state *s, const char *path, size_t *got, size_t *p
     return rc;
 }
 
+/* Is every component of path after its first `from` bytes neither a link
+ * nor another user's, and the last a regular file? (mk_load opens it by
+ * name.) */
+static int regular_file(const char *path, size_t from)
+{
+    char tmp[PATH_MAX + 300];
+    struct stat st;
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (size_t i = from + 1, n = strlen(tmp); i <= n; i++) {
+        if (tmp[i] != '/' && tmp[i] != 0) continue;
+        char c = tmp[i];
+        tmp[i] = 0;
+        if (lstat(tmp, &st) || S_ISLNK(st.st_mode) || st.st_uid != geteuid() ||
+            (c == 0 && !S_ISREG(st.st_mode)))
+            return 0;
+        tmp[i] = c;
+    }
+    return 1;
+}
+
 /* The parameters and this shard's moments from checkpoint folder dir. */
 static int restore_from(learner_state *s, const char *dir)
 {
@@ -630,7 +731,7 @@ static int restore_from(learner_state *s, const char *dir)
     int64_t t = -1;
     int rc = 0, files = 0;
     struct dirent *e;
-    char path[1100];
+    char path[PATH_MAX + 300];
     while (!rc && (e = readdir(d))) {
         size_t n = strlen(e->d_name);
         if (strncmp(e->d_name, "learner-", 8) || n < 6 || strcmp(e->d_name + n - 6, ".state"))
@@ -648,6 +749,8 @@ static int restore_from(learner_state *s, const char *dir)
                        dir, got, s->len, s->off, s->off + s->len);
     if (pgot == 0) { /* the weights are the folder's F32 file */
         snprintf(path, sizeof path, "%s/model/model.safetensors", dir);
+        if (!regular_file(path, strlen(dir)))
+            return rl_fail(MANTA_EINVAL, "%s: not a regular file of this user in %s", path, dir);
         if (mk_load(s->model, path) != MK_OK)
             return rl_fail(MANTA_EINVAL, "%s: %s", path, mk_last_error());
         mk_model_read_params(s->model, s->params, 0, s->n_params);
@@ -661,19 +764,28 @@ static int restore_from(learner_state *s, const char *dir)
     return 0;
 }
 
-/* "restore DIR" (text): parameters, moments and step count from a
- * checkpoint. The collective group is left, so that every shard meets its
+/* "restore DIR" (text, inside the run folder or rl.resume's): parameters,
+ * moments and step count from a checkpoint. A refused path changes
+ * nothing. The collective group is left, so that every shard meets its
  * peers afresh at the next step. On failure the shard stays unrestored
  * (a restarted one keeps refusing steps) and the reply says why. */
 static int learner_restore(manta_req *req, void *state, const void *arg, size_t len)
 {
     learner_state *s = state;
-    char dir[512];
-    if (len == 0 || len >= sizeof dir)
-        return manta_reply_error(req, MANTA_EINVAL, "restore: path of %zu bytes (1 to %zu)", len,
-                                 sizeof dir - 1);
-    snprintf(dir, sizeof dir, "%.*s", (int)len, (const char *)arg);
-    int rc = restore_from(s, dir);
+    char dir[PATH_MAX];
+    size_t have = 0;
+    int rc = rl_path_inside("restore", s->run_dir, 0, arg, len, dir, sizeof dir, &have);
+    if (rc && s->resume_dir[0]) { /* a run resumed from another folder reads that one */
+        char why[600];
+        snprintf(why, sizeof why, "%s", rl_last_error());
+        if (rl_path_inside("restore", s->resume_dir, 1, arg, len, dir, sizeof dir, &have))
+            rl_fail(MANTA_EINVAL, "%s (nor inside rl.resume's folder %s)", why, s->resume_dir);
+        else
+            rc = 0;
+    }
+    if (!rc && have < strlen(dir)) rc = rl_fail(MANTA_EINVAL, "restore: %s: no such folder", dir);
+    if (rc) return refuse_path(req, s, "restore", rc);
+    rc = restore_from(s, dir);
     manta_coll_free(s->coll);
     s->coll = NULL;
     if (rc) {

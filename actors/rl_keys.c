@@ -166,7 +166,9 @@ static const manta_spec_key rl_keys[] = {
      "row",
      NULL, NULL, 0},
     {"run_dir", S, 0, 0, "(runs/JOB)",
-     "where summary.json, metrics.jsonl, the ledger and checkpoints go", NULL, NULL, 0},
+     "where summary.json, metrics.jsonl, the ledger and checkpoints go; the learners' save, "
+     "checkpoint and restore take only paths inside it",
+     NULL, NULL, 0},
     END};
 
 /* The task's data (controller.c). */

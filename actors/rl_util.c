@@ -11,13 +11,19 @@
 
 #include <manta_kernels.h>
 
+#include <errno.h>
+#include <ftw.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---- errors ---- */
 
@@ -708,4 +714,138 @@ void rl_http_glue_stop(rl_http_glue *g)
     g->timer = 0;
     manta_http_free(g->http);
     g->http = NULL;
+}
+
+/* ---- paths inside the run folder ---- */
+
+const char *rl_run_dir_read(rl_args *a, char *out, size_t cap)
+{
+    char job[64], dflt[128];
+    rl_arg_str(a, "", "job", job, sizeof job, "job");
+    snprintf(dflt, sizeof dflt, "runs/%s", job);
+    return rl_arg_str(a, "rl", "run_dir", out, cap, dflt);
+}
+
+/* Join comp[0..n) as "/c0/c1/..." into out ("/" for none); -1 when too long. */
+static int join_abs(char *out, size_t cap, char *const *comp, int n)
+{
+    size_t at = 0;
+    out[0] = 0;
+    for (int i = 0; i < n; i++) {
+        int w = snprintf(out + at, cap - at, "/%s", comp[i]);
+        if (w < 0 || (size_t)w >= cap - at) return -1;
+        at += (size_t)w;
+    }
+    if (n == 0) snprintf(out, cap, "/");
+    return 0;
+}
+
+int rl_path_inside(const char *what, const char *root, int root_ok, const char *path, size_t len,
+                   char *out, size_t cap, size_t *existing)
+{
+    char req[PATH_MAX], top[PATH_MAX], cand[2 * PATH_MAX + 2], probe[2 * PATH_MAX + 2];
+    char base[PATH_MAX];
+    if (len == 0 || len >= sizeof req || memchr(path, 0, len))
+        return rl_fail(MANTA_EINVAL, "%s: a path of %zu bytes (1 to %zu, no NUL byte)", what, len,
+                       sizeof req - 1);
+    memcpy(req, path, len);
+    req[len] = 0;
+    struct stat st;
+    if (!realpath(root, top))
+        return rl_fail(MANTA_EINVAL, "%s: %s: the run folder %s cannot be resolved: %s", what, req,
+                       root, strerror(errno));
+    if (stat(top, &st) || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+        return rl_fail(MANTA_EINVAL,
+                       "%s: %s: the run folder %s is not a folder of this user (uid %d)", what, req,
+                       top, (int)geteuid());
+    snprintf(cand, sizeof cand, "%s%s%s", req[0] == '/' ? "" : top, req[0] == '/' ? "" : "/", req);
+    /* The components, "" and "." dropped; ".." refused outright (it would
+     * need resolving against links that may change before the write). */
+    char *comp[PATH_MAX / 2], *save = NULL;
+    int n = 0;
+    for (char *c = strtok_r(cand, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+        if (!strcmp(c, ".")) continue;
+        if (!strcmp(c, ".."))
+            return rl_fail(MANTA_EINVAL,
+                           "%s: %s is outside the run folder %s (\"..\" is not allowed)", what, req,
+                           top);
+        comp[n++] = c;
+    }
+    /* The deepest part that exists, resolved (links and all): it must be
+     * the run folder or below it. What follows it is created later, by
+     * mkdir or O_EXCL, which never follow a link. */
+    int k = n;
+    for (; k >= 0; k--) {
+        if (join_abs(probe, sizeof probe, comp, k))
+            return rl_fail(MANTA_EINVAL, "%s: %s: path too long", what, req);
+        if (realpath(probe, base)) break;
+        if (errno != ENOENT && errno != ENOTDIR)
+            return rl_fail(MANTA_EINVAL, "%s: %s: %s: %s", what, req, probe, strerror(errno));
+    }
+    if (k < 0)
+        return rl_fail(MANTA_EINVAL, "%s: %s: no part of it exists (the run folder is %s)", what,
+                       req, top);
+    size_t tl = strlen(top);
+    int inside =
+        !strncmp(base, top, tl) &&
+        (base[tl] == '/' || (base[tl] == 0 && (k < n || root_ok)) || (tl == 1 && base[tl] != 0));
+    if (!inside) {
+        char shown[PATH_MAX + 32] = "";
+        join_abs(probe, sizeof probe, comp, k);
+        if (strcmp(probe, base)) snprintf(shown, sizeof shown, " (%s resolves to %s)", probe, base);
+        return rl_fail(MANTA_EINVAL, "%s: %s is %s the run folder %s%s", what, req,
+                       !strcmp(base, top) ? "not a path inside" : "outside", top, shown);
+    }
+    if (stat(base, &st) || st.st_uid != geteuid())
+        return rl_fail(MANTA_EINVAL,
+                       "%s: %s: %s in the run folder %s is not owned by this user (uid %d)", what,
+                       req, base, top, (int)geteuid());
+    size_t at = strlen(base);
+    if (at >= cap) return rl_fail(MANTA_EINVAL, "%s: %s: path too long", what, req);
+    memcpy(out, base, at + 1);
+    if (existing) *existing = at;
+    for (int i = k; i < n; i++) {
+        int w = snprintf(out + at, cap - at, "/%s", comp[i]);
+        if (w < 0 || (size_t)w >= cap - at)
+            return rl_fail(MANTA_EINVAL, "%s: %s: path too long", what, req);
+        /* realpath said ENOENT for a dangling link too: it must not be there at all */
+        if (i == k && lstat(out, &st) == 0)
+            return rl_fail(MANTA_EINVAL,
+                           "%s: %s: %s is a link to nothing, which may lead out of the run "
+                           "folder %s",
+                           what, req, out, top);
+        at += (size_t)w;
+    }
+    return 0;
+}
+
+int rl_mkdirs_new(const char *path, size_t existing, int last)
+{
+    char tmp[PATH_MAX];
+    size_t n = strlen(path);
+    if (n >= sizeof tmp) return rl_fail(MANTA_EINVAL, "%s: path too long", path);
+    memcpy(tmp, path, n + 1);
+    for (size_t i = existing + 1; i <= n; i++) {
+        if (tmp[i] != '/' && tmp[i] != 0) continue;
+        if (tmp[i] == 0 && !last) break;
+        char c = tmp[i];
+        tmp[i] = 0;
+        if (mkdir(tmp, 0755) != 0)
+            return rl_fail(MANTA_ESYS, "cannot create folder %s: %s", tmp, strerror(errno));
+        tmp[i] = c;
+    }
+    return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+int rl_remove_tree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
+    return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

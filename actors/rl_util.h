@@ -182,6 +182,31 @@ const char *rl_dtype_name(mk_dtype dt);
 /* One line for logs and summaries: "qwen3 from DIR" or "gpt2 (fresh, seed 1)". */
 const char *rl_model_describe(const rl_model_spec *ms, char *out, size_t cap);
 
+/* ---- paths inside the run folder ------------------------------------------ *
+ * Methods reachable over the network that name a file (the learner's save,
+ * checkpoint, restore) write and read only inside the run folder. */
+
+/* rl.run_dir as every actor reads it (default runs/JOB, relative to the
+ * working folder); returns out. */
+const char *rl_run_dir_read(rl_args *a, char *out, size_t cap);
+/* Resolve `path` (len bytes from a caller, not NUL-terminated) inside the
+ * folder `root` (resolved with realpath, a folder owned by this user):
+ * relative to root, or absolute; no ".." component; the deepest part that
+ * exists is resolved with realpath (links included) and must lie strictly
+ * below root (or be root itself, when root_ok) and be owned by this user; the rest must not exist
+ * at all (not even as a dangling link). *out (cap bytes) gets the canonical absolute path,
+ * *existing (may be NULL) the length of its existing part. 0, or MANTA_EINVAL with "WHAT: PATH is
+ * outside the run folder ROOT ..." (or the other reason) in rl_last_error(). What comes after the
+ * existing part is created with rl_mkdirs_new / O_CREAT|O_EXCL, never following a link. */
+int rl_path_inside(const char *what, const char *root, int root_ok, const char *path, size_t len,
+                   char *out, size_t cap, size_t *existing);
+/* mkdir (0755) every component of path after its first `existing` bytes,
+ * the last one too when `last`; each must be new. 0 or MANTA_ESYS. */
+int rl_mkdirs_new(const char *path, size_t existing, int last);
+/* Remove a file or folder tree without following links (nftw FTW_PHYS);
+ * 0, or -1 with errno. */
+int rl_remove_tree(const char *path);
+
 /* Monotonic milliseconds / seconds. */
 int64_t rl_now_ms(void);
 double rl_now_s(void);

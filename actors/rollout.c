@@ -8,7 +8,8 @@
  *     slots (pull model: a new rollout takes work the moment it is up);
  *   - loads a newer policy version before starting newly admitted episodes
  *     and between decode steps (weight buckets fetched as objects, CRC32C
- *     checked); the version never goes backwards;
+ *     checked); the version never goes backwards; a version whose buckets
+ *     could not be fetched is skipped for a back-off (load_weights);
  *   - advances every generating slot by one token in one mk_decoder_step;
  *   - parks a slot whose policy closed a tool call and sends the call's text
  *     to an env actor; when the observation comes back it is appended as
@@ -45,6 +46,7 @@
 #include <manta_collective.h>
 #include <manta_kernels.h>
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,7 +97,11 @@ typedef struct rollout_state {
     float *stemp, *stopp, *slps, *slpp;
     /* counters */
     uint64_t episodes, tokens, steps, tool_calls, tool_errors, weight_loads, weight_errors,
-        submit_errors, handed_back, admit_calls, foreign_tokens;
+        submit_errors, handed_back, admit_calls, foreign_tokens, weight_skips;
+    /* the newest version whose load failed (-1: none), and when it may be
+     * fetched again (load_weights) */
+    int64_t failed_version, retry_at_ms;
+    int backoff_ms;
     double busy_s;
 } rollout_state;
 
@@ -160,6 +166,7 @@ static int rollout_init(manta_ctx *m, void *state, const void *args, size_t len)
         return rc;
     }
     s->version = -1;
+    s->failed_version = -1;
     s->timer = manta_timer_add(m, 1, tick, s);
     char what[600];
     rl_log(m, "rollout: %s, %zu params, %d slots x %d positions, text %s (%d ids)",
@@ -242,8 +249,52 @@ static void discover(rollout_state *s)
 
 /* ---- weights ---- */
 
+/* A version whose buckets cannot be fetched (a learner shard that died
+ * after publishing it holds them, and nobody else) would cost a fetch
+ * deadline at every admit reply that names it. After a failure the same
+ * version is skipped for a back-off (BACKOFF_MIN_MS doubling to
+ * BACKOFF_MAX_MS) while the rollout generates with the weights it has; a
+ * newer version is fetched at once (a restored shard publishes one). The
+ * failure is logged once per version. */
+#define FETCH_TIMEOUT_MS 10000
+#define BACKOFF_MIN_MS   5000
+#define BACKOFF_MAX_MS   60000
+
+/* May `version` be fetched now? Counts the skips. */
+static int may_load(rollout_state *s, int64_t version)
+{
+    if (version != s->failed_version || rl_now_ms() >= s->retry_at_ms) return 1;
+    s->weight_skips++;
+    return 0;
+}
+
+static int load_failed(rollout_state *s, int64_t version, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int load_failed(rollout_state *s, int64_t version, int rc, const char *fmt, ...)
+{
+    s->weight_errors++;
+    int first = version != s->failed_version;
+    s->backoff_ms = first                                ? BACKOFF_MIN_MS
+                    : 2 * s->backoff_ms < BACKOFF_MAX_MS ? 2 * s->backoff_ms
+                                                         : BACKOFF_MAX_MS;
+    s->failed_version = version;
+    s->retry_at_ms = rl_now_ms() + s->backoff_ms;
+    if (first) {
+        char why[600];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, sizeof why, fmt, ap);
+        va_end(ap);
+        rl_log(s->m,
+               "rollout: version %lld not loaded: %s; generating with version %lld, fetching it "
+               "again in %d s at the earliest (a newer version at once)",
+               (long long)version, why, (long long)s->version, s->backoff_ms / 1000);
+    }
+    return rc;
+}
+
 /* Fetch the buckets of `version` and load them; 0, or an error (the old
- * version is kept, the cause logged and counted). */
+ * version is kept, the cause logged once per version and counted). */
 static int load_weights(rollout_state *s, int64_t version, const rl_bucket *b, int nb)
 {
     size_t total = 0;
@@ -251,26 +302,22 @@ static int load_weights(rollout_state *s, int64_t version, const rl_bucket *b, i
     for (int i = 0; i < nb; i++) {
         void *data = NULL;
         size_t len = 0;
-        int rc = manta_obj_get(s->m, &b[i].id, &data, &len, 10000);
+        int rc = manta_obj_get(s->m, &b[i].id, &data, &len, FETCH_TIMEOUT_MS);
         if (rc || b[i].offset < 0 || (size_t)(b[i].offset + b[i].count) > s->n_params ||
             len != (size_t)b[i].count * sizeof(float) || manta_crc32c(0, data, len) != b[i].crc) {
-            rl_log(s->m, "rollout: bucket %s of version %lld: %s", b[i].id.s, (long long)version,
-                   rc ? manta_last_error() : "bad size or checksum");
             free(data);
-            s->weight_errors++;
-            return rc ? rc : MANTA_EPROTO;
+            return load_failed(s, version, rc ? rc : MANTA_EPROTO, "bucket %s: %s", b[i].id.s,
+                               rc ? manta_last_error() : "bad size or checksum");
         }
         memcpy(s->wbuf + b[i].offset, data, len);
         total += (size_t)b[i].count;
         free(data);
     }
-    if (total != s->n_params) {
-        s->weight_errors++;
-        rl_log(s->m, "rollout: version %lld covers %zu of %zu params", (long long)version, total,
-               s->n_params);
-        return MANTA_EPROTO;
-    }
+    if (total != s->n_params)
+        return load_failed(s, version, MANTA_EPROTO, "its buckets cover %zu of %zu params", total,
+                           s->n_params);
     mk_model_write_params(s->model, s->wbuf, 0, s->n_params);
+    if (s->failed_version >= 0 && s->failed_version <= version) s->failed_version = -1;
     s->version = version;
     s->weight_loads++;
     manta_metric_observe(s->m, "weight_sync_seconds", "fetch", rl_now_s() - t0);
@@ -711,7 +758,7 @@ static int use_admit_reply(rollout_state *s, const void *d, size_t n)
         rl_log(s->m, "rollout: %s", rl_last_error());
         return 0;
     }
-    if (r.version > s->version && r.has_buckets)
+    if (r.version > s->version && r.has_buckets && may_load(s, r.version))
         load_weights(s, r.version, r.buckets.v, r.buckets.n);
     if (r.stop) s->stopped = 1;
     /* episodes that cannot run here (no weights yet, draining, no free
@@ -818,7 +865,7 @@ static int rollout_stats(manta_req *req, void *state, const void *arg, size_t le
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 15);
+    msgpack_pack_map(&pk, 16);
     rl_pack_kv_int(&pk, "version", s->version);
     rl_pack_kv_int(&pk, "params", (int64_t)s->n_params);
     rl_pack_kv_int(&pk, "discoveries", s->discoveries);
@@ -829,6 +876,7 @@ static int rollout_stats(manta_req *req, void *state, const void *arg, size_t le
     rl_pack_kv_int(&pk, "tool_errors", (int64_t)s->tool_errors);
     rl_pack_kv_int(&pk, "weight_loads", (int64_t)s->weight_loads);
     rl_pack_kv_int(&pk, "weight_errors", (int64_t)s->weight_errors);
+    rl_pack_kv_int(&pk, "weight_skips", (int64_t)s->weight_skips);
     rl_pack_kv_int(&pk, "submit_errors", (int64_t)s->submit_errors);
     rl_pack_kv_int(&pk, "handed_back", (int64_t)s->handed_back);
     rl_pack_kv_int(&pk, "foreign_tokens", (int64_t)s->foreign_tokens);

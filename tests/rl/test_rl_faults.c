@@ -4,7 +4,8 @@
  * with summary.json written; the rollouts do not read the directory for each
  * episode meanwhile; a run stopped part-way (the controller stopped while
  * "run" is in flight) leaves summary.json with status "interrupted" and its
- * ledger.
+ * ledger; a rollout that must fetch the buckets of a learner shard that died
+ * tries once per back-off, not at every admit reply.
  *
  * Real actors (controller, learners, rollouts, envs) against a real calc
  * server, launched through the job library like `manta run`.
@@ -240,8 +241,97 @@ static void test_step_failures(void **st)
     manta_spec_free(spec);
 }
 
+/* The integer `key` of a rollout's stats map (-1 when absent). */
+static int64_t rollout_stat(const void *d, size_t n, const char *key)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    int64_t v = -1;
+    if (msgpack_unpack_next(&u, d, n, NULL) == MSGPACK_UNPACK_SUCCESS &&
+        u.data.type == MSGPACK_OBJECT_MAP)
+        for (uint32_t i = 0; i < u.data.via.map.size; i++) {
+            const msgpack_object_kv *kv = &u.data.via.map.ptr[i];
+            if (kv->key.type == MSGPACK_OBJECT_STR && kv->key.via.str.size == strlen(key) &&
+                !memcmp(kv->key.via.str.ptr, key, strlen(key)))
+                v = kv->val.type == MSGPACK_OBJECT_NEGATIVE_INTEGER ? kv->val.via.i64
+                                                                    : (int64_t)kv->val.via.u64;
+        }
+    msgpack_unpacked_destroy(&u);
+    return v;
+}
+
+#define WATCH_S 25 /* how long the new rollout is watched after the kill */
+
+typedef struct bucket_case {
+    int killed;
+    double t_kill;
+    char rollout[32];
+} bucket_case;
+
+/* At version 2: learner-1 killed for good (its buckets lived in its
+ * memory) and a rollout added, which has no weights yet and must fetch
+ * them, half from the dead shard. WATCH_S later the job is stopped. */
+static void kill_learner_add_rollout(manta_job_t *job, double t, void *arg)
+{
+    (void)t;
+    bucket_case *c = arg;
+    manta_ctx *m = manta_job_ctx(job);
+    if (c->killed) {
+        if (now_s() - c->t_kill > WATCH_S) manta_job_stop(job);
+        return;
+    }
+    if (policy_version(m) < 2) return;
+    manta_actor *a;
+    assert_int_equal(manta_actor_lookup(m, "learner-1", &a), 0);
+    assert_int_equal(manta_actor_kill(m, a, 0), 0);
+    int n = manta_job_replicas(job, "rollout");
+    if (manta_job_scale(job, "rollout", n + 1, 60000) != 0)
+        fail_msg("scale: %s", manta_last_error());
+    snprintf(c->rollout, sizeof c->rollout, "rollout-%d", n);
+    c->killed = 1;
+    c->t_kill = now_s();
+}
+
+/* A dead shard's buckets: the new rollout's fetch of them fails once per
+ * back-off, not at every admit reply (each of which used to wait out the
+ * 10 s fetch deadline again, the rollout's loop blocked meanwhile). */
+static void test_dead_shard_buckets(void **st)
+{
+    (void)st;
+    char run_dir[256];
+    snprintf(run_dir, sizeof run_dir, "/tmp/manta-rl-faults-%d-bucket", (int)getpid());
+    /* the run must outlive the watch: steps fail from the kill on */
+    const char *extra[] = {"rl.max_versions=1000", "rl.max_step_failures=1000000"};
+    manta_spec *spec = load(run_dir, extra, 2);
+    assert_non_null(spec);
+    manta_job_t *job;
+    bucket_case c = {0};
+    manta_job_options jo = {.no_services = 1, .tick = kill_learner_add_rollout, .tick_arg = &c};
+    if (manta_job_start(ctx, spec, &jo, &job) != 0) fail_msg("start: %s", manta_last_error());
+    int rc = manta_job_wait(job, 200000, NULL, NULL);
+    printf("run: rc %d: %s\n", rc, manta_last_error());
+    assert_int_equal(c.killed, 1);
+    manta_actor *r;
+    assert_int_equal(manta_actor_lookup(ctx, c.rollout, &r), 0);
+    manta_future *f = manta_call(ctx, r, "stats", "", 0);
+    const void *d;
+    size_t n;
+    assert_int_equal(manta_get(f, 20000, &d, &n), 0);
+    int64_t errors = rollout_stat(d, n, "weight_errors"),
+            skips = rollout_stat(d, n, "weight_skips");
+    int64_t version = rollout_stat(d, n, "version");
+    manta_future_free(f);
+    printf("%s over %d s after the kill: version %lld, %lld failed fetches, %lld skipped\n",
+           c.rollout, WATCH_S, (long long)version, (long long)errors, (long long)skips);
+    assert_true(errors >= 1); /* it did try, and failed */
+    assert_true(errors <= 4); /* 10 s, then 5 s off, 10 s, then 10 s off ... */
+    assert_true(skips >= 20); /* admit replies answered meanwhile, without a fetch */
+    manta_job_free(job);
+    manta_spec_free(spec);
+}
+
 /* One job per process (a job's actors live as long as the driver's ctx):
- * argv[1] "reward" (default), "stop" or "learner" picks the test. */
+ * argv[1] "reward" (default), "stop", "learner" or "bucket" picks the test. */
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "reward";
@@ -261,8 +351,10 @@ int main(int argc, char **argv)
     const struct CMUnitTest reward[] = {cmocka_unit_test(test_missing_reward_group)};
     const struct CMUnitTest stopped[] = {cmocka_unit_test(test_interrupted_summary)};
     const struct CMUnitTest learner[] = {cmocka_unit_test(test_step_failures)};
+    const struct CMUnitTest bucket[] = {cmocka_unit_test(test_dead_shard_buckets)};
     int failed = !strcmp(mode, "stop")      ? cmocka_run_group_tests(stopped, NULL, NULL)
                  : !strcmp(mode, "learner") ? cmocka_run_group_tests(learner, NULL, NULL)
+                 : !strcmp(mode, "bucket")  ? cmocka_run_group_tests(bucket, NULL, NULL)
                                             : cmocka_run_group_tests(reward, NULL, NULL);
     manta_shutdown(ctx);
     rl_stop_process(pid);
