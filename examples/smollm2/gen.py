@@ -9,15 +9,19 @@ sum or a difference), and demonstrations of the tool call on other problems.
                    24 bare expressions "What is 237*82?", "What is
                       237*82+415?", "What is 237*82-415?" (every symbol a
                       call writes: digits, *, + and -);
-                   24 product stories in four wordings of their own, none
-                      of them a template of the task.
+                   24 stories in five wordings of their own, none of
+                      them a template of the task: four products, and
+                      one difference ("... sells 415 rolls. How many
+                      rolls are left?", 4 demonstrations).
 
 The warm-up on the demonstrations teaches the call format (the pretrained
 model never calls a tool by itself: 0 calls in 64 samples), that a call
 holds the whole calculation, and how to pull a product out of a sentence.
-No demonstration is a task template, and none turns a sentence into a sum
-or a difference: writing "824*26+491" for the shop's loose apples, or
-"...-c" for the jammed pages, is left to RL.
+No demonstration is a task template: writing "824*26+491" for the shop's
+loose apples, or "96*222-436" for the jammed pages, is left to RL (a first
+run with product stories only learnt every sum, 0.1-0.3 -> 1.0, and no
+difference: it never sampled a "-" in a story, so those groups never had
+a reward to learn from; the baker's rolls give it that prior).
 Deterministic; run from the repository root:  python3 examples/smollm2/gen.py
 """
 import json
@@ -42,12 +46,15 @@ TEMPLATES = [
      "have?", "{a}*{b}+{c}"),
 ]
 
-# Demonstrations' own stories (products only): none is a task template.
+# Demonstrations' own stories: none is a task template; four products and
+# one difference.
 DEMO_STORIES = [
-    "A crate holds {b} bottles. How many bottles fill {a} crates?",
-    "A cinema has {a} rows with {b} seats each. How many seats does it have?",
-    "Each of {a} students reads {b} pages. How many pages do they read?",
-    "A train runs {b} km an hour for {a} hours. How far does it go?",
+    ("A crate holds {b} bottles. How many bottles fill {a} crates?", "{a}*{b}"),
+    ("A cinema has {a} rows with {b} seats each. How many seats does it have?", "{a}*{b}"),
+    ("Each of {a} students reads {b} pages. How many pages do they read?", "{a}*{b}"),
+    ("A train runs {b} km an hour for {a} hours. How far does it go?", "{a}*{b}"),
+    ("A baker makes {a} trays of {b} rolls and sells {c} rolls. How many rolls are left?",
+     "{a}*{b}-{c}"),
 ]
 
 
@@ -73,9 +80,9 @@ def main():
         if i % 2 == 0:  # bare expressions: *, + and -
             expr = (f"{a}*{b}", f"{a}*{b}+{c}", f"{a}*{b}-{c}")[(i // 2) % 3]
             q = f"What is {expr}?"
-        else:  # product stories the task never asks
-            expr = f"{a}*{b}"
-            q = DEMO_STORIES[(i // 2) % len(DEMO_STORIES)].format(a=a, b=b)
+        else:  # stories the task never asks
+            q, e = DEMO_STORIES[(i // 2) % len(DEMO_STORIES)]
+            q, expr = q.format(a=a, b=b, c=c), e.format(a=a, b=b, c=c)
         r = str(eval(expr))
         demos.append({"prompt": q,
                       "segments": [["policy", f"<call>{expr}</call>"], ["tool", r],
