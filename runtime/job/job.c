@@ -63,6 +63,7 @@ struct manta_job {
 #define STOP_MS               30000 /* a drained actor's fini */
 #define WATCH_EVERY_MS        1000
 #define PROBE_MS              1000  /* a node's socket: connect within this */
+#define DIAGNOSE_MS           2000  /* a dead actor's node: asked again this long */
 #define DEFAULT_STALL_MS      60000 /* a silent node whose process lives: fatal after */
 #define DEFAULT_REDIS_DOWN_MS 30000 /* Redis unreachable this long: fatal */
 
@@ -536,7 +537,19 @@ static void diagnose(manta_job_t *j, char *out, size_t cap)
         snprintf(out, cap, "; Redis: %s", manta_last_error());
         return;
     }
-    for (size_t i = 0; i < nodes.n; i++) {
+    /* A SIGKILLed agent's children get their death signal when its spawning
+     * thread exits, which can be a moment before its last thread closes the
+     * listening socket: a node that still takes connections is asked again
+     * for up to DIAGNOSE_MS before it is called alive. */
+    bool any_gone = false;
+    int64_t until = manta_now_ms() + DIAGNOSE_MS;
+    for (;;) {
+        for (size_t i = 0; i < nodes.n && !any_gone; i++)
+            any_gone = mj_probe_endpoint(nodes.v[i].rec.endpoint, PROBE_MS) == MJ_NODE_GONE;
+        if (any_gone || manta_now_ms() >= until) break;
+        usleep(100 * 1000);
+    }
+    for (size_t i = 0; i < nodes.n && any_gone; i++) {
         const manta_reg_node_entry *e = &nodes.v[i];
         if (mj_probe_endpoint(e->rec.endpoint, PROBE_MS) != MJ_NODE_GONE) continue;
         /* Dead for certain: out of the node set, so that the shutdown does
