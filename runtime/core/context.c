@@ -333,7 +333,7 @@ int manta_actor_create(manta_ctx *m, const manta_actor_options *o, manta_actor *
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 6);
+    msgpack_pack_map(&pk, 7);
     pack_str(&pk, "name", name);
     pack_str(&pk, "class", o->cls);
     pack_str(&pk, "library", o->library);
@@ -341,6 +341,9 @@ int manta_actor_create(manta_ctx *m, const manta_actor_options *o, manta_actor *
     msgpack_pack_str(&pk, 12);
     msgpack_pack_str_body(&pk, "max_restarts", 12);
     msgpack_pack_int(&pk, o->max_restarts);
+    msgpack_pack_str(&pk, 3);
+    msgpack_pack_str_body(&pk, "gpu", 3);
+    msgpack_pack_int(&pk, o->gpu);
     msgpack_pack_str(&pk, 4);
     msgpack_pack_str_body(&pk, "args", 4);
     msgpack_pack_bin(&pk, o->args_len);

@@ -48,7 +48,8 @@ _Noreturn void mn_exit(int code);
 char *mn_strdup(const char *s);
 /* The environment of a child process: ours without MANTA_* variables
  * (except those starting with a prefix in keep, NULL-terminated), plus
- * vars. One allocation: free() it. NULL if out of memory. */
+ * vars, whose values replace inherited ones of the same name. One
+ * allocation: free() it. NULL if out of memory. */
 typedef struct mn_var {
     const char *name, *value;
 } mn_var;
@@ -414,6 +415,9 @@ int mn_private_dir(const char *path, const char *what);
 /* 1 if `s` is 1..max characters of [A-Za-z0-9._-] (job and actor names:
  * they become file names, keys and routing ids), else 0. */
 int mn_valid_name(const char *s, size_t max);
+
+/* node.c: the most GPUs one agent gives out (and one actor asks for) */
+#define MN_MAX_GPUS 64
 
 /* ---- metrics.c: this process's series (manta_metric_*) ---- */
 typedef struct mn_metrics mn_metrics;

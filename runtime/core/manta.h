@@ -279,6 +279,7 @@ typedef struct manta_actor_options {
     const char *library;  /* shared library holding the class (dlopen), or NULL */
     int ready_timeout_ms; /* default 30000 */
     int no_wait;          /* 1: return at once; calls queue until it is ready */
+    int gpu;              /* GPUs the node agent gives it (CUDA_VISIBLE_DEVICES; 0: none) */
 } manta_actor_options;
 
 /* Ask a node agent to start an actor and (unless no_wait) wait until its

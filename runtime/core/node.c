@@ -24,6 +24,7 @@
  */
 #include "internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -44,11 +45,14 @@ typedef struct child {
     char local[192]; /* ipc:// beside a tcp endpoint, for callers on this machine */
     pid_t pid;
     int max_restarts, restarts, incarnation;
-    bool stopping;        /* asked to stop: do not restart */
-    bool no_restart;      /* killed with restart=0 */
-    bool superseded;      /* its record went to another node's incarnation: leave it alone */
-    manta_req *stop_call; /* answered when it exits */
-    manta_req *kill_call; /* answered once the exit is handled */
+    int ngpu;                /* GPUs asked for; their indices into node.gpu_ids: */
+    int gpus[MN_MAX_GPUS];   /* held from the spawn until the actor is gone for good */
+    char cuda_devices[1024]; /* its CUDA_VISIBLE_DEVICES ("" with no GPU) */
+    bool stopping;           /* asked to stop: do not restart */
+    bool no_restart;         /* killed with restart=0 */
+    bool superseded;         /* its record went to another node's incarnation: leave it alone */
+    manta_req *stop_call;    /* answered when it exits */
+    manta_req *kill_call;    /* answered once the exit is handled */
     struct child *next;
 } child;
 
@@ -58,6 +62,10 @@ typedef struct node {
     size_t nlibs;
     child *children;
     int next_slot;
+    /* The GPUs this agent gives out, as CUDA_VISIBLE_DEVICES names them:
+     * its own CUDA_VISIBLE_DEVICES if set, else 0..N-1 (see node_gpus) */
+    char gpu_ids[MN_MAX_GPUS][16];
+    int ngpu_ids;
     bool shutdown;
     manta_req *shutdown_call;
 } node;
@@ -101,6 +109,8 @@ static int start_child(node *nd, child *c)
         /* the path of the job's key file, never the keys themselves */
         {"MANTA_CURVE", m->curve ? "on" : "off"},
         {"MANTA_KEYS", m->keys_path},
+        /* the devices it was given, and no others (none: "") */
+        {"CUDA_VISIBLE_DEVICES", c->cuda_devices},
     };
     char logf[PATH_MAX] = "";
     if (m->log_dir && *m->log_dir &&
@@ -217,6 +227,13 @@ static int parse_spawn(const void *arg, size_t len, child *c, const char **args,
             }
             memcpy(dst, sv, sl);
             dst[sl] = 0;
+        } else if (!strcmp(key, "gpu") && mn_mp_int(&r, &iv) == 0) {
+            if (iv < 0 || iv > MN_MAX_GPUS) {
+                snprintf(err, errlen, "spawn: gpu must be 0..%d, got %lld", MN_MAX_GPUS,
+                         (long long)iv);
+                return MANTA_EINVAL;
+            }
+            c->ngpu = (int)iv;
         } else if (!strcmp(key, "max_restarts") && mn_mp_int(&r, &iv) == 0) {
             c->max_restarts = iv < 0 ? -1 : iv > INT32_MAX ? INT32_MAX : (int)iv;
         } else if (!strcmp(key, "args") && mn_mp_bin(&r, (const void **)args, args_len) == 0) {
@@ -370,6 +387,33 @@ static int check_spawn(node *nd, manta_req *call, child *c)
     return 0;
 }
 
+/* Give c the lowest-numbered GPUs no other actor of this agent holds (a
+ * restarting one keeps its own), or refuse the spawn naming what is free. */
+static int assign_gpus(node *nd, manta_req *call, child *c)
+{
+    bool held[MN_MAX_GPUS] = {false};
+    for (child *o = nd->children; o; o = o->next)
+        for (int i = 0; i < o->ngpu; i++) held[o->gpus[i]] = true;
+    int got = 0;
+    size_t used = 0;
+    c->cuda_devices[0] = 0;
+    for (int d = 0; d < nd->ngpu_ids && got < c->ngpu; d++) {
+        if (held[d]) continue;
+        c->gpus[got++] = d;
+        used += (size_t)snprintf(c->cuda_devices + used, sizeof c->cuda_devices - used, "%s%s",
+                                 used ? "," : "", nd->gpu_ids[d]);
+    }
+    if (got == c->ngpu) return 0;
+    int free_n = 0;
+    for (int d = 0; d < nd->ngpu_ids; d++) free_n += !held[d];
+    return manta_reply_error(call, MANTA_ESPAWN,
+                             "node %s: actor %s asks for %d GPU(s); %d of this node's %d are free "
+                             "(a node's GPUs: CUDA_VISIBLE_DEVICES or MANTA_NODE_GPU at its "
+                             "start, else /proc/driver/nvidia/gpus)",
+                             nd->m->self, c->name, c->ngpu, free_n, nd->ngpu_ids),
+           MANTA_ESPAWN;
+}
+
 /* Claim the name (once per job: HSETNX) and write the directory record. */
 static int register_child(node *nd, manta_req *call, child *c, const void *args, size_t args_len)
 {
@@ -407,6 +451,7 @@ static void do_spawn(node *nd, manta_req *call, const void *arg, size_t len)
     int rc = parse_spawn(arg, len, c, &args, &args_len, err, sizeof err);
     if (rc) manta_reply_error(call, rc, "%s", err);
     if (rc == 0) rc = check_spawn(nd, call, c);
+    if (rc == 0) rc = assign_gpus(nd, call, c);
     if (rc == 0) rc = register_child(nd, call, c, args, args_len);
     if (rc) {
         free(c);
@@ -646,8 +691,55 @@ static void stop_all(node *nd)
     }
 }
 
+/* The GPUs this agent gives out. CUDA_VISIBLE_DEVICES, when the agent was
+ * started with it, lists them by the names actors will be given; else
+ * they are 0..N-1 for the N devices the NVIDIA driver lists under
+ * /proc/driver/nvidia/gpus. MANTA_NODE_GPU=N, when set, is the count
+ * (the first N names, or 0..N-1: a node may offer fewer GPUs than it has,
+ * and a test may offer GPUs it has not). More than MN_MAX_GPUS: refused. */
+static int node_gpus(node *nd)
+{
+    manta_ctx *m = nd->m;
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES"), *want = getenv("MANTA_NODE_GPU");
+    int n = 0;
+    if (vis) {
+        const char *p = vis;
+        while (*p) {
+            size_t len = strcspn(p, ",");
+            if (len == 0 || len >= sizeof nd->gpu_ids[0] || n == MN_MAX_GPUS)
+                return mn_fail(MANTA_EINVAL,
+                               "node %s: CUDA_VISIBLE_DEVICES '%s': expected up to %d names of "
+                               "1..%zu characters, separated by commas",
+                               m->self, vis, MN_MAX_GPUS, sizeof nd->gpu_ids[0] - 1);
+            snprintf(nd->gpu_ids[n++], sizeof nd->gpu_ids[0], "%.*s", (int)len, p);
+            p += len + (p[len] == ',');
+        }
+    } else {
+        DIR *d = opendir("/proc/driver/nvidia/gpus");
+        struct dirent *e;
+        while (d && (e = readdir(d)) != NULL)
+            if (e->d_name[0] != '.' && n < MN_MAX_GPUS) n++;
+        if (d) closedir(d);
+        for (int i = 0; i < n; i++) snprintf(nd->gpu_ids[i], sizeof nd->gpu_ids[0], "%d", i);
+    }
+    if (want && *want) {
+        char *end;
+        long w = strtol(want, &end, 10);
+        if (*end || w < 0 || w > MN_MAX_GPUS || (vis && w > n))
+            return mn_fail(MANTA_EINVAL, "node %s: MANTA_NODE_GPU '%s': expected 0..%d%s", m->self,
+                           want, vis ? n : MN_MAX_GPUS,
+                           vis ? " (the devices CUDA_VISIBLE_DEVICES lists)" : "");
+        if (!vis)
+            for (int i = n; i < w; i++) snprintf(nd->gpu_ids[i], sizeof nd->gpu_ids[0], "%d", i);
+        n = (int)w;
+    }
+    nd->ngpu_ids = n;
+    return 0;
+}
+
 /* Join the node set with this agent's record: resources offered for
- * placement are the machine's unless MANTA_NODE_CPU/GPU/MEMORY say. */
+ * placement are the machine's unless MANTA_NODE_CPU/MEMORY say; its GPUs
+ * are node_gpus'. */
 static int node_register(manta_ctx *m)
 {
     manta_reg_node rec = {.pid = (int)getpid()};
@@ -655,10 +747,9 @@ static int node_register(manta_ctx *m)
     snprintf(rec.transport, sizeof rec.transport, "%s", m->transport);
     if (gethostname(rec.host, sizeof rec.host - 1) != 0) snprintf(rec.host, sizeof rec.host, "?");
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    const char *cpu = getenv("MANTA_NODE_CPU"), *gpu = getenv("MANTA_NODE_GPU"),
-               *mem = getenv("MANTA_NODE_MEMORY");
+    const char *cpu = getenv("MANTA_NODE_CPU"), *mem = getenv("MANTA_NODE_MEMORY");
     rec.cpu = cpu && *cpu ? atof(cpu) : (double)(ncpu > 0 ? ncpu : 1);
-    rec.gpu = gpu && *gpu ? atoi(gpu) : 0;
+    rec.gpu = the_node.ngpu_ids;
     rec.memory = mem && *mem ? strtoull(mem, NULL, 10)
                              : (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
     return manta_reg_node_register(m, m->self, &rec);
@@ -678,6 +769,10 @@ int mn_node_main(manta_ctx *m)
     }
     if (load_allow_list(nd) != 0) {
         mn_log("node %s: library allow-list: out of memory", m->self);
+        _exit(3);
+    }
+    if (node_gpus(nd) != 0) {
+        mn_log("%s", manta_last_error());
         _exit(3);
     }
     char ep[256];

@@ -256,6 +256,10 @@ char **mn_child_env(const char *const *keep, const mn_var *vars, size_t nvars)
         bool pass = strncmp(environ[i], "MANTA_", 6) != 0;
         for (size_t j = 0; !pass && keep && keep[j]; j++)
             pass = !strncmp(environ[i], keep[j], strlen(keep[j]));
+        for (size_t j = 0; pass && j < nvars; j++) { /* the new value replaces the old */
+            size_t nl = strlen(vars[j].name);
+            pass = !(strncmp(environ[i], vars[j].name, nl) == 0 && environ[i][nl] == '=');
+        }
         if (pass) envp[k++] = environ[i];
     }
     for (size_t i = 0; i < nvars; i++) {

@@ -216,7 +216,8 @@ static int start_replica(manta_job_t *j, size_t g, int replica, const char *node
                              .max_restarts = grp->max_restarts,
                              .node = node,
                              .library = grp->library_path,
-                             .no_wait = 1};
+                             .no_wait = 1,
+                             .gpu = grp->gpu};
     int rc = manta_actor_create(j->m, &o, out);
     free(payload);
     if (rc) return rc; /* the message names the actor */
@@ -318,7 +319,8 @@ static void move_actor(manta_job_t *j, const char *name, const char *dead_node)
                              .max_restarts = ar.max_restarts,
                              .node = nl.ids[where],
                              .library = ar.lib[0] ? ar.lib : NULL,
-                             .no_wait = 1};
+                             .no_wait = 1,
+                             .gpu = ar.d.gpu};
     manta_actor *a;
     if (manta_actor_create(m, &o, &a) == 0) {
         if (manta_reg_actor_set_placement(m, name, ar.group, ar.d.cpu, ar.d.gpu,

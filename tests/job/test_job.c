@@ -70,7 +70,16 @@ static int b_run(manta_req *c, void *st, const void *arg, size_t len)
     return manta_reply(c, out, strlen(out));
 }
 
-static const manta_method worker_methods[] = {{"ping", w_ping}, {"drain", w_drain}, {NULL, NULL}};
+/* The GPUs its node agent gave it: CUDA_VISIBLE_DEVICES, or "(unset)". */
+static int w_devices(manta_req *c, void *st, const void *arg, size_t len)
+{
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    if (!v) v = "(unset)";
+    return manta_reply(c, v, strlen(v));
+}
+
+static const manta_method worker_methods[] = {
+    {"ping", w_ping}, {"drain", w_drain}, {"devices", w_devices}, {NULL, NULL}};
 static const manta_method boss_methods[] = {{"run", b_run}, {NULL, NULL}};
 static const manta_class worker_class = {"worker", 0, NULL, NULL, worker_methods};
 static const manta_class boss_class = {"boss", 0, NULL, NULL, boss_methods};
@@ -310,13 +319,14 @@ static void test_life(void **st)
 }
 
 /* Start this program as the node agent NAME of the job with 2 CPUs, as
- * `manta node` does on another machine. */
-static pid_t start_node(const char *name)
+ * `manta node` does on another machine; extra ("VAR=value" or NULL) is
+ * added to its environment, which has no CUDA_VISIBLE_DEVICES otherwise. */
+static pid_t start_node_env(const char *name, const char *extra)
 {
     extern char **environ;
     size_t n = 0;
     while (environ[n]) n++;
-    char **env = calloc(n + 8, sizeof *env), vars[7][700];
+    char **env = calloc(n + 9, sizeof *env), vars[7][700];
     snprintf(vars[0], sizeof vars[0], "MANTA_ROLE=node");
     snprintf(vars[1], sizeof vars[1], "MANTA_NAME=%s", name);
     snprintf(vars[2], sizeof vars[2], "MANTA_JOB=%s", manta_job(ctx));
@@ -327,8 +337,10 @@ static pid_t start_node(const char *name)
     snprintf(vars[6], sizeof vars[6], "MANTA_HOST=127.0.0.1");
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "MANTA_", 6)) env[k++] = environ[i];
+        if (strncmp(environ[i], "MANTA_", 6) && strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21))
+            env[k++] = environ[i];
     for (int i = 0; i < 7; i++) env[k++] = vars[i];
+    if (extra) env[k++] = (char *)extra;
     char self[64];
     snprintf(self, sizeof self, "/proc/%d/exe", (int)getpid());
     pid_t parent = getpid(), pid = fork();
@@ -340,6 +352,11 @@ static pid_t start_node(const char *name)
     }
     free(env);
     return pid;
+}
+
+static pid_t start_node(const char *name)
+{
+    return start_node_env(name, NULL);
 }
 
 static void actor_node(const char *name, char *node, size_t n, int *is_alive)
@@ -394,6 +411,96 @@ static void test_failover(void **st)
     waitpid(n3, NULL, 0);
 }
 
+/* NAME's CUDA_VISIBLE_DEVICES into out. */
+static void devices_of(const char *name, char *out, size_t cap)
+{
+    manta_actor *a;
+    check(manta_actor_lookup(ctx, name, &a), name);
+    check(manta_actor_wait_ready(ctx, a, 10000), name);
+    manta_future *f = manta_call(ctx, a, "devices", NULL, 0);
+    const void *d;
+    size_t n;
+    check(manta_get(f, 10000, &d, &n), name);
+    assert_true(n < cap);
+    memcpy(out, d, n);
+    out[n] = 0;
+    manta_future_free(f);
+}
+
+/* GPUs: a node agent started with CUDA_VISIBLE_DEVICES=7,5,9 offers three
+ * GPUs and gives each actor of a `gpu: 1` group its own, by those names, in
+ * CUDA_VISIBLE_DEVICES; an actor without GPUs gets "" (sees none); a
+ * restarted actor keeps its device; a stopped one frees it; an agent asked
+ * for more than it has free refuses, saying how many are. The local node
+ * offers none (MANTA_NODE_GPU=0 in main). */
+static void test_gpus(void **st)
+{
+    pid_t g1 = start_node_env("g1", "CUDA_VISIBLE_DEVICES=7,5,9");
+    assert_true(g1 > 0);
+    const char *y = "job: job-gpus\n"
+                    "groups:\n"
+                    "  g: {class: worker, replicas: 2, max_restarts: 2,"
+                    " resources: {cpu: 0.1, gpu: 1}}\n"
+                    "  c: {class: worker, resources: {cpu: 0.1}}\n";
+    manta_spec_errors errs;
+    manta_spec_errors_init(&errs);
+    manta_spec *s = manta_spec_load_buffer(y, strlen(y), "gpus.yaml", NULL, &errs);
+    manta_spec_errors_destroy(&errs);
+    assert_non_null(s);
+    manta_job_t *job = NULL;
+    int rc = MANTA_ESPAWN;
+    for (int t = 0; t < 100 && rc == MANTA_ESPAWN; t++) /* until g1 has registered */
+        if ((rc = manta_job_start(ctx, s, &(manta_job_options){.no_watchdog = 1}, &job)) ==
+            MANTA_ESPAWN)
+            manta_poll(ctx, 100);
+    check(rc, "start with a GPU node");
+    char d0[64], d1[64], dc[64], node[64];
+    int up;
+    devices_of("g-0", d0, sizeof d0);
+    devices_of("g-1", d1, sizeof d1);
+    devices_of("c-0", dc, sizeof dc);
+    actor_node("g-0", node, sizeof node, &up);
+    assert_string_equal(node, "g1");
+    assert_string_equal(d0, "7"); /* the lowest free, by the agent's names */
+    assert_string_equal(d1, "5");
+    assert_string_equal(dc, "");
+    /* a restarted incarnation keeps its device */
+    manta_actor *a;
+    check(manta_actor_lookup(ctx, "g-0", &a), "g-0");
+    int inc = 0;
+    assert_true(alive("g-0", &inc));
+    check(manta_actor_kill(ctx, a, 1), "kill g-0");
+    int inc2 = inc;
+    for (int t = 0; t < 100 && !(alive("g-0", &inc2) && inc2 > inc); t++) manta_poll(ctx, 100);
+    assert_true(inc2 > inc);
+    devices_of("g-0", d0, sizeof d0);
+    assert_string_equal(d0, "7");
+    /* the third GPU, then no room for a fourth */
+    check(manta_job_scale(job, "g", 3, 20000), "scale g to 3");
+    devices_of("g-2", d0, sizeof d0);
+    assert_string_equal(d0, "9");
+    assert_int_equal(manta_job_scale(job, "g", 4, 5000), MANTA_ESPAWN);
+    /* the agent itself refuses a GPU it does not have free */
+    manta_actor *x = NULL;
+    assert_int_equal(
+        manta_actor_create(
+            ctx,
+            &(manta_actor_options){
+                .cls = "worker", .name = "extra", .node = "g1", .gpu = 1, .no_wait = 1},
+            &x),
+        MANTA_ESPAWN);
+    assert_non_null(strstr(manta_last_error(), "asks for 1 GPU(s); 0 of this node's 3 are free"));
+    /* a stopped replica frees its device for the next */
+    check(manta_job_scale(job, "g", 2, 20000), "scale g to 2");
+    check(manta_job_scale(job, "g", 3, 20000), "scale g to 3 again");
+    devices_of("g-2", d0, sizeof d0);
+    assert_string_equal(d0, "9");
+    manta_job_free(job);
+    manta_spec_free(s);
+    kill(g1, SIGTERM);
+    waitpid(g1, NULL, 0);
+}
+
 /* The errors of the calls, each with a message naming the cause. */
 static void test_errors(void **st)
 {
@@ -437,6 +544,8 @@ int main(int argc, char **argv)
     if (argc == 5 && !getenv("MANTA_ROLE")) return child(argv);
     /* the local node offers 1 CPU, so test_failover's group does not fit */
     if (!getenv("MANTA_ROLE")) setenv("MANTA_NODE_CPU", "1", 1);
+    /* and no GPU, whatever the machine has (test_gpus starts a node with three) */
+    if (!getenv("MANTA_ROLE")) setenv("MANTA_NODE_GPU", "0", 1);
     /* CURVE on over ipc too: the tcp agents of test_failover join with the
      * job's key file, and every test runs authenticated */
     if (manta_init(&ctx, &(manta_options){.classes = classes, .job = "job-test", .curve = "on"}) !=
@@ -448,7 +557,7 @@ int main(int argc, char **argv)
     snprintf(spec_path, sizeof spec_path, "/tmp/manta-test-job-%d.yaml", (int)getpid());
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_service_port_taken),
                                        cmocka_unit_test(test_life), cmocka_unit_test(test_failover),
-                                       cmocka_unit_test(test_errors)};
+                                       cmocka_unit_test(test_gpus), cmocka_unit_test(test_errors)};
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     manta_shutdown(ctx);
     unlink(spec_path);
