@@ -33,6 +33,7 @@
 #include "rl_util.h"
 
 #include <cjson/cJSON.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <manta_tok.h>
 #include <stdio.h>
@@ -326,10 +327,88 @@ void rl_model_read(rl_args *a, rl_model_spec *ms)
                      "needs a tokenizer and chat format (model.tokenizer is bytes, which has no "
                      "system message)");
     if (a->rc) return;
+    char dev[16];
+    rl_arg_str(a, "model", "device", dev, sizeof dev, "cpu");
+    if (!strcmp(dev, "cuda"))
+        ms->cuda = 1;
+    else if (strcmp(dev, "cpu") && !a->rc)
+        rl_arg_error(a, "model", "device", "'%s': expected cpu or cuda", dev);
+    if (a->rc) return;
     int block = ms->cfg.block_size;
     ms->context =
         read_length(a, "context", block < DEFAULT_CONTEXT ? block : DEFAULT_CONTEXT, 4, block);
     ms->max_seq = read_length(a, "max_seq", ms->context, 2, block);
+}
+
+/* Where libmanta_cuda.so may be: beside this program (the build folder),
+ * then the installed lib/manta. Absolute paths only: the library search
+ * path is never asked. */
+static int cuda_module_path(int which, char *out, size_t cap)
+{
+    if (which == 0) {
+        char self[4096];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n <= 0) return -1;
+        self[n] = 0;
+        char *slash = strrchr(self, '/');
+        if (!slash) return -1;
+        *slash = 0;
+        return snprintf(out, cap, "%s/libmanta_cuda.so", self) < (int)cap ? 0 : -1;
+    }
+#ifdef MANTA_CUDA_MODULE_INSTALLED
+    if (which == 1)
+        return snprintf(out, cap, "%s", MANTA_CUDA_MODULE_INSTALLED) < (int)cap ? 0 : -1;
+#endif
+    return -1;
+}
+
+const struct mk__backend *rl_cuda_backend(void)
+{
+    static const mk_backend *be;
+    static char why[1024];
+    if (be) return be;
+    if (why[0]) {
+        rl_fail(MANTA_EINVAL, "%s", why);
+        return NULL;
+    }
+    char path[4200] = "", tried[2200] = "", err[600] = "";
+    void *h = NULL;
+    for (int w = 0; w < 2 && !h; w++) {
+        if (cuda_module_path(w, path, sizeof path) != 0 || access(path, R_OK) != 0) {
+            size_t u = strlen(tried);
+            if (path[0] && u < sizeof tried - 1)
+                snprintf(tried + u, sizeof tried - u, "%s%s", u ? ", " : "", path);
+            path[0] = 0;
+            continue;
+        }
+        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (!h) snprintf(err, sizeof err, "%s", dlerror());
+    }
+    if (!h && !err[0])
+        snprintf(why, sizeof why,
+                 "model.device is cuda, but this manta has no CUDA back-end: no "
+                 "libmanta_cuda.so (looked for %s; it is built when nvcc is found at build time)",
+                 tried[0] ? tried : "none");
+    else if (!h)
+        snprintf(why, sizeof why, "model.device is cuda, but %s does not load: %s", path, err);
+    const mk_backend *(*get)(void) = NULL;
+    if (h) {
+        *(void **)&get = dlsym(h, "mk_backend_cuda");
+        if (!get)
+            snprintf(why, sizeof why, "model.device is cuda, but %s has no mk_backend_cuda", path);
+    }
+    if (get && !(be = get())) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        snprintf(why, sizeof why,
+                 "model.device is cuda, but this actor sees no CUDA device "
+                 "(CUDA_VISIBLE_DEVICES='%s'%s): %s",
+                 vis ? vis : "(unset)",
+                 vis && !vis[0] ? ", none given: give its group resources: {gpu: ...}" : "",
+                 mk_last_error());
+    }
+    if (be) return be;
+    rl_fail(MANTA_EINVAL, "%s", why);
+    return NULL;
 }
 
 int rl_model_open(const rl_model_spec *ms, int max_batch, int max_seq, unsigned flags,
@@ -337,12 +416,14 @@ int rl_model_open(const rl_model_spec *ms, int max_batch, int max_seq, unsigned 
 {
     *out = NULL;
     int rc;
+    const mk_backend *be = NULL;
+    if (ms->cuda && !(be = rl_cuda_backend())) return MANTA_EINVAL;
     if (ms->gguf) {
-        rc = mk_load_gguf_ex(out, ms->path, max_batch, max_seq, NULL, flags);
+        rc = mk_load_gguf_ex(out, ms->path, max_batch, max_seq, be, flags);
     } else if (ms->path[0]) {
-        rc = mk_load_dir_ex(out, ms->path, max_batch, max_seq, NULL, flags);
+        rc = mk_load_dir_ex(out, ms->path, max_batch, max_seq, be, flags);
     } else {
-        rc = mk_model_new_ex(out, &ms->cfg, max_batch, max_seq, NULL, flags);
+        rc = mk_model_new_ex(out, &ms->cfg, max_batch, max_seq, be, flags);
         if (rc == MK_OK) mk_model_init(*out, ms->seed);
     }
     if (rc == MK_OK) return 0;

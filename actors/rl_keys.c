@@ -51,6 +51,11 @@ static const manta_spec_key model_keys[] = {
      NULL, NULL, 0},
     {"max_seq", I, 2, 1 << 24, "(model.context)",
      "the learner's longest training sequence; at most the model's block_size", NULL, NULL, 0},
+    {"device", S, 0, 0, "cpu",
+     "where rollouts and learners run the policy: cpu, or cuda (the CUDA back-end, "
+     "libmanta_cuda.so; each actor uses the GPUs its node agent gave it, so the groups need "
+     "resources: {gpu: ...})",
+     "cpu|cuda", NULL, 0},
     {"n_layer", I, 1, 1024, "2",
      "fresh GPT-2 (vocabulary 260, or the tokenizer's size): transformer layers", NULL, NULL, 0},
     {"n_head", I, 1, 1024, "4", "fresh GPT-2: attention heads (n_embd must be a multiple)", NULL,

@@ -153,6 +153,7 @@ typedef struct rl_model_spec {
     char tool_arg[32];     /* demonstration's <call>X</call> becomes {tool_arg: X} */
     char system[1024];     /* task.system: the system message of every prompt, "" for none */
     int tools_in_system;   /* task.tools_in_system: the template lists the tools (default 1) */
+    int cuda;              /* model.device: 0 cpu, 1 cuda (the back-end rl_model_open uses) */
 } rl_model_spec;
 
 /* Read section "model" into *ms (errors go to a like any setting's). A path
@@ -170,6 +171,11 @@ int rl_tok_load(const char *path, struct mtok **out);
  * which only decodes: parameters only): loaded from the folder, or created and
  * initialised from the seed. 0, or MANTA_EINVAL / MANTA_ENOMEM with the
  * kernels' message in rl_last_error(); *out owns the model on success. */
+/* The CUDA back-end, from libmanta_cuda.so beside this program (or in the
+ * installed lib/manta), loaded on first use; NULL with the reason in
+ * the last error (rl_fail): not built, not loadable, or no device visible. */
+struct mk__backend;
+const struct mk__backend *rl_cuda_backend(void);
 int rl_model_open(const rl_model_spec *ms, int max_batch, int max_seq, unsigned flags,
                   mk_model **out);
 /* Write m as a Hugging Face folder DIR (created if missing) of its family,

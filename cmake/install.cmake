@@ -41,3 +41,6 @@ manta_install_lib(manta_kernels manta-kernels "Manta policy kernels (CPU, OpenBL
 manta_install_lib(manta_tok manta-tok "Manta tokenizer: byte-level BPE and chat formats"
                   "libpcre2-8 icu-uc libcjson" "" ${PROJECT_SOURCE_DIR}/tokenizer/manta_tok.h)
 install(TARGETS manta_exe RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(MANTA_HAVE_CUDA)
+  install(TARGETS manta_cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/manta)
+endif()

@@ -343,7 +343,7 @@ int manta_actor_create(manta_ctx *m, const manta_actor_options *o, manta_actor *
     msgpack_pack_int(&pk, o->max_restarts);
     msgpack_pack_str(&pk, 3);
     msgpack_pack_str_body(&pk, "gpu", 3);
-    msgpack_pack_int(&pk, o->gpu);
+    msgpack_pack_double(&pk, o->gpu);
     msgpack_pack_str(&pk, 4);
     msgpack_pack_str_body(&pk, "args", 4);
     msgpack_pack_bin(&pk, o->args_len);

@@ -238,6 +238,31 @@ int mn_mp_int(mn_mp *c, int64_t *v)
     return 0;
 }
 
+int mn_mp_num(mn_mp *c, double *v)
+{
+    cursor k = {c->p, c->end};
+    int64_t i;
+    uint64_t u;
+    if (k.p < k.end && (*k.p == 0xca || *k.p == 0xcb)) {
+        bool wide = *k.p++ == 0xcb;
+        if (rd_be(&k, wide ? 8 : 4, &u)) return -1;
+        if (wide) {
+            memcpy(v, &u, sizeof *v);
+        } else {
+            uint32_t u32 = (uint32_t)u;
+            float f;
+            memcpy(&f, &u32, sizeof f);
+            *v = f;
+        }
+    } else if (rd_int(&k, &i) == 0) {
+        *v = (double)i;
+    } else {
+        return -1;
+    }
+    c->p = k.p;
+    return 0;
+}
+
 int mn_mp_str(mn_mp *c, const char **s, size_t *len)
 {
     cursor k = {c->p, c->end};

@@ -110,7 +110,8 @@ int mn_mp_map(mn_mp *c, uint32_t *n);
 int mn_mp_str(mn_mp *c, const char **s, size_t *len);
 int mn_mp_bin(mn_mp *c, const void **data, size_t *len);
 int mn_mp_int(mn_mp *c, int64_t *v);
-int mn_mp_nil(mn_mp *c); /* consumes a nil; -1 (and nothing read) if none */
+int mn_mp_num(mn_mp *c, double *v); /* an integer or a float, as a double */
+int mn_mp_nil(mn_mp *c);            /* consumes a nil; -1 (and nothing read) if none */
 /* Skip one value of any type, nested at most MN_MP_MAX_DEPTH deep. */
 int mn_mp_skip(mn_mp *c);
 

@@ -279,7 +279,8 @@ typedef struct manta_actor_options {
     const char *library;  /* shared library holding the class (dlopen), or NULL */
     int ready_timeout_ms; /* default 30000 */
     int no_wait;          /* 1: return at once; calls queue until it is ready */
-    int gpu;              /* GPUs the node agent gives it (CUDA_VISIBLE_DEVICES; 0: none) */
+    double gpu;           /* GPUs the node agent gives it (CUDA_VISIBLE_DEVICES; 0: none): a
+                             fraction below 1 shares one device, else a whole number */
 } manta_actor_options;
 
 /* Ask a node agent to start an actor and (unless no_wait) wait until its

@@ -88,7 +88,7 @@ typedef struct manta_reg_actor {
     /* Placement (written by the job module): what the actor holds. */
     char group[64];
     double cpu;
-    int gpu;
+    double gpu;
     uint64_t memory;
 } manta_reg_actor;
 
@@ -122,7 +122,7 @@ int manta_reg_actor_heartbeat(manta_ctx *m, const char *name, uint64_t calls);
 void manta_reg_actor_heartbeat_async(manta_ctx *m, const char *name, uint64_t calls);
 /* Record what the actor holds, for placement. */
 int manta_reg_actor_set_placement(manta_ctx *m, const char *name, const char *group, double cpu,
-                                  int gpu, uint64_t memory);
+                                  double gpu, uint64_t memory);
 /* Mark an actor dead on a node that is gone, keeping it listed. */
 int manta_reg_actor_mark_lost(manta_ctx *m, const char *name, const char *cls, const char *node,
                               const char *error);

@@ -45,8 +45,10 @@ typedef struct child {
     char local[192]; /* ipc:// beside a tcp endpoint, for callers on this machine */
     pid_t pid;
     int max_restarts, restarts, incarnation;
-    int ngpu;                /* GPUs asked for; their indices into node.gpu_ids: */
-    int gpus[MN_MAX_GPUS];   /* held from the spawn until the actor is gone for good */
+    double gpu;              /* GPUs asked for: a fraction of one, or whole ones */
+    double share;            /* of each device it holds: gpu below 1, else 1 */
+    int ngpu;                /* devices held, indices into node.gpu_ids, from the */
+    int gpus[MN_MAX_GPUS];   /* spawn until the actor is gone for good */
     char cuda_devices[1024]; /* its CUDA_VISIBLE_DEVICES ("" with no GPU) */
     bool stopping;           /* asked to stop: do not restart */
     bool no_restart;         /* killed with restart=0 */
@@ -217,6 +219,7 @@ static int parse_spawn(const void *arg, size_t len, child *c, const char **args,
         else if (!strcmp(key, "exe"))
             dst = c->exe, cap = sizeof c->exe;
         int64_t iv;
+        double dv;
         const char *sv;
         size_t sl;
         if (dst) {
@@ -227,13 +230,14 @@ static int parse_spawn(const void *arg, size_t len, child *c, const char **args,
             }
             memcpy(dst, sv, sl);
             dst[sl] = 0;
-        } else if (!strcmp(key, "gpu") && mn_mp_int(&r, &iv) == 0) {
-            if (iv < 0 || iv > MN_MAX_GPUS) {
-                snprintf(err, errlen, "spawn: gpu must be 0..%d, got %lld", MN_MAX_GPUS,
-                         (long long)iv);
+        } else if (!strcmp(key, "gpu") && mn_mp_num(&r, &dv) == 0) {
+            if (!(dv >= 0 && dv <= MN_MAX_GPUS) || (dv > 1 && dv != (double)(int)dv)) {
+                snprintf(err, errlen,
+                         "spawn: gpu must be a fraction below 1 or a whole number 0..%d, got %g",
+                         MN_MAX_GPUS, dv);
                 return MANTA_EINVAL;
             }
-            c->ngpu = (int)iv;
+            c->gpu = dv;
         } else if (!strcmp(key, "max_restarts") && mn_mp_int(&r, &iv) == 0) {
             c->max_restarts = iv < 0 ? -1 : iv > INT32_MAX ? INT32_MAX : (int)iv;
         } else if (!strcmp(key, "args") && mn_mp_bin(&r, (const void **)args, args_len) == 0) {
@@ -387,30 +391,37 @@ static int check_spawn(node *nd, manta_req *call, child *c)
     return 0;
 }
 
-/* Give c the lowest-numbered GPUs no other actor of this agent holds (a
- * restarting one keeps its own), or refuse the spawn naming what is free. */
+/* Give c its GPUs (a restarting actor keeps its own): whole ones, the
+ * lowest-numbered that no actor of this agent holds any of; or, for a
+ * fraction, the lowest-numbered device whose holders leave that much of it
+ * (as Ray's fractional num_gpus: the actors share the device, and the
+ * fractions are a promise between them, not a limit the device enforces).
+ * Or refuse the spawn, saying what is free. */
 static int assign_gpus(node *nd, manta_req *call, child *c)
 {
-    bool held[MN_MAX_GPUS] = {false};
+    double used_of[MN_MAX_GPUS] = {0};
     for (child *o = nd->children; o; o = o->next)
-        for (int i = 0; i < o->ngpu; i++) held[o->gpus[i]] = true;
-    int got = 0;
+        for (int i = 0; i < o->ngpu; i++) used_of[o->gpus[i]] += o->share;
+    int want = c->gpu <= 0 ? 0 : c->gpu < 1 ? 1 : (int)c->gpu;
+    c->share = c->gpu < 1 ? c->gpu : 1;
+    c->ngpu = 0;
     size_t used = 0;
     c->cuda_devices[0] = 0;
-    for (int d = 0; d < nd->ngpu_ids && got < c->ngpu; d++) {
-        if (held[d]) continue;
-        c->gpus[got++] = d;
+    for (int d = 0; d < nd->ngpu_ids && c->ngpu < want; d++) {
+        if (used_of[d] + c->share > 1 + 1e-9) continue;
+        c->gpus[c->ngpu++] = d;
         used += (size_t)snprintf(c->cuda_devices + used, sizeof c->cuda_devices - used, "%s%s",
                                  used ? "," : "", nd->gpu_ids[d]);
     }
-    if (got == c->ngpu) return 0;
-    int free_n = 0;
-    for (int d = 0; d < nd->ngpu_ids; d++) free_n += !held[d];
+    if (c->ngpu == want) return 0;
+    c->ngpu = 0;
+    double free_sum = 0;
+    for (int d = 0; d < nd->ngpu_ids; d++) free_sum += used_of[d] < 1 ? 1 - used_of[d] : 0;
     return manta_reply_error(call, MANTA_ESPAWN,
-                             "node %s: actor %s asks for %d GPU(s); %d of this node's %d are free "
+                             "node %s: actor %s asks for %g GPU(s); %g of this node's %d are free "
                              "(a node's GPUs: CUDA_VISIBLE_DEVICES or MANTA_NODE_GPU at its "
                              "start, else /proc/driver/nvidia/gpus)",
-                             nd->m->self, c->name, c->ngpu, free_n, nd->ngpu_ids),
+                             nd->m->self, c->name, c->gpu, free_sum, nd->ngpu_ids),
            MANTA_ESPAWN;
 }
 

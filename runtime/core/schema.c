@@ -292,7 +292,7 @@ static int actor_field(manta_reg_actor *a, const char *key, const redisReply *k,
     else if (!strcmp(f, F_CPU))
         a->cpu = atof(s);
     else if (!strcmp(f, F_GPU))
-        a->gpu = atoi(s);
+        a->gpu = atof(s);
     else if (!strcmp(f, F_MEMORY))
         a->memory = strtoull(s, NULL, 10);
     return 0;
@@ -434,10 +434,10 @@ void manta_reg_actor_heartbeat_async(manta_ctx *m, const char *name, uint64_t ca
 }
 
 int manta_reg_actor_set_placement(manta_ctx *m, const char *name, const char *group, double cpu,
-                                  int gpu, uint64_t memory)
+                                  double gpu, uint64_t memory)
 {
     KEY(MANTA_REG_ACTOR, name);
-    return run(m, key, "HSET %s " F_GROUP " %s " F_CPU " %g " F_GPU " %d " F_MEMORY " %llu", key,
+    return run(m, key, "HSET %s " F_GROUP " %s " F_CPU " %g " F_GPU " %g " F_MEMORY " %llu", key,
                group ? group : "", cpu, gpu, (unsigned long long)memory);
 }
 

@@ -221,7 +221,7 @@ typedef struct manta_spec_group {
                                         dlopen's search) as written; or NULL */
     int replicas;                    /* >= 0; default 1 */
     double cpu;                      /* >= 0; default 1 */
-    int gpu;                         /* >= 0; default 0 */
+    double gpu;                      /* >= 0, a fraction below 1 or whole; default 0 */
     uint64_t memory_bytes;           /* default 0 (not accounted) */
     int max_restarts;                /* >= -1 (-1: unlimited); default 0 */
     const manta_spec_node *settings; /* a mapping, or NULL when absent */
@@ -232,7 +232,7 @@ typedef struct manta_spec_group {
 typedef struct manta_spec_capacity {
     const char *name;
     double cpu;
-    int gpu;
+    double gpu;
     uint64_t memory_bytes;
 } manta_spec_capacity;
 
@@ -391,7 +391,7 @@ typedef struct manta_spec_demand {
     const char *group;
     int replicas;
     double cpu;
-    int gpu;
+    double gpu;
     uint64_t memory_bytes;
 } manta_spec_demand;
 

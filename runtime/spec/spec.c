@@ -41,6 +41,7 @@ static const char SET_FILE[] = "--set";
 
 /* Tolerance for comparing CPU amounts, which are sums of decimal fractions. */
 #define CPU_EPS 1e-9
+#define MAX_GPU 1024 /* per replica or node: more is a typo */
 
 /* ---- Errors ------------------------------------------------------------------ */
 
@@ -1718,8 +1719,8 @@ static const char *want_str(manta_spec_errors *e, const manta_spec_node *n, cons
     return NULL;
 }
 
-static void check_resources(manta_spec_errors *e, const manta_spec_node *res, double *cpu, int *gpu,
-                            uint64_t *mem, const char *what)
+static void check_resources(manta_spec_errors *e, const manta_spec_node *res, double *cpu,
+                            double *gpu, uint64_t *mem, const char *what)
 {
     char gotbuf[128];
     if (is_null_node(res)) return;
@@ -1738,7 +1739,16 @@ static void check_resources(manta_spec_errors *e, const manta_spec_node *res, do
             else
                 *cpu = d;
         } else if (!strcmp(k, "gpu")) {
-            if (!is_null_node(v)) want_int(e, v, 0, INT_MAX, "a non-negative integer", gpu);
+            /* as Ray's num_gpus: a fraction of one device (shared), or whole devices */
+            double d;
+            if (is_null_node(v)) continue;
+            if (manta_spec_get_double(v, "", 0, &d, NULL) != 0 || !isfinite(d) || d < 0 ||
+                d > MAX_GPU || (d > 1 && d != floor(d)))
+                node_err(e, v,
+                         "expected a fraction below 1 or a whole number of GPUs (0..%d), got %s",
+                         MAX_GPU, GOT(v));
+            else
+                *gpu = d;
         } else if (!strcmp(k, "memory")) {
             if (!is_null_node(v) && !size_of(v, mem))
                 node_err(e, v, SIZE_EXPECT ", got %s", GOT(v));
@@ -1876,11 +1886,11 @@ static void check_placement(ctx *c, manta_spec *s, const manta_spec_node *nodes)
     manta_spec_errors *e = c->errs;
     char a[32], b[32];
     bool bad = false;
-    double cpu = 0, ncpu = 0;
-    uint64_t gpu = 0, ngpu = 0, mem = 0, nmem = 0;
+    double cpu = 0, ncpu = 0, gpu = 0, ngpu = 0;
+    uint64_t mem = 0, nmem = 0;
     for (size_t i = 0; i < s->n_nodes; i++) {
         ncpu += s->nodes[i].cpu;
-        ngpu += (uint64_t)s->nodes[i].gpu;
+        ngpu += s->nodes[i].gpu;
         nmem += s->nodes[i].memory_bytes;
     }
     for (size_t gi = 0; gi < s->n_groups; gi++) {
@@ -1888,18 +1898,18 @@ static void check_placement(ctx *c, manta_spec *s, const manta_spec_node *nodes)
         if (g->replicas == 0) continue;
         bool fits = false;
         for (size_t i = 0; i < s->n_nodes && !fits; i++)
-            fits = s->nodes[i].cpu + CPU_EPS >= g->cpu && s->nodes[i].gpu >= g->gpu &&
+            fits = s->nodes[i].cpu + CPU_EPS >= g->cpu && s->nodes[i].gpu + CPU_EPS >= g->gpu &&
                    s->nodes[i].memory_bytes >= g->memory_bytes;
         if (!fits) {
             const manta_spec_node *at = map_get(g->node, "resources");
             node_err(e, at ? at : g->node,
-                     "one replica needs cpu %g, gpu %d, memory %s, more than any node in "
+                     "one replica needs cpu %g, gpu %g, memory %s, more than any node in "
                      "\"nodes\" has",
                      g->cpu, g->gpu, manta_spec_format_size(g->memory_bytes, a, sizeof a));
             bad = true;
         }
         cpu += g->cpu * g->replicas;
-        gpu += (uint64_t)g->gpu * (uint64_t)g->replicas;
+        gpu += g->gpu * g->replicas;
         mem += g->memory_bytes * (uint64_t)g->replicas;
     }
     if (cpu > ncpu + CPU_EPS) {
@@ -1907,9 +1917,9 @@ static void check_placement(ctx *c, manta_spec *s, const manta_spec_node *nodes)
                  ncpu);
         bad = true;
     }
-    if (gpu > ngpu) {
-        node_err(e, nodes, "the groups need gpu %llu in total, more than the %llu the nodes have",
-                 (unsigned long long)gpu, (unsigned long long)ngpu);
+    if (gpu > ngpu + CPU_EPS) {
+        node_err(e, nodes, "the groups need gpu %g in total, more than the %g the nodes have", gpu,
+                 ngpu);
         bad = true;
     }
     if (mem > nmem) {
@@ -2324,8 +2334,7 @@ static int slot_cmp(const void *pa, const void *pb)
 }
 
 typedef struct room {
-    double cpu;
-    int64_t gpu;
+    double cpu, gpu;
     uint64_t mem;
 } room;
 
@@ -2342,13 +2351,13 @@ static void place_fail(char *why, size_t why_len, const slot *sl, const manta_sp
             if (r_ > 0) o += (size_t)r_;                                                           \
         }                                                                                          \
     } while (0)
-    PUT("group \"%s\" replica %d of %d (cpu %g, gpu %d, memory %s) does not fit", sl->d->group,
+    PUT("group \"%s\" replica %d of %d (cpu %g, gpu %g, memory %s) does not fit", sl->d->group,
         sl->replica + 1, sl->d->replicas, sl->d->cpu, sl->d->gpu,
         manta_spec_format_size(sl->d->memory_bytes, a, sizeof a));
     if (n_nodes == 0) PUT(": there are no nodes");
     for (size_t i = 0; i < n_nodes && i < 8; i++)
-        PUT("%s %s cpu %g gpu %lld memory %s", i ? ";" : ": free:", nodes[i].name,
-            left[i].cpu < 0 ? 0 : left[i].cpu, (long long)left[i].gpu,
+        PUT("%s %s cpu %g gpu %g memory %s", i ? ";" : ": free:", nodes[i].name,
+            left[i].cpu < 0 ? 0 : left[i].cpu, left[i].gpu < 0 ? 0 : left[i].gpu,
             manta_spec_format_size(left[i].mem, a, sizeof a));
     if (n_nodes > 8) PUT("; and %zu more nodes", n_nodes - 8);
 #undef PUT
@@ -2380,7 +2389,7 @@ int manta_spec_place(const manta_spec_demand *demands, size_t n_demands,
         const manta_spec_demand *d = order[j].d;
         size_t best = n_nodes;
         for (size_t i = 0; i < n_nodes; i++) {
-            if (left[i].cpu + CPU_EPS < d->cpu || left[i].gpu < d->gpu ||
+            if (left[i].cpu + CPU_EPS < d->cpu || left[i].gpu + CPU_EPS < d->gpu ||
                 left[i].mem < d->memory_bytes)
                 continue;
             if (fit == MANTA_SPEC_FIRST_FIT) {
@@ -2392,10 +2401,12 @@ int manta_spec_place(const manta_spec_demand *demands, size_t n_demands,
                 continue;
             }
             /* Best fit: least left over after placing, by gpu, memory, cpu. */
-            int64_t gi = left[i].gpu - d->gpu, gb = left[best].gpu - d->gpu;
+            double gi = left[i].gpu - d->gpu, gb = left[best].gpu - d->gpu;
             uint64_t mi = left[i].mem - d->memory_bytes, mb = left[best].mem - d->memory_bytes;
             double ci = left[i].cpu - d->cpu, cb = left[best].cpu - d->cpu;
-            if (gi < gb || (gi == gb && (mi < mb || (mi == mb && ci < cb - CPU_EPS)))) best = i;
+            if (gi < gb - CPU_EPS ||
+                (fabs(gi - gb) <= CPU_EPS && (mi < mb || (mi == mb && ci < cb - CPU_EPS))))
+                best = i;
         }
         if (best == n_nodes) {
             place_fail(why, why_len, &order[j], nodes, left, n_nodes);

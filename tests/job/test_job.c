@@ -429,10 +429,11 @@ static void devices_of(const char *name, char *out, size_t cap)
 
 /* GPUs: a node agent started with CUDA_VISIBLE_DEVICES=7,5,9 offers three
  * GPUs and gives each actor of a `gpu: 1` group its own, by those names, in
- * CUDA_VISIBLE_DEVICES; an actor without GPUs gets "" (sees none); a
- * restarted actor keeps its device; a stopped one frees it; an agent asked
- * for more than it has free refuses, saying how many are. The local node
- * offers none (MANTA_NODE_GPU=0 in main). */
+ * CUDA_VISIBLE_DEVICES, and the two of a `gpu: 0.5` group one device to
+ * share; an actor without GPUs gets "" (sees none); a restarted actor
+ * keeps its device; a stopped one frees it; an agent asked for more than
+ * it has free refuses, saying how much is. The local node offers none
+ * (MANTA_NODE_GPU=0 in main). */
 static void test_gpus(void **st)
 {
     pid_t g1 = start_node_env("g1", "CUDA_VISIBLE_DEVICES=7,5,9");
@@ -441,6 +442,7 @@ static void test_gpus(void **st)
                     "groups:\n"
                     "  g: {class: worker, replicas: 2, max_restarts: 2,"
                     " resources: {cpu: 0.1, gpu: 1}}\n"
+                    "  h: {class: worker, replicas: 2, resources: {cpu: 0.1, gpu: 0.5}}\n"
                     "  c: {class: worker, resources: {cpu: 0.1}}\n";
     manta_spec_errors errs;
     manta_spec_errors_init(&errs);
@@ -454,15 +456,23 @@ static void test_gpus(void **st)
             MANTA_ESPAWN)
             manta_poll(ctx, 100);
     check(rc, "start with a GPU node");
-    char d0[64], d1[64], dc[64], node[64];
+    char g0[64], gone[64], h0[64], h1[64], dc[64], d[64], node[64];
     int up;
-    devices_of("g-0", d0, sizeof d0);
-    devices_of("g-1", d1, sizeof d1);
+    devices_of("g-0", g0, sizeof g0);
+    devices_of("g-1", gone, sizeof gone);
+    devices_of("h-0", h0, sizeof h0);
+    devices_of("h-1", h1, sizeof h1);
     devices_of("c-0", dc, sizeof dc);
     actor_node("g-0", node, sizeof node, &up);
     assert_string_equal(node, "g1");
-    assert_string_equal(d0, "7"); /* the lowest free, by the agent's names */
-    assert_string_equal(d1, "5");
+    /* each one device by the agent's names: g's two their own, h's two one to share */
+    const char *names[] = {"7", "5", "9"};
+    int seen[3] = {0};
+    const char *got[] = {g0, gone, h0};
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 3; k++) seen[k] += !strcmp(got[i], names[k]);
+    assert_true(seen[0] == 1 && seen[1] == 1 && seen[2] == 1);
+    assert_string_equal(h1, h0);
     assert_string_equal(dc, "");
     /* a restarted incarnation keeps its device */
     manta_actor *a;
@@ -473,28 +483,28 @@ static void test_gpus(void **st)
     int inc2 = inc;
     for (int t = 0; t < 100 && !(alive("g-0", &inc2) && inc2 > inc); t++) manta_poll(ctx, 100);
     assert_true(inc2 > inc);
-    devices_of("g-0", d0, sizeof d0);
-    assert_string_equal(d0, "7");
-    /* the third GPU, then no room for a fourth */
-    check(manta_job_scale(job, "g", 3, 20000), "scale g to 3");
-    devices_of("g-2", d0, sizeof d0);
-    assert_string_equal(d0, "9");
-    assert_int_equal(manta_job_scale(job, "g", 4, 5000), MANTA_ESPAWN);
-    /* the agent itself refuses a GPU it does not have free */
+    devices_of("g-0", d, sizeof d);
+    assert_string_equal(d, g0);
+    /* no room for a third whole GPU: the driver's placement says so */
+    assert_int_equal(manta_job_scale(job, "g", 3, 5000), MANTA_ESPAWN);
+    /* and the agent itself refuses what it does not have free */
     manta_actor *x = NULL;
-    assert_int_equal(
-        manta_actor_create(
-            ctx,
-            &(manta_actor_options){
-                .cls = "worker", .name = "extra", .node = "g1", .gpu = 1, .no_wait = 1},
-            &x),
-        MANTA_ESPAWN);
+    manta_actor_options xo = {
+        .cls = "worker", .name = "extra", .node = "g1", .gpu = 1, .no_wait = 1};
+    assert_int_equal(manta_actor_create(ctx, &xo, &x), MANTA_ESPAWN);
     assert_non_null(strstr(manta_last_error(), "asks for 1 GPU(s); 0 of this node's 3 are free"));
-    /* a stopped replica frees its device for the next */
-    check(manta_job_scale(job, "g", 2, 20000), "scale g to 2");
-    check(manta_job_scale(job, "g", 3, 20000), "scale g to 3 again");
-    devices_of("g-2", d0, sizeof d0);
-    assert_string_equal(d0, "9");
+    xo.gpu = 0.25;
+    assert_int_equal(manta_actor_create(ctx, &xo, &x), MANTA_ESPAWN);
+    assert_non_null(strstr(manta_last_error(), "asks for 0.25 GPU(s); 0 of this node's 3 are"));
+    /* a stopped replica frees its share, and then its whole device, for the next */
+    check(manta_job_scale(job, "h", 1, 20000), "scale h to 1");
+    check(manta_job_scale(job, "h", 2, 20000), "scale h to 2 again");
+    devices_of("h-1", d, sizeof d);
+    assert_string_equal(d, h0);
+    check(manta_job_scale(job, "g", 1, 20000), "scale g to 1");
+    check(manta_job_scale(job, "g", 2, 20000), "scale g to 2 again");
+    devices_of("g-1", d, sizeof d);
+    assert_string_equal(d, gone);
     manta_job_free(job);
     manta_spec_free(s);
     kill(g1, SIGTERM);

@@ -628,8 +628,8 @@ static void test_error_schema_file(void **state)
         "\"replicas\"?)",
         "schema_errors.yaml:8:22: groups.rollout.resources.cpu: expected a non-negative number, "
         "got \"-1\"",
-        "schema_errors.yaml:8:31: groups.rollout.resources.gpu: expected a non-negative integer, "
-        "got \"1.5\"",
+        "schema_errors.yaml:8:31: groups.rollout.resources.gpu: expected a fraction below 1 or a "
+        "whole number of GPUs (0..1024), got \"1.5\"",
         "schema_errors.yaml:8:44: groups.rollout.resources.memory: expected a size such as "
         "512MiB or 2GiB (units B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got \"2Gb\"",
         "schema_errors.yaml:8:49: groups.rollout.resources.disk: unknown key; expected one of "
@@ -1012,6 +1012,24 @@ static void test_place_best_fit(void **state)
     assert_int_equal(
         manta_spec_place(&one, 1, g, 2, MANTA_SPEC_BEST_FIT, false, &k, why, sizeof why), 0);
     assert_int_equal(k, 1);
+
+    /* Fractions of a GPU share a node's devices: a rollout and a learner
+     * of 0.5 each on the one-GPU node, a third half on the other. */
+    manta_spec_capacity h[] = {{"one", 8, 1, 0}, {"two", 8, 2, 0}};
+    manta_spec_demand halves[] = {{"rollout", 2, 1, 0.5, 0}, {"learner", 1, 1, 0.5, 0}};
+    size_t hk[3];
+    assert_int_equal(
+        manta_spec_place(halves, 2, h, 2, MANTA_SPEC_BEST_FIT, false, hk, why, sizeof why), 0);
+    assert_int_equal(hk[0], 0);
+    assert_int_equal(hk[1], 0);
+    assert_int_equal(hk[2], 1);
+    manta_spec_demand more = {"x", 7, 1, 0.5, 0};
+    size_t mk[7];
+    assert_int_equal(
+        manta_spec_place(&more, 1, h, 2, MANTA_SPEC_FIRST_FIT, false, mk, why, sizeof why),
+        MANTA_ENOFIT);
+    assert_string_equal(why, "group \"x\" replica 7 of 7 (cpu 1, gpu 0.5, memory 0B) does not "
+                             "fit: free: one cpu 6 gpu 0 memory 0B; two cpu 4 gpu 0 memory 0B");
 }
 
 static void test_place_impossible(void **state)
