@@ -1,0 +1,73 @@
+#!/bin/bash
+# model.device: cuda, end to end through `manta run` on the calculator job
+# (examples/calc_agent.yaml on a free port, a few versions):
+#  1. no GPU given to the actors (the node offers none): the job fails at
+#     the learners' and rollouts' init, saying model.device is cuda and why
+#     (no libmanta_cuda.so in this build, or no device: CUDA_VISIBLE_DEVICES
+#     is '' and the group needs resources: {gpu: ...});
+#  2. the four model actors with gpu: 0.25 each, on a node offering one GPU
+#     (MANTA_NODE_GPU=1 where the machine has none): all four share device
+#     0. Without a device or without the module the job fails naming that
+#     (CUDA_VISIBLE_DEVICES='0'); with both, it runs 3 versions and exits 0.
+# usage: test_rl_device.sh MANTA SOURCE_DIR
+set -u
+MANTA=$1
+SRC=$2
+tmp=$(mktemp -d /tmp/manta-test-device-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+sed -e "s/8000/$port/g" -e "s/^job: calc-agent/job: device-$$/" \
+    "$SRC/examples/calc_agent.yaml" >"$tmp/spec.yaml"
+have_gpu=0
+[ -n "$(ls /proc/driver/nvidia/gpus 2>/dev/null)" ] && have_gpu=1
+have_module=0
+[ -f "$(dirname "$MANTA")/libmanta_cuda.so" ] && have_module=1
+fail=0
+run() { # NAME EXPECT_RC(0|nonzero) [ENV=VAL] -- ARGS...
+    local name=$1 want=$2
+    shift 2
+    local envs=()
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    (cd "$SRC" && env "${envs[@]}" timeout 300 "$MANTA" run "$tmp/spec.yaml" \
+        --log-dir "$tmp/logs" --set "rl.run_dir=$tmp/run-$name" \
+        --set model.device=cuda --set rl.max_versions=3 --set rl.eval_every=0 "$@") \
+        >"$tmp/$name.out" 2>&1
+    rc=$?
+    echo "== $name: exit $rc"
+    tail -5 "$tmp/$name.out"
+    if [ "$want" = 0 ] && [ $rc -ne 0 ]; then echo "FAIL: $name: expected exit 0"; fail=1; fi
+    if [ "$want" != 0 ] && { [ $rc -eq 0 ] || [ $rc -eq 124 ]; }; then
+        echo "FAIL: $name: expected a failure, not exit $rc"
+        fail=1
+    fi
+}
+expect() { # NAME TEXT
+    if ! grep -qF -- "$2" "$tmp/$1.out"; then echo "FAIL: $1: the output does not say: $2"; fail=1; fi
+}
+
+run none nonzero MANTA_NODE_GPU=0 --
+expect none "model.device is cuda, but"
+if [ $have_module = 1 ]; then
+    expect none "CUDA_VISIBLE_DEVICES='', none given: give its group resources: {gpu: ...}"
+else
+    expect none "no libmanta_cuda.so"
+fi
+
+share=(--set groups.learner.resources.gpu=0.25 --set groups.rollout.resources.gpu=0.25)
+if [ $have_gpu = 1 ] && [ $have_module = 1 ]; then
+    run shared 0 MANTA_NODE_GPU=1 -- "${share[@]}"
+else
+    run shared nonzero MANTA_NODE_GPU=1 -- "${share[@]}"
+    expect shared "model.device is cuda, but"
+    if [ $have_module = 1 ]; then
+        expect shared "this actor sees no CUDA device (CUDA_VISIBLE_DEVICES='0')"
+    else
+        expect shared "no libmanta_cuda.so"
+    fi
+fi
+# a fifth quarter does not fit the one GPU: refused before anything starts
+run toomany nonzero MANTA_NODE_GPU=1 -- "${share[@]}" --set groups.env.resources.gpu=0.25
+expect toomany "does not fit"
+[ $fail = 0 ] && echo "PASS"
+exit $fail
