@@ -323,19 +323,19 @@ __device__ static inline uint16_t f32_to_bf16(float x)
     return (uint16_t)(u >> 16);
 }
 
-/* element i of src [rows, cols] to dst [rows, cols] or, transposed, [cols, rows] */
-__global__ static void to_bf16_k(uint16_t *dst, const float *src, size_t rows, size_t cols,
-                                 int transpose)
+/* element i of dst [IC, OC] (this back-end's layout: row-major) from src [IC, OC] or,
+ * transposed, [OC, IC] */
+__global__ static void to_bf16_k(uint16_t *dst, const float *src, int IC, int OC, int transposed)
 {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    if (i >= rows * cols) return;
-    size_t o = transpose ? i % cols * rows + i / cols : i;
-    dst[o] = f32_to_bf16(src[i]);
+    if (i >= (size_t)IC * OC) return;
+    size_t k = i / OC, c = i % OC;
+    dst[i] = f32_to_bf16(src[transposed ? c * IC + k : i]);
 }
 
-static void to_bf16(uint16_t *dst, const float *src, size_t rows, size_t cols, int transpose)
+static void to_bf16(uint16_t *dst, const float *src, int IC, int OC, int transposed)
 {
-    to_bf16_k<<<blocks(rows * cols, 256), 256>>>(dst, src, rows, cols, transpose);
+    to_bf16_k<<<blocks((size_t)IC * OC, 256), 256>>>(dst, src, IC, OC, transposed);
     LAUNCHED();
 }
 

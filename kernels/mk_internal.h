@@ -56,12 +56,13 @@ struct mk__backend {
     void (*mm_bwd)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                    const float *w, int R, int IC, int OC);
     /* out[R,OC] = inp[R,IC] w[IC,OC] + bias[OC] with w in bfloat16 (widened exactly to float
-     * as it is read; products and sums in float); bias may be NULL.  Any R. */
+     * as it is read; products and sums in float), in the back-end's layout made by to_bf16
+     * (IC OC values; the CPU's is packed by 64-column strips); bias may be NULL.  Any R. */
     void (*mm_fwd_bf16)(float *out, const float *inp, const uint16_t *w, const float *bias, int R,
                         int IC, int OC);
-    /* dst = src [rows, cols] rounded to bfloat16 (nearest even, nan kept quiet), as is
-     * (transpose 0: dst [rows, cols]) or transposed (1: dst [cols, rows]) */
-    void (*to_bf16)(uint16_t *dst, const float *src, size_t rows, size_t cols, int transpose);
+    /* dst = the weight src rounded to bfloat16 (nearest even, nan kept quiet) in mm_fwd_bf16's
+     * layout; src is [IC, OC] (transposed 0) or [OC, IC] (1: the head's [V, C]) */
+    void (*to_bf16)(uint16_t *dst, const float *src, int IC, int OC, int transposed);
     /* logits[R,V] = inp[R,C] wte[V,C]^T */
     void (*head_fwd)(float *logits, const float *inp, const float *wte, int R, int C, int V);
     /* dinp = dlogits wte (overwrites); dwte += dlogits^T inp */

@@ -554,10 +554,13 @@ void mk__bf16_sync(mk_model *m)
     for (int i = 0; i < m->n_tensors; i++) {
         if (m->b16_off[i] == SIZE_MAX) continue;
         const mk_tensor_info *t = &m->tensors[i];
-        /* block weights are [in, out] already; the head [V, C] is stored as [C, V] so that
-         * the same product serves it */
-        m->be->to_bf16(m->wb16 + m->b16_off[i], m->params + t->offset, (size_t)t->shape[0],
-                       (size_t)t->shape[1], i == head);
+        /* block weights are [in, out]; the head [V, C] is the product's [C, V] transposed */
+        if (i == head)
+            m->be->to_bf16(m->wb16 + m->b16_off[i], m->params + t->offset, t->shape[1], t->shape[0],
+                           1);
+        else
+            m->be->to_bf16(m->wb16 + m->b16_off[i], m->params + t->offset, t->shape[0], t->shape[1],
+                           0);
     }
     m->b16_stale = 0;
 }
