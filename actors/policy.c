@@ -333,6 +333,11 @@ void rl_model_read(rl_args *a, rl_model_spec *ms)
         ms->cuda = 1;
     else if (strcmp(dev, "cpu") && !a->rc)
         rl_arg_error(a, "model", "device", "'%s': expected cpu or cuda", dev);
+    const msgpack_object *bw = rl_arg_get(a, "model", "bf16_weights");
+    if (bw && bw->type == MSGPACK_OBJECT_BOOLEAN)
+        ms->bf16_weights = bw->via.boolean;
+    else if (bw && !a->rc)
+        rl_arg_error(a, "model", "bf16_weights", "expected true or false");
     if (a->rc) return;
     int block = ms->cfg.block_size;
     ms->context =

@@ -56,6 +56,13 @@ static const manta_spec_key model_keys[] = {
      "libmanta_cuda.so; each actor uses the GPUs its node agent gave it, so the groups need "
      "resources: {gpu: ...})",
      "cpu|cuda", NULL, 0},
+    {"bf16_weights", B, 0, 0, "false",
+     "rollouts decode with bfloat16 copies of the product weights (the kernels' "
+     "MK_MODEL_BF16_WEIGHTS; float activations and sums): on the CPU about 1.5-2x the tokens/s "
+     "of a big model, whose decoding is bound by reading its weights; behaviour log-probs then "
+     "differ from the learner's float recomputation by the weights' rounding, which the "
+     "importance ratios absorb",
+     NULL, NULL, 0},
     {"n_layer", I, 1, 1024, "2",
      "fresh GPT-2 (vocabulary 260, or the tokenizer's size): transformer layers", NULL, NULL, 0},
     {"n_head", I, 1, 1024, "4", "fresh GPT-2: attention heads (n_embd must be a multiple)", NULL,

@@ -154,6 +154,7 @@ typedef struct rl_model_spec {
     char system[1024];     /* task.system: the system message of every prompt, "" for none */
     int tools_in_system;   /* task.tools_in_system: the template lists the tools (default 1) */
     int cuda;              /* model.device: 0 cpu, 1 cuda (the back-end rl_model_open uses) */
+    int bf16_weights;      /* model.bf16_weights: rollouts decode with bfloat16 copies */
 } rl_model_spec;
 
 /* Read section "model" into *ms (errors go to a like any setting's). A path

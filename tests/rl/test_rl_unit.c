@@ -647,6 +647,60 @@ static void test_model_section(void **st)
     rm_folder(good), rm_folder(small), rmdir(empty);
 }
 
+static int g_bw;          /* model.bf16_weights: 0 false, 1 true, 2 the integer 3 */
+static const char *g_dev; /* model.device */
+static void model_opts(msgpack_packer *pk) /* model: {n_layer: 2, bf16_weights, device} */
+{
+    msgpack_pack_map(pk, 1), key(pk, "model"), msgpack_pack_map(pk, 3);
+    key(pk, "n_layer"), msgpack_pack_int(pk, 2);
+    key(pk, "bf16_weights");
+    if (g_bw == 2)
+        msgpack_pack_int(pk, 3);
+    else if (g_bw)
+        msgpack_pack_true(pk);
+    else
+        msgpack_pack_false(pk);
+    key(pk, "device"), key(pk, g_dev);
+}
+
+/* model.bf16_weights and model.device: read, checked, and what they open. */
+static void test_model_device_bf16(void **st)
+{
+    (void)st;
+    rl_model_spec ms;
+    mk_model *m = NULL;
+    char why[512];
+    g_bw = 1, g_dev = "cpu";
+    assert_int_equal(read_model("rollout", NULL, model_opts, &ms, why, sizeof why), 0);
+    assert_int_equal(ms.bf16_weights, 1);
+    assert_int_equal(ms.cuda, 0);
+    assert_int_equal(rl_model_open(&ms, 1, 8, MK_MODEL_INFER | MK_MODEL_BF16_WEIGHTS, &m), 0);
+    assert_int_equal(mk_model_config(m)->n_layer, 2);
+    mk_model_free(m);
+    g_bw = 2;
+    assert_int_equal(read_model("rollout", NULL, model_opts, &ms, why, sizeof why), MANTA_EINVAL);
+    assert_non_null(strstr(why, "model.bf16_weights"));
+    assert_non_null(strstr(why, "expected true or false"));
+    g_bw = 0, g_dev = "tpu";
+    assert_int_equal(read_model("rollout", NULL, model_opts, &ms, why, sizeof why), MANTA_EINVAL);
+    assert_non_null(strstr(why, "'tpu': expected cpu or cuda"));
+    g_dev = "cuda";
+    assert_int_equal(read_model("learner", NULL, model_opts, &ms, why, sizeof why), 0);
+    assert_int_equal(ms.cuda, 1);
+    assert_int_equal(ms.bf16_weights, 0);
+    /* this test program has no libmanta_cuda.so beside it: the reason, unless a
+     * module is installed and a device is visible (then the model opens there) */
+    int rc = rl_model_open(&ms, 1, 8, 0, &m);
+    if (rc == 0) {
+        assert_string_equal(mk_backend_name(mk_model_backend(m)), "cuda");
+        mk_model_free(m);
+    } else {
+        assert_int_equal(rc, MANTA_EINVAL);
+        assert_null(m);
+        assert_non_null(strstr(rl_last_error(), "model.device is cuda, but"));
+    }
+}
+
 /* Floats that do not fit an int64 give the default (the cast would be
  * undefined behaviour; found by the traj fuzzer). */
 static void test_mp_int_floats(void **st)
@@ -673,7 +727,8 @@ int main(void)
         cmocka_unit_test(test_traj_masks_and_codec), cmocka_unit_test(test_traj_decode_fuzz),
         cmocka_unit_test(test_reward_rules),         cmocka_unit_test(test_admit_codec),
         cmocka_unit_test(test_step_codec),           cmocka_unit_test(test_settings_reader),
-        cmocka_unit_test(test_mp_int_floats),        cmocka_unit_test(test_model_section),
+        cmocka_unit_test(test_mp_int_floats),        cmocka_unit_test(test_model_device_bf16),
+        cmocka_unit_test(test_model_section),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
