@@ -45,16 +45,16 @@ typedef struct child {
     char local[192]; /* ipc:// beside a tcp endpoint, for callers on this machine */
     pid_t pid;
     int max_restarts, restarts, incarnation;
-    double gpu;              /* GPUs asked for: a fraction of one, or whole ones */
-    double share;            /* of each device it holds: gpu below 1, else 1 */
-    int ngpu;                /* devices held, indices into node.gpu_ids, from the */
-    int gpus[MN_MAX_GPUS];   /* spawn until the actor is gone for good */
-    char cuda_devices[1024]; /* its CUDA_VISIBLE_DEVICES ("" with no GPU) */
-    bool stopping;           /* asked to stop: do not restart */
-    bool no_restart;         /* killed with restart=0 */
-    bool superseded;         /* its record went to another node's incarnation: leave it alone */
-    manta_req *stop_call;    /* answered when it exits */
-    manta_req *kill_call;    /* answered once the exit is handled */
+    double gpu;                          /* GPUs asked for: a fraction of one, or whole ones */
+    double share;                        /* of each device it holds: gpu below 1, else 1 */
+    int ngpu;                            /* devices held, indices into node.gpu_ids, from the */
+    int gpus[MN_MAX_GPUS];               /* spawn until the actor is gone for good */
+    char cuda_devices[MN_MAX_GPUS * 65]; /* its CUDA_VISIBLE_DEVICES ("" with no GPU) */
+    bool stopping;                       /* asked to stop: do not restart */
+    bool no_restart;                     /* killed with restart=0 */
+    bool superseded;      /* its record went to another node's incarnation: leave it alone */
+    manta_req *stop_call; /* answered when it exits */
+    manta_req *kill_call; /* answered once the exit is handled */
     struct child *next;
 } child;
 
@@ -66,7 +66,7 @@ typedef struct node {
     int next_slot;
     /* The GPUs this agent gives out, as CUDA_VISIBLE_DEVICES names them:
      * its own CUDA_VISIBLE_DEVICES if set, else 0..N-1 (see node_gpus) */
-    char gpu_ids[MN_MAX_GPUS][16];
+    char gpu_ids[MN_MAX_GPUS][64]; /* indices, GPU-<uuid> or MIG-<uuid> names */
     int ngpu_ids;
     bool shutdown;
     manta_req *shutdown_call;
