@@ -427,16 +427,17 @@ static void devices_of(const char *name, char *out, size_t cap)
     manta_future_free(f);
 }
 
-/* GPUs: a node agent started with CUDA_VISIBLE_DEVICES=7,5,9 offers three
+/* GPUs: a node agent started with CUDA_VISIBLE_DEVICES=7,GPU-<uuid>,9 offers three
  * GPUs and gives each actor of a `gpu: 1` group its own, by those names, in
  * CUDA_VISIBLE_DEVICES, and the two of a `gpu: 0.5` group one device to
  * share; an actor without GPUs gets "" (sees none); a restarted actor
  * keeps its device; a stopped one frees it; an agent asked for more than
  * it has free refuses, saying how much is. The local node offers none
  * (MANTA_NODE_GPU=0 in main). */
+#define UUID "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"
 static void test_gpus(void **st)
 {
-    pid_t g1 = start_node_env("g1", "CUDA_VISIBLE_DEVICES=7,5,9");
+    pid_t g1 = start_node_env("g1", "CUDA_VISIBLE_DEVICES=7," UUID ",9");
     assert_true(g1 > 0);
     const char *y = "job: job-gpus\n"
                     "groups:\n"
@@ -456,7 +457,7 @@ static void test_gpus(void **st)
             MANTA_ESPAWN)
             manta_poll(ctx, 100);
     check(rc, "start with a GPU node");
-    char g0[64], gone[64], h0[64], h1[64], dc[64], d[64], node[64];
+    char g0[128], gone[128], h0[128], h1[128], dc[128], d[128], node[64];
     int up;
     devices_of("g-0", g0, sizeof g0);
     devices_of("g-1", gone, sizeof gone);
@@ -466,7 +467,7 @@ static void test_gpus(void **st)
     actor_node("g-0", node, sizeof node, &up);
     assert_string_equal(node, "g1");
     /* each one device by the agent's names: g's two their own, h's two one to share */
-    const char *names[] = {"7", "5", "9"};
+    const char *names[] = {"7", UUID, "9"};
     int seen[3] = {0};
     const char *got[] = {g0, gone, h0};
     for (int i = 0; i < 3; i++)
