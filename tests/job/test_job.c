@@ -14,6 +14,7 @@
  */
 #include <manta.h>
 #include <manta_job.h>
+#include <manta_schema.h>
 #include <manta_spec.h>
 
 #include <arpa/inet.h>
@@ -386,8 +387,19 @@ static void test_failover(void **st)
     assert_non_null(s);
     manta_job_t *job = NULL;
     manta_job_options o = {.node_timeout_ms = 10000};
+    /* Both nodes first: `big` fits on either, and a start with n2 alone
+     * (n3 a moment later: CI saw it) would leave no node to fail over to. */
+    size_t nodes = 0;
+    for (int t = 0; t < 100 && nodes < 3; t++) {
+        manta_reg_node_list nl;
+        if (manta_reg_node_list_read(ctx, &nl) == 0) {
+            nodes = nl.n;
+            manta_reg_node_list_free(&nl);
+        }
+        if (nodes < 3) manta_poll(ctx, 100);
+    }
+    assert_int_equal(nodes, 3);
     int rc = MANTA_ESPAWN;
-    /* until both nodes have registered, there is no room for `big` */
     for (int t = 0; t < 100 && rc == MANTA_ESPAWN; t++)
         if ((rc = manta_job_start(ctx, s, &o, &job)) == MANTA_ESPAWN) manta_poll(ctx, 100);
     check(rc, "start on three nodes");
