@@ -434,7 +434,7 @@ static void devices_of(const char *name, char *out, size_t cap)
     size_t n;
     check(manta_get(f, 10000, &d, &n), name);
     assert_true(n < cap);
-    memcpy(out, d, n);
+    if (n) memcpy(out, d, n); /* an empty reply has no bytes (d may be NULL) */
     out[n] = 0;
     manta_future_free(f);
 }
