@@ -339,6 +339,33 @@ static void to_bf16(uint16_t *dst, const float *src, int IC, int OC, int transpo
     LAUNCHED();
 }
 
+__global__ static void round_bf16_k(uint16_t *dst, const float *src, size_t n)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = f32_to_bf16(src[i]);
+}
+
+/* bfloat16 products (MK_MODEL_BF16_PRODUCTS): the activations rounded into scratch [R, IC], then
+ * one cuBLAS GEMM of bfloat16 operands with float sums and output (tensor cores), the bias
+ * written first and added by beta = 1 */
+static void mm_fwd_bf16a(float *out, const float *inp, const uint16_t *w, const float *bias, int R,
+                         int IC, int OC, void *scratch)
+{
+    uint16_t *xb = (uint16_t *)scratch;
+    round_bf16_k<<<blocks((size_t)R * IC, 256), 256>>>(xb, inp, (size_t)R * IC);
+    LAUNCHED();
+    float one = 1.0f, beta = 0.0f;
+    if (bias) {
+        bias_rows_k<<<blocks((size_t)R * OC, 256), 256>>>(out, bias, R, OC);
+        LAUNCHED();
+        beta = 1.0f;
+    }
+    /* row-major out[R,OC] = xb[R,IC] w[IC,OC] is column-major out^T = w^T xb^T */
+    CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, OC, R, IC, &one, w, CUDA_R_16BF, OC,
+                              xb, CUDA_R_16BF, IC, &beta, out, CUDA_R_32F, OC, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+}
+
 static void head_fwd(float *logits, const float *inp, const float *wte, int R, int C, int V)
 {
     gemm_rm(false, true, R, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);
@@ -882,11 +909,12 @@ static void scale(float *x, float s, size_t n)
 
 /* in the order of struct mk__backend (mk_internal.h) */
 static const mk_backend cuda_backend = {
-    "cuda",    cu_alloc,    cu_release, cu_upload, cu_download, cu_copy,    cu_zero,
-    embed_fwd, embed_bwd,   ln_fwd,     ln_bwd,    rms_fwd,     rms_bwd,    mm_fwd,
-    mm_bwd,    mm_fwd_bf16, to_bf16,    head_fwd,  head_bwd,    qk_fwd,     qk_bwd,
-    attn_fwd,  attn_bwd,    gelu_fwd,   gelu_bwd,  swiglu_fwd,  swiglu_bwd, add,
-    kv_store,  attn_decode, row_stats,  row_grad,  adamw,       sumsq,      scale,
+    "cuda",    cu_alloc,   cu_release, cu_upload,   cu_download, cu_copy,
+    cu_zero,   embed_fwd,  embed_bwd,  ln_fwd,      ln_bwd,      rms_fwd,
+    rms_bwd,   mm_fwd,     mm_bwd,     mm_fwd_bf16, to_bf16,     head_fwd,
+    head_bwd,  qk_fwd,     qk_bwd,     attn_fwd,    attn_bwd,    gelu_fwd,
+    gelu_bwd,  swiglu_fwd, swiglu_bwd, add,         kv_store,    attn_decode,
+    row_stats, row_grad,   adamw,      sumsq,       scale,       mm_fwd_bf16a,
 };
 
 /* Not thread-safe on its first call (it creates the cuBLAS handle): call it
