@@ -40,7 +40,7 @@
  *
  * Step counts (--quick in brackets): training 8 [2] after 2 [1] warm-up steps; decoding
  * 64 [8], 16 [2] and 32 [4] steps; RL 2 [1] cycles of 128 [16] generated tokens after a
- * short warm-up cycle.  A loop stops early once it has run 20 s [5 s] (at least one timed
+ * short warm-up cycle.  A loop stops early once it has run 15 s [5 s] (at least one timed
  * step or cycle); "steps" says how many were timed and PyTorch runs the same number.
  *
  * Exit status: 0, 2 for a bad command line, 77 when no CUDA device can be used (nothing is
@@ -125,7 +125,7 @@ typedef struct plan {
     double cap_s; /* a timed loop stops after this long (with at least one step timed) */
 } plan;
 
-static const plan full_plan = {2, 8, 1024, 8, 16, 64, 256, 64, 16, 32, 64, 32, 128, 8, 2, 20.0};
+static const plan full_plan = {2, 8, 1024, 8, 16, 64, 256, 64, 16, 32, 64, 32, 128, 8, 2, 15.0};
 static const plan quick_plan = {1, 8, 1024, 2, 16, 64, 256, 8, 2, 4, 64, 32, 16, 8, 1, 5.0};
 static const plan tiny_plan = {1, 2, 32, 2, 4, 4, 8, 3, 3, 3, 4, 4, 4, 2, 1, 5.0};
 
