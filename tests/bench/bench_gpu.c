@@ -326,7 +326,7 @@ static void bench_rl(mk_model *m, const plan *p, int *t, double out[3], int *cyc
     mk_decoder *d;
     CHECK(mk_decoder_new_ctx(&d, m, P, W + 1));
     double gs = 0, ts = 0, ng = 0, nt = 0;
-    /* warm-up: a short cycle (its micro-batches have another T: the first use of that shape) */
+    /* warm-up: a short cycle (the first use of this decoder and of the PPO loss) */
     rl_cycle(m, d, &b, p, b.G < 4 ? b.G : 4, t, 1, &gs, &ts, &ng, &nt);
     gs = ts = ng = nt = 0;
     double t0 = now();
@@ -437,8 +437,8 @@ static void bench_model(const bmodel *bm, plan p)
     double t0 = now();
     CHECK(mk_model_new(&m, &bm->cfg, max_b, max_t, be));
     mk_model_init(m, 1);
-    fprintf(stderr, "bench_gpu: %s: %zu parameters on %s (created in %.1f s)\n", bm->name,
-            mk_model_num_params(m), mk_backend_name(be), now() - t0);
+    fprintf(stderr, "bench_gpu: %s: %zu parameters on %s (created and initialised in %.1f s)\n",
+            bm->name, mk_model_num_params(m), mk_backend_name(be), now() - t0);
     v[F_TRAIN] = bench_train(m, &p, &t, &steps[F_TRAIN]);
     fprintf(stderr, "bench_gpu: %s: train %dx%d: %.0f tokens/s (%d steps)\n", bm->name, p.B, p.T,
             v[F_TRAIN], steps[F_TRAIN]);
