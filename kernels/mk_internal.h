@@ -97,7 +97,9 @@ struct mk__backend {
                    const float *wq, const float *wk, const float *rstd, const float *cosb,
                    const float *sinb, const int *pos, int R, int NH, int NKV, int hd);
     /* causal attention: qkv [B,T,W], out [B,T,NH hd], att [B,NH,T,T] softmax probabilities
-     * (row t uses 0..t) */
+     * (row t uses 0..t).  att is what attn_bwd reads back and nothing else does: the CUDA
+     * back-end (fused, cuda_attn.cu) keeps only each row's log-sum-exp there, [B,NH,T] in
+     * its first B NH T floats, and datt's first B NH T floats are its scratch. */
     void (*attn_fwd)(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV,
                      int hd);
     /* dqkv [B,T,W] (overwrites; key/value heads sum over their group of query heads); datt
