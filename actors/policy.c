@@ -338,6 +338,16 @@ void rl_model_read(rl_args *a, rl_model_spec *ms)
         ms->bf16_weights = bw->via.boolean;
     else if (bw && !a->rc)
         rl_arg_error(a, "model", "bf16_weights", "expected true or false");
+    const msgpack_object *bp = rl_arg_get(a, "model", "bf16_products");
+    if (bp && bp->type == MSGPACK_OBJECT_BOOLEAN)
+        ms->bf16_products = bp->via.boolean;
+    else if (bp && !a->rc)
+        rl_arg_error(a, "model", "bf16_products", "expected true or false");
+    if (ms->bf16_products && bw && !ms->bf16_weights && !a->rc)
+        rl_arg_error(a, "model", "bf16_products",
+                     "multiplies the bfloat16 weight copies: it needs bf16_weights, which is "
+                     "set false");
+    if (ms->bf16_products) ms->bf16_weights = 1;
     if (a->rc) return;
     int block = ms->cfg.block_size;
     ms->context =

@@ -63,6 +63,15 @@ static const manta_spec_key model_keys[] = {
      "differ from the learner's float recomputation by the weights' rounding, which the "
      "importance ratios absorb",
      NULL, NULL, 0},
+    {"bf16_products", B, 0, 0, "false",
+     "rollouts' products also round their activations to bfloat16 and sum the bfloat16 "
+     "products in float (the kernels' MK_MODEL_BF16_PRODUCTS, as PyTorch's bfloat16 models "
+     "and tensor cores do; implies bf16_weights): on a CPU with AMX (Intel Sapphire Rapids "
+     "on) the products run on its tile unit, about 2x the tokens/s of bf16_weights at 16 "
+     "slots; without AMX slower than bf16_weights (the same numerics in float); on cuda, "
+     "cuBLAS bfloat16 GEMMs.  Behaviour log-probs move a little further from the learner's "
+     "float recomputation",
+     NULL, NULL, 0},
     {"n_layer", I, 1, 1024, "2",
      "fresh GPT-2 (vocabulary 260, or the tokenizer's size): transformer layers", NULL, NULL, 0},
     {"n_head", I, 1, 1024, "4", "fresh GPT-2: attention heads (n_embd must be a multiple)", NULL,

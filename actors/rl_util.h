@@ -155,6 +155,7 @@ typedef struct rl_model_spec {
     int tools_in_system;   /* task.tools_in_system: the template lists the tools (default 1) */
     int cuda;              /* model.device: 0 cpu, 1 cuda (the back-end rl_model_open uses) */
     int bf16_weights;      /* model.bf16_weights: rollouts decode with bfloat16 copies */
+    int bf16_products;     /* model.bf16_products: ... and round activations too */
 } rl_model_spec;
 
 /* Read section "model" into *ms (errors go to a like any setting's). A path

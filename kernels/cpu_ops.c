@@ -854,7 +854,8 @@ MK_AMX static void amx_strip(float *out, const uint16_t *xb, const uint16_t *ws,
         const uint16_t *x = xb + (size_t)r0 * KP;
         for (int k = 0; k < KP; k += 32) {
             const uint16_t *b = ws + (size_t)k * 64; /* row pair k / 2 */
-            _mm_prefetch((const char *)(b + SKINNY_PF_ROWS * 64), _MM_HINT_T0);
+            for (int q = 0; q < 64; q++)             /* the step after next: 4 KiB, a line each */
+                _mm_prefetch((const char *)(b + 2 * 2048 + 32 * q), _MM_HINT_T0);
             _tile_loadd(4, x + k, KP * (int)sizeof(uint16_t));
             _tile_loadd(5, b, 256);
             _tile_loadd(6, b + 32, 256);

@@ -647,23 +647,28 @@ static void test_model_section(void **st)
     rm_folder(good), rm_folder(small), rmdir(empty);
 }
 
-static int g_bw;          /* model.bf16_weights: 0 false, 1 true, 2 the integer 3 */
+static int g_bw;          /* model.bf16_weights: 0 false, 1 true, 2 the integer 3, 3 absent */
+static int g_bp;          /* model.bf16_products: 0 absent, 1 true */
 static const char *g_dev; /* model.device */
-static void model_opts(msgpack_packer *pk) /* model: {n_layer: 2, bf16_weights, device} */
+/* model: {n_layer: 2, bf16_weights, bf16_products, device} */
+static void model_opts(msgpack_packer *pk)
 {
-    msgpack_pack_map(pk, 1), key(pk, "model"), msgpack_pack_map(pk, 3);
+    msgpack_pack_map(pk, 1), key(pk, "model");
+    msgpack_pack_map(pk, 2 + (g_bw != 3) + (g_bp != 0));
     key(pk, "n_layer"), msgpack_pack_int(pk, 2);
-    key(pk, "bf16_weights");
+    if (g_bw != 3) key(pk, "bf16_weights");
     if (g_bw == 2)
         msgpack_pack_int(pk, 3);
-    else if (g_bw)
+    else if (g_bw == 1)
         msgpack_pack_true(pk);
-    else
+    else if (g_bw == 0)
         msgpack_pack_false(pk);
+    if (g_bp) key(pk, "bf16_products"), msgpack_pack_true(pk);
     key(pk, "device"), key(pk, g_dev);
 }
 
-/* model.bf16_weights and model.device: read, checked, and what they open. */
+/* model.bf16_weights, model.bf16_products and model.device: read, checked, and what they
+ * open. */
 static void test_model_device_bf16(void **st)
 {
     (void)st;
@@ -677,7 +682,21 @@ static void test_model_device_bf16(void **st)
     assert_int_equal(rl_model_open(&ms, 1, 8, MK_MODEL_INFER | MK_MODEL_BF16_WEIGHTS, &m), 0);
     assert_int_equal(mk_model_config(m)->n_layer, 2);
     mk_model_free(m);
-    g_bw = 2;
+    /* bf16_products implies bf16_weights, and contradicts it set false */
+    g_bw = 3, g_bp = 1;
+    assert_int_equal(read_model("rollout", NULL, model_opts, &ms, why, sizeof why), 0);
+    assert_int_equal(ms.bf16_weights, 1);
+    assert_int_equal(ms.bf16_products, 1);
+    assert_int_equal(rl_model_open(&ms, 1, 8,
+                                   MK_MODEL_INFER | MK_MODEL_BF16_WEIGHTS | MK_MODEL_BF16_PRODUCTS,
+                                   &m),
+                     0);
+    mk_model_free(m);
+    g_bw = 0;
+    assert_int_equal(read_model("rollout", NULL, model_opts, &ms, why, sizeof why), MANTA_EINVAL);
+    assert_non_null(strstr(why, "model.bf16_products"));
+    assert_non_null(strstr(why, "needs bf16_weights"));
+    g_bp = 0, g_bw = 2;
     assert_int_equal(read_model("rollout", NULL, model_opts, &ms, why, sizeof why), MANTA_EINVAL);
     assert_non_null(strstr(why, "model.bf16_weights"));
     assert_non_null(strstr(why, "expected true or false"));
