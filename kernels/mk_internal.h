@@ -133,6 +133,17 @@ struct mk__backend {
 
 extern const mk_backend mk__cpu_backend;
 
+/* Sampling in two steps (sample.c): mk_sample(..., rng, ...) is
+ * mk__sample_u(..., mk__sample_draw(rng, temperature), ...).  The draw takes one uniform
+ * from the generator, or none (0, the generator untouched) when greedy (temperature <= 0);
+ * the choice is a function of the logits and u alone (scratch: MK_SAMPLE_SCRATCH(V)). */
+static inline float mk__sample_draw(mk_rng *rng, float temperature)
+{
+    return temperature <= 0.0f ? 0.0f : mk_rng_uniform(rng);
+}
+int mk__sample_u(const float *logits, int V, float temperature, float top_p, float u, void *scratch,
+                 float *logp_sample, float *logp_policy);
+
 /* Makes sure OpenBLAS runs kernels this CPU supports at full width (see
  * cpu_ops.c); idempotent and thread-safe. */
 void mk__blas_init(void);
