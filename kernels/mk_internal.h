@@ -129,9 +129,24 @@ struct mk__backend {
                   float b2, float eps, float wd, int t);
     double (*sumsq)(const float *x, size_t n);
     void (*scale)(float *x, float s, size_t n);
+
+    /* Optional (NULL: the decoder downloads the logits and samples on the host).  Sampling
+     * of R rows in the back-end: row r of logits [R,V] with temperature[r], top_p[r] and the
+     * uniform u[r] (drawn on the host by mk__sample_draw; unused when greedy) gives tok[r],
+     * logp_sample[r], logp_policy[r] as mk__sample_u does (sample.c, the reference).  All
+     * arrays in back-end memory; work [R,V] is scratch (the tempered probabilities).  Agrees
+     * with the reference up to the order of double sums (cuda_sample.cu states how far). */
+    void (*sample_rows)(int *tok, float *logp_sample, float *logp_policy, float *work,
+                        const float *logits, const float *temperature, const float *top_p,
+                        const float *u, int R, int V);
 };
 
 extern const mk_backend mk__cpu_backend;
+
+/* The CUDA back-end's sample_rows (cuda_sample.cu). */
+void mk__cuda_sample_rows(int *tok, float *logp_sample, float *logp_policy, float *work,
+                          const float *logits, const float *temperature, const float *top_p,
+                          const float *u, int R, int V);
 
 /* Sampling in two steps (sample.c): mk_sample(..., rng, ...) is
  * mk__sample_u(..., mk__sample_draw(rng, temperature), ...).  The draw takes one uniform

@@ -12,8 +12,8 @@
  *
  * mk_sample is two steps: the draw (mk__sample_draw: one uniform from the slot's
  * generator, none when greedy) and the choice from the logits given that
- * uniform (mk__sample_u), so that a sampler elsewhere can be handed the
- * same draws and held to the same choice.
+ * uniform (mk__sample_u).  The choice is the reference for a back-end's
+ * sample_rows (cuda_sample.cu), which the decoder hands the same host draws.
  */
 #include <math.h>
 #include <stdlib.h>
