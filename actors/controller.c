@@ -1303,6 +1303,7 @@ static int call_all(ctl_state *s, const char *method, const char *path, int time
     const char *arg = learner_path(s, path, abs);
     int rc = learners_alive(s);
     if (rc) return rc;
+    if (s->S < 1) return rl_fail(MANTA_EINVAL, "%s: no learner shards", method);
     manta_future **f = calloc((size_t)s->S, sizeof *f);
     if (!f) return rl_fail(MANTA_ENOMEM, "%s: out of memory", method);
     for (int i = 0; i < s->S; i++)

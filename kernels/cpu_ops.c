@@ -540,33 +540,40 @@ typedef float v16u __attribute__((vector_size(64), aligned(4), may_alias));
 #define MK_AVX2    __attribute__((target("avx2,fma"), optimize("fp-contract=fast")))
 #endif
 
-/* A row of a 64-column strip, as 4 vectors of 16 floats (columns 0-15, 16-31, 32-47, 48-63):
- * float weights as they are; bfloat16 ones widened exactly (a bfloat16 is the top half of a
- * float). The packed bfloat16 row (to_bf16) holds each 32 columns as 16 32-bit words, word i
- * being column i in its low half and column 16 + i in its high half, so that one load of 64
- * bytes gives 32 floats by a shift (the low halves) and a mask (the high ones): two operations
- * for 32 weights, where widening 16 at a time (vpmovzxwd + vpslld) takes four.  A macro, as a
- * function returning vectors would depend on the caller's target for its ABI. */
+/* A row of a 64-column strip, as 4 vectors of 16 floats (columns 0-15, 16-31, 32-47, 48-63).
+ * Float weights as they are.  The packed bfloat16 strip (to_bf16) holds its rows in pairs
+ * (k, k + 1), each pair as 64 32-bit words, word j being column j of row k in its low half and
+ * of row k + 1 in its high half; a bfloat16 is the top half of a float, so one 64-byte load gives
+ * row k's 16 floats by a shift and row k + 1's by a mask, exactly.  The same pairs are what the
+ * AMX tile product reads (see amx_strip).  A macro, as a function returning vectors would depend
+ * on the caller's target for its ABI; hi selects row k + 1 of the pair at p. */
 typedef uint32_t v16i __attribute__((vector_size(64)));
 typedef uint32_t v16iu __attribute__((vector_size(64), aligned(2), may_alias));
-#define wload4(w, i, b16, w0, w1, w2, w3)                                                          \
+#define wload_pair(p, hi, w0, w1, w2, w3)                                                          \
     do {                                                                                           \
-        if (b16) {                                                                                 \
-            const uint16_t *p_ = (const uint16_t *)(w) + (i);                                      \
-            v16i d0_ = *(const v16iu *)p_, d1_ = *(const v16iu *)(p_ + 32);                        \
-            const v16i hi_ = (v16i){0} + 0xffff0000u;                                              \
-            w0 = (v16)(d0_ << 16), w1 = (v16)(d0_ & hi_);                                          \
-            w2 = (v16)(d1_ << 16), w3 = (v16)(d1_ & hi_);                                          \
+        const v16iu *q_ = (const v16iu *)(p);                                                      \
+        if (hi) {                                                                                  \
+            const v16i m_ = (v16i){0} + 0xffff0000u;                                               \
+            w0 = (v16)(q_[0] & m_), w1 = (v16)(q_[1] & m_);                                        \
+            w2 = (v16)(q_[2] & m_), w3 = (v16)(q_[3] & m_);                                        \
         } else {                                                                                   \
-            const float *p_ = (const float *)(w) + (i);                                            \
-            w0 = load16(p_), w1 = load16(p_ + 16), w2 = load16(p_ + 32), w3 = load16(p_ + 48);     \
+            w0 = (v16)(q_[0] << 16), w1 = (v16)(q_[1] << 16);                                      \
+            w2 = (v16)(q_[2] << 16), w3 = (v16)(q_[3] << 16);                                      \
         }                                                                                          \
     } while (0)
 
+/* Rows of a packed bfloat16 weight's strips: IC rounded up to whole AMX tiles (32 rows), the
+ * pad zero. */
+static inline int b16_rows(int IC)
+{
+    return (IC + 31) / 32 * 32;
+}
+
 /* out[r0:r0+nr, c0:c0+64] (+)= inp[r0:r0+nr, k0:k1] w[k0:k1, c0:c0+64] with wb the rows k0..k1
- * of the strip (ldw elements apart; float, or bfloat16 when b16), nr <= 6: nr x 4 accumulators
- * of 16 floats.  The first k-block starts from the bias, later ones from what the previous
- * block stored (float in, float out: the sum is the same as one pass). */
+ * of the strip: float rows ldw elements apart, or (b16) bfloat16 row pairs from the pair of
+ * row k0 (k0 even); nr <= 6: nr x 4 accumulators of 16 floats.  The first k-block starts from
+ * the bias, later ones from what the previous block stored (float in, float out: the sum is the
+ * same as one pass).  Rows are summed in order of k whatever the layout. */
 MK_INLINE void skinny_tile(float *out, const float *inp, const void *wb, int ldw, int b16,
                            const float *bias, int IC, int OC, int c0, int r0, int nr, int k0,
                            int k1)
@@ -578,10 +585,26 @@ MK_INLINE void skinny_tile(float *out, const float *inp, const void *wb, int ldw
             acc[r][j] = k0 ? (v16)load16(o) : (bias ? (v16)load16(bias + c0 + 16 * j) : (v16){0});
         }
     for (int k = k0; k < k1; k++) {
-        size_t wk = (size_t)(k - k0) * ldw;
-        if (b16) __builtin_prefetch((const uint16_t *)wb + wk + SKINNY_PF_ROWS * 64);
         v16 w0, w1, w2, w3;
-        wload4(wb, wk, b16, w0, w1, w2, w3);
+        if (b16) {
+            /* the pair's 256 bytes: row k, then (reloaded from L1) row k + 1 */
+            const uint16_t *p = (const uint16_t *)wb + (size_t)(k - k0) * 64;
+            __builtin_prefetch(p + SKINNY_PF_ROWS * 64);
+            __builtin_prefetch(p + SKINNY_PF_ROWS * 64 + 64);
+            wload_pair(p, 0, w0, w1, w2, w3);
+            for (int r = 0; r < nr; r++) {
+                float a = inp[(size_t)(r0 + r) * IC + k];
+                acc[r][0] += a * w0;
+                acc[r][1] += a * w1;
+                acc[r][2] += a * w2;
+                acc[r][3] += a * w3;
+            }
+            if (++k == k1) break;
+            wload_pair(p, 1, w0, w1, w2, w3);
+        } else {
+            const float *p = (const float *)wb + (size_t)(k - k0) * ldw;
+            w0 = load16(p), w1 = load16(p + 16), w2 = load16(p + 32), w3 = load16(p + 48);
+        }
         for (int r = 0; r < nr; r++) {
             float a = inp[(size_t)(r0 + r) * IC + k];
             acc[r][0] += a * w0;
@@ -598,28 +621,37 @@ MK_INLINE void skinny_tile(float *out, const float *inp, const void *wb, int ldw
  * (24 accumulators) while they last, then a 4-, 2- and 1-row tile.  With more than one row tile
  * the k-block is first copied to a contiguous float buffer (widened from bfloat16 once, for all
  * the tiles); a single tile reads w in place, bfloat16 widened in registers.  Float weights are
- * w [IC, OC] as they are; bfloat16 ones are packed strip by strip (to_bf16): the strip's rows
- * lie one after the other, 64 values each, so that it streams through memory in order. */
+ * w [IC, OC] as they are; bfloat16 ones are packed strip by strip (to_bf16): the strip's row
+ * pairs lie one after the other, so that it streams through memory in order. */
 MK_INLINE void skinny_strip_any(float *out, const float *inp, const void *w, int b16,
                                 const float *bias, int R, int IC, int OC, int c0)
 {
     float wp[SKINNY_KB * 64] __attribute__((aligned(64)));
-    size_t es = b16 ? sizeof(uint16_t) : sizeof(float), ld = b16 ? 64 : (size_t)OC;
-    const char *base = (const char *)w + (b16 ? (size_t)c0 * IC : (size_t)c0) * es;
+    /* a block of rows k0.. starts k0 * 64 values into a bfloat16 strip (k0 even) */
+    const void *base = b16 ? (const void *)((const uint16_t *)w + (size_t)c0 * b16_rows(IC))
+                           : (const void *)((const float *)w + c0);
     for (int k0 = 0; k0 < IC; k0 += SKINNY_KB) {
         int k1 = k0 + SKINNY_KB < IC ? k0 + SKINNY_KB : IC;
+        const void *wb = b16 ? (const void *)((const uint16_t *)base + (size_t)k0 * 64)
+                             : (const void *)((const float *)base + (size_t)k0 * OC);
+        int ldw = OC;
         if (R > 6) {
             for (int k = k0; k < k1; k++) {
-                size_t src = (size_t)k * ld;
                 float *dst = wp + (size_t)(k - k0) * 64;
                 v16 w0, w1, w2, w3;
-                wload4(base, src, b16, w0, w1, w2, w3);
+                if (b16) {
+                    wload_pair((const uint16_t *)wb + (size_t)((k - k0) & ~1) * 64, (k - k0) & 1,
+                               w0, w1, w2, w3);
+                } else {
+                    const float *p = (const float *)wb + (size_t)(k - k0) * OC;
+                    w0 = load16(p), w1 = load16(p + 16), w2 = load16(p + 32), w3 = load16(p + 48);
+                }
                 store16(dst, w0), store16(dst + 16, w1), store16(dst + 32, w2),
                     store16(dst + 48, w3);
             }
+            wb = wp;
+            ldw = 64;
         }
-        const void *wb = R > 6 ? (const void *)wp : (const void *)(base + (size_t)k0 * ld * es);
-        int ldw = R > 6 ? 64 : (int)ld;
         int r0 = 0;
         if (R > 6) {
             for (; r0 + 6 <= R; r0 += 6)
@@ -703,7 +735,7 @@ static void skinny_mm(float *out, const float *inp, const void *w, int b16, cons
             return;
         }
         /* packed after the strips: [IC, OC - done] */
-        const uint16_t *wh = (const uint16_t *)w + (size_t)done * IC;
+        const uint16_t *wh = (const uint16_t *)w + (size_t)done * b16_rows(IC);
         int tail = OC - done;
         for (int r = 0; r < R; r++) {
             float *o = out + (size_t)r * OC + done;
@@ -723,39 +755,191 @@ static void mm_fwd_bf16(float *out, const float *inp, const uint16_t *w, const f
     skinny_mm(out, inp, w, 1, bias, R, IC, OC);
 }
 
-/* Where column j (0..63) of a strip's row lies in the packed row: each 32 columns as 16 words
- * of (column i, column 16 + i) (see wload4). */
-static inline int strip_pos(int j)
-{
-    int h = j & 31;
-    return (j & 32) + (h < 16 ? 2 * h : 2 * (h - 16) + 1);
-}
-
-/* The packed bfloat16 layout of a weight [IC, OC] (what skinny_strip_any reads): for each
- * 64-column strip, its IC rows of 64 values one after the other (each row in wload4's order),
- * then the columns beyond the last strip as [IC, OC % 64] as they are.  src is [IC, OC] or,
- * transposed, [OC, IC] (the head's [V, C]). Rounded to nearest even; strips in parallel over the
- * team. */
+/* The packed bfloat16 layout of a weight [IC, OC] (what skinny_strip_any and amx_strip read):
+ * for each 64-column strip, b16_rows(IC) rows (the pad zero) in pairs of 64 32-bit words (see
+ * wload_pair), one pair after the other; then the columns beyond the last strip as
+ * [IC, OC % 64] as they are.  src is [IC, OC] or, transposed, [OC, IC] (the head's [V, C]).
+ * Rounded to nearest even; strips in parallel over the team. */
 static void to_bf16(uint16_t *dst, const float *src, int IC, int OC, int transposed)
 {
-    int strips = OC / 64, tail = OC - strips * 64;
+    int strips = OC / 64, tail = OC - strips * 64, KP = b16_rows(IC);
 #pragma omp parallel for num_threads(n_threads) schedule(dynamic, 4) if ((size_t)IC * OC > PAR_MIN)
     for (int s = 0; s <= strips; s++) {
-        int c0 = s * 64, w = s < strips ? 64 : tail;
-        uint16_t *d = dst + (size_t)c0 * IC;
-        if (transposed) /* a source row is one output column: read it in order */
-            for (int j = 0; j < w; j++) {
-                const float *col = src + (size_t)(c0 + j) * IC;
-                int pj = w == 64 ? strip_pos(j) : j;
-                for (int k = 0; k < IC; k++) d[(size_t)k * w + pj] = mk_f32_to_bf16(col[k]);
-            }
-        else
-            for (int k = 0; k < IC; k++) {
-                const float *row = src + (size_t)k * OC + c0;
-                for (int j = 0; j < w; j++)
-                    d[(size_t)k * w + (w == 64 ? strip_pos(j) : j)] = mk_f32_to_bf16(row[j]);
-            }
+        int c0 = s * 64;
+        if (s < strips) {
+            uint16_t *d = dst + (size_t)c0 * KP;
+            /* the pad: row IC's half of the last pair when IC is odd, then whole pairs */
+            int full = (IC + 1) / 2;
+            if (IC & 1)
+                for (int j = 0; j < 64; j++) d[(size_t)(IC >> 1) * 128 + 2 * j + 1] = 0;
+            memset(d + (size_t)full * 128, 0, sizeof(uint16_t) * (size_t)(KP / 2 - full) * 128);
+            if (transposed) /* a source row is one output column: read it in order */
+                for (int j = 0; j < 64; j++) {
+                    const float *col = src + (size_t)(c0 + j) * IC;
+                    for (int k = 0; k < IC; k++)
+                        d[(size_t)(k >> 1) * 128 + 2 * j + (k & 1)] = mk_f32_to_bf16(col[k]);
+                }
+            else
+                for (int k = 0; k < IC; k++) {
+                    const float *row = src + (size_t)k * OC + c0;
+                    uint16_t *dk = d + (size_t)(k >> 1) * 128 + (k & 1);
+                    for (int j = 0; j < 64; j++) dk[2 * j] = mk_f32_to_bf16(row[j]);
+                }
+        } else if (tail) {
+            uint16_t *d = dst + (size_t)c0 * KP;
+            for (int k = 0; k < IC; k++)
+                for (int j = 0; j < tail; j++)
+                    d[(size_t)k * tail + j] = mk_f32_to_bf16(
+                        transposed ? src[(size_t)(c0 + j) * IC + k] : src[(size_t)k * OC + c0 + j]);
+        }
     }
+}
+
+/* ---- bfloat16 products (MK_MODEL_BF16_PRODUCTS) ------------------------- */
+
+/* The activations rounded to bfloat16 are xb [R16, KP] (R16: R rounded up to 16 rows, KP =
+ * b16_rows(IC); the pad zero), made once per product in the caller's scratch.  With AMX (Intel's
+ * tile unit: Sapphire Rapids on) a strip is 16-row tiles: four accumulators of 16 x 16 floats,
+ * one tile of 16 rows x 32 activations, and the weights' 16 row pairs x 16 columns as they lie in
+ * the strip (a tile row 64 bytes, 256 apart); each tile product adds 32 products in float per
+ * element, 16 K multiply-adds an instruction.  Without AMX, the product is the float one of the
+ * rounded activations (skinny_mm on their float values): the same products, summed in another
+ * order inside each 32 rows. */
+static int have_amx, amx_ok;
+
+#ifdef MK_VEC_X86
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define MK_AMX __attribute__((target("amx-tile,amx-bf16,avx512f")))
+
+struct amx_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+/* AMX when the CPU has it, the kernel enables its state (XCR0 bits 17 and 18) and grants this
+ * process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, Linux 5.16 on); MANTA_NO_AMX=1 says
+ * no. */
+static int amx_usable(void)
+{
+    const char *no = getenv("MANTA_NO_AMX");
+    if (no && *no && strcmp(no, "0")) return 0;
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    if (!(d & (1u << 22)) || !(d & (1u << 24))) return 0;               /* AMX-BF16, AMX-TILE */
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0; /* OSXSAVE */
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return 0;
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+}
+
+/* out[R, c0:c0+64] = xb ws + bias for the strip ws (rows r0.. of 16-row groups) */
+MK_AMX static void amx_strip(float *out, const uint16_t *xb, const uint16_t *ws, const float *bias,
+                             int R, int KP, int OC, int c0)
+{
+    struct amx_config cfg = {.palette = 1};
+    for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+    _tile_loadconfig(&cfg);
+    float acc[16 * 64] __attribute__((aligned(64)));
+    for (int r0 = 0; r0 < R; r0 += 16) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        const uint16_t *x = xb + (size_t)r0 * KP;
+        for (int k = 0; k < KP; k += 32) {
+            const uint16_t *b = ws + (size_t)k * 64; /* row pair k / 2 */
+            _mm_prefetch((const char *)(b + SKINNY_PF_ROWS * 64), _MM_HINT_T0);
+            _tile_loadd(4, x + k, KP * (int)sizeof(uint16_t));
+            _tile_loadd(5, b, 256);
+            _tile_loadd(6, b + 32, 256);
+            _tile_dpbf16ps(0, 4, 5);
+            _tile_loadd(7, b + 64, 256);
+            _tile_dpbf16ps(1, 4, 6);
+            _tile_loadd(5, b + 96, 256);
+            _tile_dpbf16ps(2, 4, 7);
+            _tile_dpbf16ps(3, 4, 5);
+        }
+        _tile_stored(0, acc, 256);
+        _tile_stored(1, acc + 16, 256);
+        _tile_stored(2, acc + 32, 256);
+        _tile_stored(3, acc + 48, 256);
+        int nr = R - r0 < 16 ? R - r0 : 16;
+        for (int r = 0; r < nr; r++) {
+            float *o = out + (size_t)(r0 + r) * OC + c0;
+            for (int j = 0; j < 64; j++) o[j] = acc[r * 64 + j] + (bias ? bias[c0 + j] : 0.0f);
+        }
+    }
+    _tile_release();
+}
+#endif
+
+/* xb [R16, KP] from inp [R, IC]: each activation rounded to bfloat16 as mk_f32_to_bf16, the pad
+ * zero */
+static void round_rows(uint16_t *xb, const float *inp, int R, int IC)
+{
+    int KP = b16_rows(IC), R16 = (R + 15) / 16 * 16;
+    for (int r = 0; r < R16; r++) {
+        uint16_t *d = xb + (size_t)r * KP;
+        int n = r < R ? IC : 0;
+        const uint32_t *u = (const uint32_t *)(const void *)(inp + (size_t)r * IC);
+        for (int k = 0; k < n; k++) {
+            uint32_t v = u[k];
+            d[k] = (v & 0x7fffffffu) > 0x7f800000u
+                       ? (uint16_t)(v >> 16 | 0x40)
+                       : (uint16_t)((v + 0x7fffu + (v >> 16 & 1)) >> 16);
+        }
+        memset(d + n, 0, sizeof(uint16_t) * (size_t)(KP - n));
+    }
+}
+
+static void mm_fwd_bf16a(float *out, const float *inp, const uint16_t *w, const float *bias, int R,
+                         int IC, int OC, void *scratch)
+{
+    int KP = b16_rows(IC), R16 = (R + 15) / 16 * 16;
+    uint16_t *xb = scratch;
+    round_rows(xb, inp, R, IC);
+    if (!have_amx) {
+        /* the float product of the rounded activations, after the bfloat16 ones in scratch */
+        float *xf = (float *)(void *)(xb + (size_t)R16 * KP);
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < IC; k++)
+                xf[(size_t)r * IC + k] = mk_bf16_to_f32(xb[(size_t)r * KP + k]);
+        skinny_mm(out, xf, w, 1, bias, R, IC, OC);
+        return;
+    }
+#ifdef MK_VEC_X86
+    int strips = OC / 64;
+#pragma omp parallel for num_threads(n_threads)                                                    \
+    schedule(dynamic, 1) if ((size_t)R16 * IC * OC > 32 * PAR_MIN)
+    for (int s = 0; s < strips; s++)
+        amx_strip(out, xb, w + (size_t)s * 64 * KP, bias, R, KP, OC, 64 * s);
+    int done = strips * 64, tail = OC - done;
+    if (tail) { /* [IC, tail] after the strips, the rounded activations by a plain loop */
+        const uint16_t *wh = w + (size_t)done * KP;
+        for (int r = 0; r < R; r++) {
+            float *o = out + (size_t)r * OC + done;
+            for (int c = 0; c < tail; c++) o[c] = bias ? bias[c + done] : 0.0f;
+            for (int k = 0; k < IC; k++) {
+                float a = mk_bf16_to_f32(xb[(size_t)r * KP + k]);
+                for (int c = 0; c < tail; c++) o[c] += a * mk_bf16_to_f32(wh[(size_t)k * tail + c]);
+            }
+        }
+    }
+#endif
+}
+
+int mk__cpu_amx(int enable)
+{
+    mk__blas_init();
+    int was = have_amx;
+    have_amx = enable && amx_ok;
+    return was;
 }
 
 static void mm_fwd(float *out, const float *inp, const float *w, const float *bias, int R, int IC,
@@ -1211,6 +1395,7 @@ static void choose_vector_kernels(void)
         skinny_b16 = skinny_b16_avx2;
         attend_vector = attend_heads_avx2;
     }
+    have_amx = amx_ok = amx_usable();
 #endif
 }
 
@@ -1436,6 +1621,7 @@ const mk_backend mk__cpu_backend = {
     .mm_bwd = mm_bwd,
     .mm_fwd_bf16 = mm_fwd_bf16,
     .to_bf16 = to_bf16,
+    .mm_fwd_bf16a = mm_fwd_bf16a,
     .head_fwd = head_fwd,
     .head_bwd = head_bwd,
     .qk_fwd = qk_fwd,

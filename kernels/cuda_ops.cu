@@ -4,12 +4,12 @@
  *
  * Every kernel mirrors its CPU reference line for line rather than being
  * tuned: one thread per element for elementwise ops (GELU, SwiGLU), one warp
- * per row for LayerNorm, RMSNorm, softmax rows and attention rows, one warp
- * per (row, head) for the rotary q/k preparation.  Sums that many rows add
- * into one element (parameter gradients of the norms, q/k norms and
- * embeddings, keys and values in attention backward, which grouped-query
- * attention also sums over the query heads of a group) use atomicAdd, so
- * those results vary in the last bits from run to run;
+ * per row for LayerNorm, RMSNorm, softmax rows and decoding attention, one warp
+ * per (row, head) for the rotary q/k preparation.  Training attention is the
+ * exception: fused, tiled kernels without atomics in cuda_attn.cu.  Sums that
+ * many rows add into one element (parameter gradients of the norms, q/k norms
+ * and embeddings) use atomicAdd, so those results vary in the last bits from
+ * run to run;
  * tests/kernels/test_cuda.c states the tolerance for each op.  Matrix
  * products keep full FP32 (cuBLAS default math mode, no TF32).  All work
  * goes to the default stream; uploads and downloads are synchronous, so a
@@ -339,6 +339,33 @@ static void to_bf16(uint16_t *dst, const float *src, int IC, int OC, int transpo
     LAUNCHED();
 }
 
+__global__ static void round_bf16_k(uint16_t *dst, const float *src, size_t n)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = f32_to_bf16(src[i]);
+}
+
+/* bfloat16 products (MK_MODEL_BF16_PRODUCTS): the activations rounded into scratch [R, IC], then
+ * one cuBLAS GEMM of bfloat16 operands with float sums and output (tensor cores), the bias
+ * written first and added by beta = 1 */
+static void mm_fwd_bf16a(float *out, const float *inp, const uint16_t *w, const float *bias, int R,
+                         int IC, int OC, void *scratch)
+{
+    uint16_t *xb = (uint16_t *)scratch;
+    round_bf16_k<<<blocks((size_t)R * IC, 256), 256>>>(xb, inp, (size_t)R * IC);
+    LAUNCHED();
+    float one = 1.0f, beta = 0.0f;
+    if (bias) {
+        bias_rows_k<<<blocks((size_t)R * OC, 256), 256>>>(out, bias, R, OC);
+        LAUNCHED();
+        beta = 1.0f;
+    }
+    /* row-major out[R,OC] = xb[R,IC] w[IC,OC] is column-major out^T = w^T xb^T */
+    CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, OC, R, IC, &one, w, CUDA_R_16BF, OC,
+                              xb, CUDA_R_16BF, IC, &beta, out, CUDA_R_32F, OC, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+}
+
 static void head_fwd(float *logits, const float *inp, const float *wte, int R, int C, int V)
 {
     gemm_rm(false, true, R, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);
@@ -471,130 +498,31 @@ static void qk_bwd(float *dinp, float *dwq, float *dwk, const float *dout, const
     LAUNCHED();
 }
 
-/* ---- attention: one warp per (b, h, t) row ------------------------------ */
+/* ---- attention ---------------------------------------------------------- */
 
-/* Offsets inside a qkv row (W = (NH + 2 NKV) hd floats) of query head h and of the key and
- * value heads it reads under grouped-query attention. */
-__device__ static inline size_t q_off(int h, int hd)
-{
-    return (size_t)h * hd;
-}
-__device__ static inline size_t k_off(int h, int NH, int NKV, int hd)
-{
-    return (size_t)(NH + h / (NH / NKV)) * hd;
-}
-__device__ static inline size_t v_off(int h, int NH, int NKV, int hd)
-{
-    return (size_t)(NH + NKV + h / (NH / NKV)) * hd;
-}
-
-__global__ static void attn_fwd_k(float *out, float *att, const float *qkv, int B, int T, int NH,
-                                  int NKV, int hd)
-{
-    size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
-    int lane = threadIdx.x % 32;
-    if (w >= (size_t)B * NH * T) return;
-    int t = (int)(w % T), h = (int)((w / T) % NH), b = (int)(w / ((size_t)T * NH));
-    size_t W = (size_t)(NH + 2 * NKV) * hd, A = (size_t)NH * hd;
-    size_t ko = k_off(h, NH, NKV, hd), vo = v_off(h, NH, NKV, hd);
-    float scale = 1.0f / sqrtf((float)hd);
-    const float *rows = qkv + (size_t)b * T * W; /* row t2 of this sequence at rows + t2 W */
-    const float *q = rows + t * W + q_off(h, hd);
-    float *a = att + (((size_t)b * NH + h) * T + t) * T;
-    float mx = -INFINITY;
-    for (int t2 = lane; t2 <= t; t2 += 32) {
-        const float *k = rows + t2 * W + ko;
-        float s = 0.0f;
-        for (int i = 0; i < hd; i++) s += q[i] * k[i];
-        s *= scale;
-        a[t2] = s;
-        mx = fmaxf(mx, s);
-    }
-    mx = warp_max(mx);
-    float sum = 0.0f;
-    for (int t2 = lane; t2 <= t; t2 += 32) {
-        float e = expf(a[t2] - mx);
-        a[t2] = e;
-        sum += e;
-    }
-    float inv = 1.0f / warp_sum(sum);
-    for (int t2 = lane; t2 < T; t2 += 32) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
-    __syncwarp();
-    float *y = out + ((size_t)b * T + t) * A + q_off(h, hd);
-    for (int i = lane; i < hd; i += 32) {
-        float acc = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++) acc += a[t2] * rows[t2 * W + vo + i];
-        y[i] = acc;
-    }
-}
-
-/* With P the row's probabilities and dP = dY V^T: dS = P (dP - sum P dP) scale, kept in the
- * row's datt; dK += dS^T q and dV += P^T dY go atomically into the group's key and value
- * heads (every query head of the group, every later t, adds there); then dQ = dS K, which
- * only this warp writes. */
-__global__ static void attn_bwd_k(float *dqkv, float *datt, const float *dout, const float *qkv,
-                                  const float *att, int B, int T, int NH, int NKV, int hd)
-{
-    size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
-    int lane = threadIdx.x % 32;
-    if (w >= (size_t)B * NH * T) return;
-    int t = (int)(w % T), h = (int)((w / T) % NH), b = (int)(w / ((size_t)T * NH));
-    size_t W = (size_t)(NH + 2 * NKV) * hd, A = (size_t)NH * hd;
-    size_t ko = k_off(h, NH, NKV, hd), vo = v_off(h, NH, NKV, hd);
-    float scale = 1.0f / sqrtf((float)hd);
-    const float *rows = qkv + (size_t)b * T * W;
-    float *drows = dqkv + (size_t)b * T * W;
-    size_t ro = ((size_t)b * NH + h) * T * T + (size_t)t * T;
-    const float *a = att + ro;
-    float *da = datt + ro;
-    const float *dy = dout + ((size_t)b * T + t) * A + q_off(h, hd);
-    const float *q = rows + t * W + q_off(h, hd);
-    float s = 0.0f;
-    for (int t2 = lane; t2 <= t; t2 += 32) {
-        const float *v = rows + t2 * W + vo;
-        float dp = 0.0f;
-        for (int i = 0; i < hd; i++) dp += dy[i] * v[i];
-        da[t2] = dp;
-        s += a[t2] * dp;
-    }
-    s = warp_sum(s);
-    for (int t2 = lane; t2 < T; t2 += 32) {
-        if (t2 > t) {
-            da[t2] = 0.0f;
-            continue;
-        }
-        float p = a[t2], ds = p * (da[t2] - s) * scale;
-        da[t2] = ds;
-        float *dk = drows + t2 * W + ko, *dv = drows + t2 * W + vo;
-        for (int i = 0; i < hd; i++) {
-            atomicAdd(&dk[i], ds * q[i]);
-            atomicAdd(&dv[i], p * dy[i]);
-        }
-    }
-    __syncwarp();
-    float *dq = drows + t * W + q_off(h, hd);
-    for (int i = lane; i < hd; i += 32) {
-        float acc = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++) acc += da[t2] * rows[t2 * W + ko + i];
-        dq[i] = acc;
-    }
-}
+/* Training attention is fused (cuda_attn.cu): att and datt hold per-row log-sum-exp and
+ * rowsum(dO * O) there, [B, NH, T] in their first floats, not T x T matrices. */
+void mk__cuda_attn_fwd(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV,
+                       int hd);
+void mk__cuda_attn_bwd(float *dqkv, float *datt, const float *dout, const float *qkv,
+                       const float *att, int B, int T, int NH, int NKV, int hd);
 
 static void attn_fwd(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV,
                      int hd)
 {
-    attn_fwd_k<<<blocks((size_t)B * NH * T * 32, 128), 128>>>(out, att, qkv, B, T, NH, NKV, hd);
-    LAUNCHED();
+    mk__cuda_attn_fwd(out, att, qkv, B, T, NH, NKV, hd);
 }
 
-/* dqkv is zeroed first: the key and value heads are sums over their group (atomicAdd) */
 static void attn_bwd(float *dqkv, float *datt, const float *dout, const float *qkv,
                      const float *att, int B, int T, int NH, int NKV, int hd)
 {
-    cu_zero(dqkv, sizeof(float) * (size_t)B * T * (NH + 2 * NKV) * hd);
-    attn_bwd_k<<<blocks((size_t)B * NH * T * 32, 128), 128>>>(dqkv, datt, dout, qkv, att, B, T, NH,
-                                                              NKV, hd);
-    LAUNCHED();
+    mk__cuda_attn_bwd(dqkv, datt, dout, qkv, att, B, T, NH, NKV, hd);
+}
+
+/* Offset inside a qkv row (W = (NH + 2 NKV) hd floats) of query head h. */
+__device__ static inline size_t q_off(int h, int hd)
+{
+    return (size_t)h * hd;
 }
 
 /* one thread per cached float: the NKV key heads, then the NKV value heads, of row r */
@@ -883,11 +811,12 @@ static void scale(float *x, float s, size_t n)
 /* in the order of struct mk__backend (mk_internal.h) */
 /* clang-format off */
 static const mk_backend cuda_backend = {
-    "cuda",    cu_alloc,    cu_release, cu_upload, cu_download, cu_copy,    cu_zero,
-    embed_fwd, embed_bwd,   ln_fwd,     ln_bwd,    rms_fwd,     rms_bwd,    mm_fwd,
-    mm_bwd,    mm_fwd_bf16, to_bf16,    head_fwd,  head_bwd,    qk_fwd,     qk_bwd,
-    attn_fwd,  attn_bwd,    gelu_fwd,   gelu_bwd,  swiglu_fwd,  swiglu_bwd, add,
-    kv_store,  attn_decode, row_stats,  row_grad,  adamw,       sumsq,      scale,
+    "cuda",    cu_alloc,   cu_release, cu_upload,   cu_download, cu_copy,
+    cu_zero,   embed_fwd,  embed_bwd,  ln_fwd,      ln_bwd,      rms_fwd,
+    rms_bwd,   mm_fwd,     mm_bwd,     mm_fwd_bf16, to_bf16,     head_fwd,
+    head_bwd,  qk_fwd,     qk_bwd,     attn_fwd,    attn_bwd,    gelu_fwd,
+    gelu_bwd,  swiglu_fwd, swiglu_bwd, add,         kv_store,    attn_decode,
+    row_stats, row_grad,   adamw,      sumsq,       scale,       mm_fwd_bf16a,
     mk__cuda_sample_rows, /* cuda_sample.cu */
 };
 /* clang-format on */

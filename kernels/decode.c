@@ -41,6 +41,7 @@ struct mk_decoder {
     float *fch, *fcg;            /* [R,F], [R,H] (SwiGLU; GELU works in place in fch) */
     float *logits;               /* [S,V] */
     float *att;                  /* back-end [max_rows, NH, Tmax] scores */
+    void *b16x;                  /* back-end scratch of the bfloat16 products (or NULL) */
     int *d_tok, *d_slot, *d_pos; /* back-end [max_rows] */
     int *h_tok, *h_slot, *h_pos; /* host [max_rows] */
     int *len, *pending;          /* host [S] */
@@ -61,6 +62,13 @@ int mk_decoder_new(mk_decoder **out, mk_model *m, int n_slots)
 {
     if (!m) return mk__fail(MK_ERR_ARG, "mk_decoder_new: need a model");
     return mk_decoder_new_ctx(out, m, n_slots, m->cfg.block_size);
+}
+
+/* The widest input of a decoding product (the scratch of the bfloat16 products) */
+static size_t bf16_max_in(const mk_config *c)
+{
+    size_t C = c->n_embd, A = mk__att_width(c), H = mk__mlp_hidden(c);
+    return C > A ? (C > H ? C : H) : (A > H ? A : H);
 }
 
 int mk_decoder_new_ctx(mk_decoder **out, mk_model *m, int n_slots, int context)
@@ -114,6 +122,7 @@ int mk_decoder_new_ctx(mk_decoder **out, mk_model *m, int n_slots, int context)
         (rc = be->alloc((void **)&d->d_tok, Rm * sizeof(int))) ||
         (rc = be->alloc((void **)&d->d_slot, Rm * sizeof(int))) ||
         (rc = be->alloc((void **)&d->d_pos, Rm * sizeof(int))) ||
+        (m->b16_products && (rc = be->alloc(&d->b16x, MK_BF16A_SCRATCH(Rm, bf16_max_in(c))))) ||
         (be->sample_rows &&
          ((rc = be->alloc((void **)&d->swork, (size_t)n_slots * V * sizeof(float))) ||
           (rc = be->alloc((void **)&d->d_sp, (size_t)n_slots * 3 * sizeof(float))) ||
@@ -130,9 +139,9 @@ int mk_decoder_new_ctx(mk_decoder **out, mk_model *m, int n_slots, int context)
 void mk_decoder_free(mk_decoder *d)
 {
     if (!d) return;
-    void *dev[] = {d->kc,     d->vc,    d->x,     d->ln,   d->qkvr,   d->qkv,
-                   d->atty,   d->att,   d->fch,   d->fcg,  d->logits, d->d_tok,
-                   d->d_slot, d->d_pos, d->swork, d->d_sp, d->d_so};
+    void *dev[] = {d->kc,     d->vc,    d->x,    d->ln,    d->qkvr,   d->qkv,
+                   d->atty,   d->att,   d->fch,  d->fcg,   d->logits, d->d_tok,
+                   d->d_slot, d->d_pos, d->b16x, d->swork, d->d_sp,   d->d_so};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) d->m->be->release(dev[i]);
     free(d->len);
@@ -185,14 +194,27 @@ const float *mk_decoder_last_logits(const mk_decoder *d, int slot)
     return d->h_logits + (size_t)slot * d->m->cfg.vocab_size;
 }
 
-/* out[R,OC] = inp[R,IC] times block tensor k of layer l, plus bias: with the float weights,
- * or their bfloat16 copies (MK_MODEL_BF16_WEIGHTS). */
-static void linear(const mk_model *m, float *out, const float *inp, int l, int k, const float *bias,
-                   int R, int IC, int OC)
+/* A product by tensor i's bfloat16 copy */
+static void product_bf16(const mk_decoder *d, float *out, const float *inp, int i,
+                         const float *bias, int R, int IC, int OC)
 {
+    const mk_model *m = d->m;
+    if (m->b16_products)
+        m->be->mm_fwd_bf16a(out, inp, m->wb16 + m->b16_off[i], bias, R, IC, OC, d->b16x);
+    else
+        m->be->mm_fwd_bf16(out, inp, m->wb16 + m->b16_off[i], bias, R, IC, OC);
+}
+
+/* out[R,OC] = inp[R,IC] times block tensor k of layer l, plus bias: with the float weights,
+ * or their bfloat16 copies (MK_MODEL_BF16_WEIGHTS, with MK_MODEL_BF16_PRODUCTS rounding the
+ * activations too). */
+static void linear(const mk_decoder *d, float *out, const float *inp, int l, int k,
+                   const float *bias, int R, int IC, int OC)
+{
+    const mk_model *m = d->m;
     int i = mk__ltensor(m, l, k);
     if (m->wb16)
-        m->be->mm_fwd_bf16(out, inp, m->wb16 + m->b16_off[i], bias, R, IC, OC);
+        product_bf16(d, out, inp, i, bias, R, IC, OC);
     else
         m->be->mm_fwd(out, inp, P(i), bias, R, IC, OC);
 }
@@ -216,17 +238,17 @@ static void run_rows(mk_decoder *d, int R, int want_logits)
     for (int l = 0; l < L; l++) {
         float *kc = d->kc + l * layer_cache, *vc = d->vc + l * layer_cache;
         mk__norm_fwd(m, d->ln, NULL, NULL, d->x, LP(l, MK_P_LN1W), LP(l, MK_P_LN1B), R);
-        linear(m, rot ? d->qkvr : d->qkv, d->ln, l, MK_P_QKVW, LP(l, MK_P_QKVB), R, C, W);
+        linear(d, rot ? d->qkvr : d->qkv, d->ln, l, MK_P_QKVW, LP(l, MK_P_QKVB), R, C, W);
         if (rot)
             be->qk_fwd(d->qkv, NULL, d->qkvr, LP(l, MK_P_QNW), LP(l, MK_P_KNW), m->rope_cos,
                        m->rope_sin, d->d_pos, R, NH, NKV, hd, c->norm_eps);
         be->kv_store(kc, vc, d->qkv, d->d_slot, d->d_pos, R, NH, NKV, hd, d->Tmax);
         be->attn_decode(d->atty, d->att, d->qkv, kc, vc, d->d_slot, d->d_pos, R, NH, NKV, hd,
                         d->Tmax);
-        linear(m, d->ln, d->atty, l, MK_P_PROJW, LP(l, MK_P_PROJB), R, A, C);
+        linear(d, d->ln, d->atty, l, MK_P_PROJW, LP(l, MK_P_PROJB), R, A, C);
         be->add(d->x, d->x, d->ln, RC);
         mk__norm_fwd(m, d->ln, NULL, NULL, d->x, LP(l, MK_P_LN2W), LP(l, MK_P_LN2B), R);
-        linear(m, d->fch, d->ln, l, MK_P_FCW, LP(l, MK_P_FCB), R, C, F);
+        linear(d, d->fch, d->ln, l, MK_P_FCW, LP(l, MK_P_FCB), R, C, F);
         float *hid = d->fch;
         if (rot) {
             be->swiglu_fwd(d->fcg, d->fch, R, H);
@@ -234,14 +256,14 @@ static void run_rows(mk_decoder *d, int R, int want_logits)
         } else {
             be->gelu_fwd(d->fch, d->fch, (size_t)R * F);
         }
-        linear(m, d->ln, hid, l, MK_P_FCPW, LP(l, MK_P_FCPB), R, H, C);
+        linear(d, d->ln, hid, l, MK_P_FCPW, LP(l, MK_P_FCPB), R, H, C);
         be->add(d->x, d->x, d->ln, RC);
     }
     if (want_logits) {
         mk__norm_fwd(m, d->ln, NULL, NULL, d->x, TP(MK_T_LNFW), TP(MK_T_LNFB), R);
         int ht = mk__head_tensor(m);
         if (m->wb16) /* the copy is the head transposed, [C, V] */
-            be->mm_fwd_bf16(d->logits, d->ln, m->wb16 + m->b16_off[ht], NULL, R, C, V);
+            product_bf16(d, d->logits, d->ln, ht, NULL, R, C, V);
         else
             be->head_fwd(d->logits, d->ln, P(ht), R, C, V);
     }

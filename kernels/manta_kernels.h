@@ -169,6 +169,15 @@ enum {
      * decoder call), and after mk_model_params (the caller may write through it).  CPU and
      * CUDA. */
     MK_MODEL_BF16_WEIGHTS = 2u,
+    /* With MK_MODEL_BF16_WEIGHTS only (else MK_ERR_ARG): decoding's products also round their
+     * activations to bfloat16 (nearest even) and sum the bfloat16 products in float, as
+     * PyTorch's bfloat16 models and tensor cores do; norms, attention, residuals and the
+     * sampler stay float.  On a CPU with AMX (Intel Sapphire Rapids on) the products run on
+     * its tile unit, several times the float rate; without it they are the float products of
+     * the rounded activations (the same numerics, slower than MK_MODEL_BF16_WEIGHTS alone).
+     * Logits differ from MK_MODEL_BF16_WEIGHTS alone by activation rounding (relative 2^-9
+     * per element). CPU and CUDA (cuBLAS bfloat16 GEMMs). */
+    MK_MODEL_BF16_PRODUCTS = 4u,
 };
 int mk_model_new_ex(mk_model **out, const mk_config *cfg, int max_batch, int max_seq,
                     const mk_backend *be, unsigned flags);

@@ -20,6 +20,12 @@
 extern "C" {
 #endif
 
+/* Values of a bfloat16 weight [IC, OC] in any back-end's layout (to_bf16), and bytes of
+ * mm_fwd_bf16a's scratch for R rows of IC activations. */
+#define MK_BF16_ELEMS(IC, OC) (((size_t)(IC) + 31) * (size_t)(OC))
+#define MK_BF16A_SCRATCH(R, IC)                                                                    \
+    (((size_t)(R) + 15) / 16 * 16 * (((size_t)(IC) + 31) / 32 * 32) * 2 + (size_t)(R) * (IC)*4)
+
 struct mk__backend {
     const char *name;
     /* memory in the back-end's space */
@@ -57,7 +63,8 @@ struct mk__backend {
                    const float *w, int R, int IC, int OC);
     /* out[R,OC] = inp[R,IC] w[IC,OC] + bias[OC] with w in bfloat16 (widened exactly to float
      * as it is read; products and sums in float), in the back-end's layout made by to_bf16
-     * (IC OC values; the CPU's is packed by 64-column strips); bias may be NULL.  Any R. */
+     * (at most MK_BF16_ELEMS(IC, OC) values; the CPU's is packed by 64-column strips); bias may
+     * be NULL.  Any R; a row's result does not depend on the other rows. */
     void (*mm_fwd_bf16)(float *out, const float *inp, const uint16_t *w, const float *bias, int R,
                         int IC, int OC);
     /* dst = the weight src rounded to bfloat16 (nearest even, nan kept quiet) in mm_fwd_bf16's
@@ -90,7 +97,9 @@ struct mk__backend {
                    const float *wq, const float *wk, const float *rstd, const float *cosb,
                    const float *sinb, const int *pos, int R, int NH, int NKV, int hd);
     /* causal attention: qkv [B,T,W], out [B,T,NH hd], att [B,NH,T,T] softmax probabilities
-     * (row t uses 0..t) */
+     * (row t uses 0..t).  att is what attn_bwd reads back and nothing else does: the CUDA
+     * back-end (fused, cuda_attn.cu) keeps only each row's log-sum-exp there, [B,NH,T] in
+     * its first B NH T floats, and datt's first B NH T floats are its scratch. */
     void (*attn_fwd)(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV,
                      int hd);
     /* dqkv [B,T,W] (overwrites; key/value heads sum over their group of query heads); datt
@@ -129,6 +138,11 @@ struct mk__backend {
                   float b2, float eps, float wd, int t);
     double (*sumsq)(const float *x, size_t n);
     void (*scale)(float *x, float s, size_t n);
+    /* mm_fwd_bf16 with inp rounded to bfloat16 first (nearest even, as mk_f32_to_bf16): bfloat16
+     * products summed in float, as tensor-core and AMX products do (MK_MODEL_BF16_PRODUCTS).
+     * scratch: MK_BF16A_SCRATCH(R, IC) bytes of the back-end's memory.  NULL: not offered. */
+    void (*mm_fwd_bf16a)(float *out, const float *inp, const uint16_t *w, const float *bias, int R,
+                         int IC, int OC, void *scratch);
 
     /* Optional (NULL: the decoder downloads the logits and samples on the host).  Sampling
      * of R rows in the back-end: row r of logits [R,V] with temperature[r], top_p[r] and the
@@ -162,6 +176,9 @@ int mk__sample_u(const float *logits, int V, float temperature, float top_p, flo
 /* Makes sure OpenBLAS runs kernels this CPU supports at full width (see
  * cpu_ops.c); idempotent and thread-safe. */
 void mk__blas_init(void);
+/* Tests: whether the CPU's bfloat16 products use AMX (enable 0: the float fallback; 1: AMX where
+ * usable); returns the previous setting. */
+int mk__cpu_amx(int enable);
 
 /* Records a formatted message for mk_last_error and returns code. */
 int mk__fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -313,6 +330,7 @@ struct mk_model {
     uint16_t *wb16;
     size_t *b16_off;
     int b16_stale;
+    int b16_products; /* MK_MODEL_BF16_PRODUCTS: decoding's products round activations too */
     int n_tensors;
     mk_tensor_info *tensors; /* size table, n_tensors entries (host) */
     int gidx[MK_T_N];        /* model-level tensor indices, -1 absent */

@@ -540,8 +540,12 @@ static int bf16_alloc(mk_model *m)
     size_t n = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         m->b16_off[i] = bf16_tensor(m, i) ? n : SIZE_MAX;
-        /* each copy starts on a 64-byte line (32 elements) */
-        if (bf16_tensor(m, i)) n += (m->tensors[i].numel + 31) / 32 * 32;
+        /* each copy starts on a 64-byte line (32 elements); the head [V, C] is the product's
+         * [C, V] */
+        const mk_tensor_info *t = &m->tensors[i];
+        int head = i == mk__head_tensor(m);
+        if (bf16_tensor(m, i))
+            n += (MK_BF16_ELEMS(t->shape[head ? 1 : 0], t->shape[head ? 0 : 1]) + 31) / 32 * 32;
     }
     m->b16_stale = 1;
     return m->be->alloc((void **)&m->wb16, n * sizeof(uint16_t));
@@ -577,17 +581,23 @@ int mk_model_new_ex(mk_model **out, const mk_config *cfg_in, int max_batch, int 
     if (max_batch < 1 || max_seq < 1 || max_seq > cfg->block_size)
         return mk__fail(MK_ERR_ARG, "max_batch %d, max_seq %d: need >= 1 and max_seq <= %d",
                         max_batch, max_seq, cfg->block_size);
-    unsigned known = MK_MODEL_INFER | MK_MODEL_BF16_WEIGHTS;
+    unsigned known = MK_MODEL_INFER | MK_MODEL_BF16_WEIGHTS | MK_MODEL_BF16_PRODUCTS;
     if (flags & ~known) return mk__fail(MK_ERR_ARG, "unknown model flags 0x%x", flags & ~known);
     if ((flags & MK_MODEL_BF16_WEIGHTS) && !(flags & MK_MODEL_INFER))
         return mk__fail(MK_ERR_ARG, "MK_MODEL_BF16_WEIGHTS needs MK_MODEL_INFER (a trainable "
                                     "model keeps float weights)");
+    if ((flags & MK_MODEL_BF16_PRODUCTS) && !(flags & MK_MODEL_BF16_WEIGHTS))
+        return mk__fail(MK_ERR_ARG, "MK_MODEL_BF16_PRODUCTS needs MK_MODEL_BF16_WEIGHTS (the "
+                                    "products multiply the bfloat16 copies)");
     if (!be) be = &mk__cpu_backend;
+    if ((flags & MK_MODEL_BF16_PRODUCTS) && !be->mm_fwd_bf16a)
+        return mk__fail(MK_ERR_UNSUPPORTED, "back-end %s has no bfloat16 products", be->name);
     if (be == &mk__cpu_backend) mk__blas_init();
     mk_model *m = calloc(1, sizeof *m);
     if (!m) return mk__fail(MK_ERR_NOMEM, "cannot allocate model");
     m->cfg = *cfg;
     m->infer = (flags & MK_MODEL_INFER) != 0;
+    m->b16_products = (flags & MK_MODEL_BF16_PRODUCTS) != 0;
     m->be = be;
     m->max_B = max_batch;
     m->max_T = max_seq;

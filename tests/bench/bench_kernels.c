@@ -23,7 +23,12 @@
  *                                   ratio = speed-up
  *   decode_llama0.5B_b<B>_bf16      tokens/s, B = 1 and 16, 16-token prompts,
  *                                   against PyTorch bfloat16
- *   decode_llama0.5B_b<B>_bf16_vs_f32   the same figure against PyTorch float32
+ *   decode_llama0.5B_b<B>_bf16_products  the same with bfloat16 products too
+ *                                   (MK_MODEL_BF16_PRODUCTS: activations rounded,
+ *                                   AMX tiles where the CPU has them), against
+ *                                   PyTorch bfloat16 (which also multiplies in
+ *                                   bfloat16: the like-for-like figure)
+ *   decode_llama0.5B_b<B>_bf16_vs_f32   the bf16-weight figure against PyTorch float32
  *   mem_llama0.5B_rollout           peak resident MB after loading and
  *                                   decoding; ratio = baseline / value
  * and a learner's: trainable, float weights ("f32"), against PyTorch float32:
@@ -255,6 +260,12 @@ static void bench_llama(void)
     fprintf(stderr, "bench_kernels: llama0.5B has %zu parameters\n", mk_model_num_params(m));
     for (int k = 0; k < 2; k++) dec_b16[k] = llama_decode(m, batches[k], prompt, gen);
     mk_model_free(m);
+    /* 1b. The same with bfloat16 products (activations rounded too: AMX where the CPU has it) */
+    double dec_b16x[2];
+    CHECK(mk_load_dir_ex(&m, llama_dir, 1, 1, NULL,
+                         MK_MODEL_INFER | MK_MODEL_BF16_WEIGHTS | MK_MODEL_BF16_PRODUCTS));
+    for (int k = 0; k < 2; k++) dec_b16x[k] = llama_decode(m, batches[k], prompt, gen);
+    mk_model_free(m);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double mb_rollout = ru.ru_maxrss / 1024.0;
@@ -298,6 +309,9 @@ static void bench_llama(void)
         snprintf(name, sizeof name, "decode_llama0.5B_b%d_bf16", batches[k]);
         double base = torch_run(BENCH_LLAMA_SCRIPT, tname, b16);
         report_llama(name, dec_b16[k], "tokens/s", "bf16", "bfloat16", base, dec_b16[k] / base);
+        snprintf(name, sizeof name, "decode_llama0.5B_b%d_bf16_products", batches[k]);
+        report_llama(name, dec_b16x[k], "tokens/s", "bf16_products", "bfloat16", base,
+                     dec_b16x[k] / base);
         snprintf(name, sizeof name, "decode_llama0.5B_b%d_bf16_vs_f32", batches[k]);
         base = torch_run(BENCH_LLAMA_SCRIPT, tname, f32);
         report_llama(name, dec_b16[k], "tokens/s", "bf16", "float32", base, dec_b16[k] / base);

@@ -14,7 +14,11 @@
  * each), and not by nothing (the copies are used).  New weights written
  * between steps (mk_model_write_params, mk_model_params) are used at the
  * next step.  A BF16 Hugging Face folder decodes alike with either weights.
- * The flag without MK_MODEL_INFER is refused.
+ * The flag without MK_MODEL_INFER is refused.  Bfloat16 products
+ * (MK_MODEL_BF16_PRODUCTS: activations rounded too), on AMX and on the float
+ * fallback, against a double sum of the rounded operands, row by row equal to
+ * the batch; whole models with them differ from bfloat16 weights alone by a
+ * bounded amount.
  */
 #include "ktest.h"
 #include "mk_internal.h"
@@ -36,7 +40,7 @@ static void test_product(void **state)
                 float *x = malloc(sizeof(float) * R * IC), *w = malloc(sizeof(float) * IC * OC);
                 float *bias = malloc(sizeof(float) * OC), *out = malloc(sizeof(float) * R * OC);
                 float *ref = malloc(sizeof(float) * R * OC);
-                uint16_t *wh = malloc(sizeof(uint16_t) * IC * OC);
+                uint16_t *wh = malloc(sizeof(uint16_t) * MK_BF16_ELEMS(IC, OC));
                 fill_uniform(x, (size_t)R * IC, -1, 1, &r);
                 fill_uniform(w, (size_t)IC * OC, -1, 1, &r);
                 fill_uniform(bias, OC, -1, 1, &r);
@@ -73,14 +77,15 @@ static void test_transpose(void **state)
         float *w = malloc(sizeof(float) * n), *wt = malloc(sizeof(float) * n);
         float *x = malloc(sizeof(float) * R * IC), *o1 = malloc(sizeof(float) * R * OC),
               *o2 = malloc(sizeof(float) * R * OC);
-        uint16_t *a = malloc(sizeof(uint16_t) * n), *b = malloc(sizeof(uint16_t) * n);
+        size_t nb = MK_BF16_ELEMS(IC, OC);
+        uint16_t *a = calloc(nb, sizeof(uint16_t)), *b = calloc(nb, sizeof(uint16_t));
         fill_uniform(w, n, -3, 3, &r);
         fill_uniform(x, (size_t)R * IC, -1, 1, &r);
         for (int k = 0; k < IC; k++)
             for (int c = 0; c < OC; c++) wt[(size_t)c * IC + k] = w[(size_t)k * OC + c];
         be->to_bf16(a, w, IC, OC, 0);
         be->to_bf16(b, wt, IC, OC, 1);
-        assert_memory_equal(a, b, n * sizeof(uint16_t));
+        assert_memory_equal(a, b, nb * sizeof(uint16_t));
         be->mm_fwd_bf16(o1, x, a, NULL, R, IC, OC);
         be->mm_fwd_bf16(o2, x, b, NULL, R, IC, OC);
         assert_memory_equal(o1, o2, sizeof(float) * R * OC);
@@ -88,11 +93,67 @@ static void test_transpose(void **state)
     }
     /* a nan stays a (quiet) nan */
     float nanw = NAN, one = 1.0f, out;
-    uint16_t h;
-    be->to_bf16(&h, &nanw, 1, 1, 0);
-    assert_int_equal(h, mk_f32_to_bf16(NAN));
-    be->mm_fwd_bf16(&out, &one, &h, NULL, 1, 1, 1);
+    uint16_t h[MK_BF16_ELEMS(1, 1)];
+    be->to_bf16(h, &nanw, 1, 1, 0);
+    assert_int_equal(h[0], mk_f32_to_bf16(NAN));
+    be->mm_fwd_bf16(&out, &one, h, NULL, 1, 1, 1);
     assert_true(isnan(out));
+}
+
+/* Bfloat16 products (mm_fwd_bf16a): against a double sum over the activations and the weights
+ * both rounded, on AMX (where this CPU has it) and on the float fallback; each row alone gives
+ * the bytes it gives in a batch (decoding's rows must not depend on their neighbours); the two
+ * paths agree to the sums' order. */
+static void test_products(void **state)
+{
+    (void)state;
+    mk_rng r;
+    mk_rng_seed(&r, 13);
+    const int Rs[] = {1, 3, 16, 17, 40}, ICs[] = {1, 33, 130, 257}, OCs[] = {1, 64, 100, 200};
+    int amx = mk__cpu_amx(1);
+    mk__cpu_amx(amx);
+    fprintf(stderr, "bf16 products: AMX %s\n", mk__cpu_amx(1) ? "in use" : "not usable here");
+    for (size_t a = 0; a < sizeof Rs / sizeof *Rs; a++)
+        for (size_t b = 0; b < sizeof ICs / sizeof *ICs; b++)
+            for (size_t c = 0; c < sizeof OCs / sizeof *OCs; c++) {
+                int R = Rs[a], IC = ICs[b], OC = OCs[c], with_bias = (a + b + c) % 2;
+                float *x = malloc(sizeof(float) * R * IC), *w = malloc(sizeof(float) * IC * OC);
+                float *bias = malloc(sizeof(float) * OC), *ref = malloc(sizeof(float) * R * OC);
+                float *out[2], *one = malloc(sizeof(float) * OC);
+                void *scratch = malloc(MK_BF16A_SCRATCH(R, IC));
+                uint16_t *wh = malloc(sizeof(uint16_t) * MK_BF16_ELEMS(IC, OC));
+                fill_uniform(x, (size_t)R * IC, -1, 1, &r);
+                fill_uniform(w, (size_t)IC * OC, -1, 1, &r);
+                fill_uniform(bias, OC, -1, 1, &r);
+                be->to_bf16(wh, w, IC, OC, 0);
+                for (int i = 0; i < R; i++)
+                    for (int j = 0; j < OC; j++) {
+                        double s = with_bias ? bias[j] : 0.0;
+                        for (int k = 0; k < IC; k++)
+                            s += (double)mk_bf16_to_f32(mk_f32_to_bf16(x[i * IC + k])) *
+                                 mk_bf16_to_f32(mk_f32_to_bf16(w[k * OC + j]));
+                        ref[i * OC + j] = (float)s;
+                    }
+                for (int path = 0; path < 2; path++) {
+                    mk__cpu_amx(path);
+                    out[path] = malloc(sizeof(float) * R * OC);
+                    for (int i = 0; i < R * OC; i++) out[path][i] = NAN;
+                    be->mm_fwd_bf16a(out[path], x, wh, with_bias ? bias : NULL, R, IC, OC, scratch);
+                    char label[96];
+                    snprintf(label, sizeof label, "bf16 products (%s) R %d IC %d OC %d",
+                             path ? "AMX" : "fallback", R, IC, OC);
+                    check_close(out[path], ref, (size_t)R * OC, 2e-5, 1e-5, label);
+                    for (int i = 0; i < R; i += 7) { /* a row alone: the same bytes */
+                        be->mm_fwd_bf16a(one, x + (size_t)i * IC, wh, with_bias ? bias : NULL, 1,
+                                         IC, OC, scratch);
+                        assert_memory_equal(one, out[path] + (size_t)i * OC, sizeof(float) * OC);
+                    }
+                }
+                check_close(out[1], out[0], (size_t)R * OC, 2e-5, 1e-5, "AMX vs fallback");
+                free(x), free(w), free(bias), free(ref), free(out[0]), free(out[1]), free(one);
+                free(scratch), free(wh);
+            }
+    mk__cpu_amx(amx);
 }
 
 enum { CTX = 40, SL = 8, PROMPT = 11 };
@@ -180,6 +241,34 @@ static void check_family(const mk_config *cfg, const char *name)
     assert_int_equal(n, ROWS);
     snprintf(label, sizeof label, "%s: bf16 weights vs float weights rounded", name);
     check_close(lb, lf, (size_t)n * V, 1e-4, 1e-4, label);
+
+    /* bfloat16 products (the activations rounded too) against bfloat16 weights alone: they
+     * differ (the rounding is applied), by a bounded amount, on the first steps (equal
+     * inputs); AMX where this CPU has it */
+    mk_model *mp;
+    mk_decoder *dp;
+    assert_mk_ok(mk_model_new_ex(&mp, cfg, 1, 1, NULL,
+                                 MK_MODEL_INFER | MK_MODEL_BF16_WEIGHTS | MK_MODEL_BF16_PRODUCTS));
+    assert_mk_ok(mk_model_write_params(mp, pr, 0, P));
+    assert_mk_ok(mk_decoder_new_ctx(&dp, mp, SL, CTX));
+    {
+        int first[ROWS];
+        float *lp = malloc(sizeof(float) * ROWS * V);
+        run_pair(db, dp, V, lb, lp, first);
+        double maxd = 0, maxl = 0;
+        for (int row = 0; row < n; row++)
+            for (int i = row * V; first[row] && i < (row + 1) * V; i++) {
+                maxd = fmax(maxd, fabs((double)lp[i] - lb[i]));
+                maxl = fmax(maxl, fabs((double)lb[i]));
+            }
+        fprintf(stderr, "%s: bf16 products vs bf16 weights: max |logit diff| %.3g (max %.3g)\n",
+                name, maxd, maxl);
+        assert_true(maxd > 1e-7);
+        assert_true(maxd <= 0.02 * maxl);
+        free(lp);
+    }
+    mk_decoder_free(dp);
+    mk_model_free(mp);
 
     /* against the unrounded float weights: differs, within a bound.  Each weight moves by at
      * most 2^-9 of itself, the errors of a product's terms mostly cancel: observed max |diff|
@@ -273,16 +362,19 @@ static void test_refusals(void **state)
     assert_int_equal(mk_model_new_ex(&m, &c, 1, 1, NULL, MK_MODEL_BF16_WEIGHTS), MK_ERR_ARG);
     assert_null(m);
     assert_non_null(strstr(mk_last_error(), "MK_MODEL_INFER"));
-    assert_int_equal(mk_model_new_ex(&m, &c, 1, 1, NULL, 4u), MK_ERR_ARG);
+    assert_int_equal(mk_model_new_ex(&m, &c, 1, 1, NULL, 8u), MK_ERR_ARG);
     assert_non_null(strstr(mk_last_error(), "unknown model flags"));
+    assert_int_equal(mk_model_new_ex(&m, &c, 1, 1, NULL, MK_MODEL_INFER | MK_MODEL_BF16_PRODUCTS),
+                     MK_ERR_ARG);
+    assert_non_null(strstr(mk_last_error(), "needs MK_MODEL_BF16_WEIGHTS"));
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_product),  cmocka_unit_test(test_transpose),
-        cmocka_unit_test(test_models),   cmocka_unit_test(test_folder),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_products), cmocka_unit_test(test_models),
+        cmocka_unit_test(test_folder),   cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

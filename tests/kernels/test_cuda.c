@@ -8,10 +8,10 @@
  * The attention-shaped ops run on grouped-query shapes (NH query heads, NKV
  * key/value heads of hd floats): NH=4 NKV=2 hd=8, NH=8 NKV=2 hd=64,
  * NH=4 NKV=4 hd=128 and NH=8 NKV=1 hd=128, with T above the warp width so
- * that every lane loop wraps.  Outputs that an op overwrites start from
- * random values on both sides, and gradients that it adds into start from
- * the same random values, so an op that accumulates where it should
- * overwrite (or the reverse) fails.
+ * that every lane loop wraps; training attention also at T = 1 and T = 150
+ * (several tiles of the fused kernels, the last one partial; 37 is inside one).  Outputs that an op
+ * overwrites start from random values on both sides, and gradients that it adds into start from the
+ * same random values, so an op that accumulates where it should overwrite (or the reverse) fails.
  *
  * Tolerances (|gpu - cpu| <= atol + rtol |cpu|), float32 on both sides:
  *   elementwise (GELU, SwiGLU, add, embeddings, AdamW)     1e-6 + 1e-5
@@ -23,6 +23,7 @@
  *     the CPU's order and the GPU's atomic order differ by ~1e-5 there)
  *   matmul, head (cuBLAS FP32, no TF32) fwd / bwd          1e-5 + 1e-4
  *   attention fwd / bwd, decode attention                  1e-5 + 1e-4
+ *     fused attention's log-sum-exp (vs a double sum)      1e-5 + 1e-5
  *   softmax rows: log-prob, entropy, their gradient        1e-5 + 1e-4
  *     (the CPU sums in double, the GPU in float)
  *   sum of squares                                         1e-9 relative
@@ -37,8 +38,9 @@
  *          tokens, step logits 1e-4 + 1e-4.
  *   Llama/Qwen2/Qwen3 models: logits 1e-4 + 1e-4; loss 1e-5; gradients
  *          1e-5 + 1e-3; greedy decoding as above.
- * Atomic additions on the GPU make some gradients vary in the last bits
- * between runs; the tolerances cover that.
+ * Atomic additions on the GPU (norm, q/k-norm and embedding weight gradients;
+ * not attention, whose kernels have none) make some gradients vary in the last
+ * bits between runs; the tolerances cover that.
  */
 #include "ktest.h"
 
@@ -318,48 +320,91 @@ static void test_qk(void **state)
     for (int i = 0; i < N_SHAPES; i++) check_qk(&shapes[i], &r);
 }
 
-/* attn_fwd, attn_bwd, then kv_store and attn_decode over the same rows */
-static void check_attention(const gqa_shape *s, mk_rng *r)
+/* label "what NH=.. NKV=.. hd=.. T=.." in buf */
+static const char *labt(char *buf, size_t n, const char *what, const gqa_shape *s, int T_)
 {
-    enum { AB = 3, AT = 37 };
+    snprintf(buf, n, "%s NH=%d NKV=%d hd=%d T=%d", what, s->NH, s->NKV, s->hd, T_);
+    return buf;
+}
+
+/* log-sum-exp of row t's scaled scores for query head h of sequence b, in double: what the
+ * CUDA attn_fwd keeps in att's first B NH T floats */
+static float ref_lse(const float *qkv, int b, int h, int t, int AT, const gqa_shape *s)
+{
+    int NH = s->NH, NKV = s->NKV, hd = s->hd;
+    size_t W = (size_t)(NH + 2 * NKV) * hd;
+    const float *q = qkv + ((size_t)b * AT + t) * W + (size_t)h * hd;
+    double mx = -HUGE_VAL, sum = 0.0, sc[512];
+    assert_true(t < 512);
+    for (int t2 = 0; t2 <= t; t2++) {
+        const float *k = qkv + ((size_t)b * AT + t2) * W + (size_t)(NH + h / (NH / NKV)) * hd;
+        double a = 0.0;
+        for (int i = 0; i < hd; i++) a += (double)q[i] * k[i];
+        sc[t2] = a / sqrt((double)hd);
+        if (sc[t2] > mx) mx = sc[t2];
+    }
+    for (int t2 = 0; t2 <= t; t2++) sum += exp(sc[t2] - mx);
+    return (float)(mx + log(sum));
+}
+
+/* attn_fwd, attn_bwd (sequences of AT positions), then kv_store and attn_decode over the same
+ * rows.  The CUDA attention is fused: its att holds the [B, NH, T] log-sum-exp instead of the
+ * CPU's [B, NH, T, T] probabilities, so that part is compared with ref_lse. */
+static void check_attention(const gqa_shape *s, int AT, mk_rng *r)
+{
+    enum { AB = 3 };
     int NH = s->NH, NKV = s->NKV, hd = s->hd;
     size_t W = (size_t)(NH + 2 * NKV) * hd, A = (size_t)NH * hd;
     size_t nq = AB * AT * W, ny = AB * AT * A, na = (size_t)AB * NH * AT * AT;
+    size_t nl = (size_t)AB * NH * AT;
     pair qkv = rnd(nq, -1.5f, 1.5f, r), dy = rnd(ny, -1, 1, r), y = rnd(ny, -9, 9, r),
          att = rnd(na, -9, 9, r), datt = rnd(na, -9, 9, r), dqkv = rnd(nq, -9, 9, r);
-    char l[96];
+    char l[128];
     cpu->attn_fwd(y.h, att.h, qkv.h, AB, AT, NH, NKV, hd);
     gpu->attn_fwd(y.d, att.d, qkv.d, AB, AT, NH, NKV, hd);
-    CMP(y, 1e-5, 1e-4, lab(l, sizeof l, "attn_fwd out", s));
-    CMP(att, 1e-5, 1e-4, lab(l, sizeof l, "attn_fwd att", s));
+    CMP(y, 1e-5, 1e-4, labt(l, sizeof l, "attn_fwd out", s, AT));
+    float *lse = malloc(nl * sizeof(float));
+    assert_non_null(lse);
+    for (int b = 0; b < AB; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < AT; t++)
+                lse[((size_t)b * NH + h) * AT + t] = ref_lse(qkv.h, b, h, t, AT, s);
+    cmp(att.d, lse, nl, 1e-5, 1e-5, labt(l, sizeof l, "attn_fwd log-sum-exp", s, AT));
+    free(lse);
     cpu->attn_bwd(dqkv.h, datt.h, dy.h, qkv.h, att.h, AB, AT, NH, NKV, hd);
     gpu->attn_bwd(dqkv.d, datt.d, dy.d, qkv.d, att.d, AB, AT, NH, NKV, hd);
-    CMP(dqkv, 1e-5, 1e-4, lab(l, sizeof l, "attn_bwd dqkv", s));
+    CMP(dqkv, 1e-5, 1e-4, labt(l, sizeof l, "attn_bwd dqkv", s, AT));
 
     /* decoding: every row (b, t) as slot S-1-b at position t; caches of Tmax > AT, and one
      * slot more than used, so that a slot or stride mix-up lands in the wrong place */
-    int S = AB + 1, Tmax = AT + 5, slot[AB * AT], pos[AB * AT];
-    for (int i = 0; i < AB * AT; i++) slot[i] = S - 1 - i / AT, pos[i] = i % AT;
-    int *gs = dev(slot, sizeof slot), *gp = dev(pos, sizeof pos);
+    int S = AB + 1, Tmax = AT + 5, n = AB * AT;
+    int *slot = malloc(n * sizeof(int)), *pos = malloc(n * sizeof(int));
+    assert_non_null(slot), assert_non_null(pos);
+    for (int i = 0; i < n; i++) slot[i] = S - 1 - i / AT, pos[i] = i % AT;
+    int *gs = dev(slot, n * sizeof(int)), *gp = dev(pos, n * sizeof(int));
     size_t nc = (size_t)S * Tmax * NKV * hd;
     pair kc = rnd(nc, -9, 9, r), vc = rnd(nc, -9, 9, r),
          sc = rnd((size_t)AB * AT * NH * Tmax, -9, 9, r);
-    cpu->kv_store(kc.h, vc.h, qkv.h, slot, pos, AB * AT, NH, NKV, hd, Tmax);
-    gpu->kv_store(kc.d, vc.d, qkv.d, gs, gp, AB * AT, NH, NKV, hd, Tmax);
-    CMP(kc, 0, 0, lab(l, sizeof l, "kv_store k", s));
-    CMP(vc, 0, 0, lab(l, sizeof l, "kv_store v", s));
-    cpu->attn_decode(y.h, sc.h, qkv.h, kc.h, vc.h, slot, pos, AB * AT, NH, NKV, hd, Tmax);
-    gpu->attn_decode(y.d, sc.d, qkv.d, kc.d, vc.d, gs, gp, AB * AT, NH, NKV, hd, Tmax);
-    CMP(y, 1e-5, 1e-4, lab(l, sizeof l, "attn_decode", s));
+    cpu->kv_store(kc.h, vc.h, qkv.h, slot, pos, n, NH, NKV, hd, Tmax);
+    gpu->kv_store(kc.d, vc.d, qkv.d, gs, gp, n, NH, NKV, hd, Tmax);
+    CMP(kc, 0, 0, labt(l, sizeof l, "kv_store k", s, AT));
+    CMP(vc, 0, 0, labt(l, sizeof l, "kv_store v", s, AT));
+    cpu->attn_decode(y.h, sc.h, qkv.h, kc.h, vc.h, slot, pos, n, NH, NKV, hd, Tmax);
+    gpu->attn_decode(y.d, sc.d, qkv.d, kc.d, vc.d, gs, gp, n, NH, NKV, hd, Tmax);
+    CMP(y, 1e-5, 1e-4, labt(l, sizeof l, "attn_decode", s, AT));
     /* a decoding step: one row per filled slot, at a late position, slots out of order */
     int slot1[AB], pos1[AB];
-    for (int b = 0; b < AB; b++) slot1[b] = S - 1 - (b + 2) % AB, pos1[b] = AT - 1 - b;
+    for (int b = 0; b < AB; b++) {
+        slot1[b] = S - 1 - (b + 2) % AB;
+        pos1[b] = AT - 1 - b >= 0 ? AT - 1 - b : 0;
+    }
     int *gs1 = dev(slot1, sizeof slot1), *gp1 = dev(pos1, sizeof pos1);
     cpu->attn_decode(y.h, sc.h, qkv.h, kc.h, vc.h, slot1, pos1, AB, NH, NKV, hd, Tmax);
     gpu->attn_decode(y.d, sc.d, qkv.d, kc.d, vc.d, gs1, gp1, AB, NH, NKV, hd, Tmax);
-    cmp(y.d, y.h, (size_t)AB * A, 1e-5, 1e-4, lab(l, sizeof l, "attn_decode step", s));
+    cmp(y.d, y.h, (size_t)AB * A, 1e-5, 1e-4, labt(l, sizeof l, "attn_decode step", s, AT));
     pair *all[] = {&qkv, &dy, &y, &att, &datt, &dqkv, &kc, &vc, &sc};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) pair_free(all[i]);
+    free(slot), free(pos);
     gpu->release(gs), gpu->release(gp), gpu->release(gs1), gpu->release(gp1);
 }
 
@@ -371,8 +416,13 @@ static void test_attention(void **state)
     mk_rng_seed(&r, 3);
     /* GPT-2's multi-head case first (NKV = NH, hd = C / NH) */
     gqa_shape mha = {4, 4, C / 4};
-    check_attention(&mha, &r);
-    for (int i = 0; i < N_SHAPES; i++) check_attention(&shapes[i], &r);
+    check_attention(&mha, 37, &r);
+    /* sequence lengths: 37 (inside one tile, not a multiple of any tile), 1, and 150 (several
+     * query and key tiles of every tile shape, the last one partial) */
+    static const int lens[] = {37, 1, 150};
+    for (int i = 0; i < N_SHAPES; i++)
+        for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++)
+            check_attention(&shapes[i], lens[j], &r);
 }
 
 static void test_rows_and_optimiser(void **state)

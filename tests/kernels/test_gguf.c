@@ -505,7 +505,7 @@ static void test_refusals(void **state)
 static void test_corruption(void **state)
 {
     (void)state;
-    size_t n;
+    size_t n = 0;
     unsigned char *b = read_all(FIX "/model_q4_0.gguf", &n);
     assert_non_null(b);
     /* the data section starts after the last tensor name; the tables lie before it */
