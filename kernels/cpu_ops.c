@@ -1641,6 +1641,7 @@ const mk_backend mk__cpu_backend = {
     .adamw = mk_adamw,
     .sumsq = mk_sumsq,
     .scale = mk_scale,
+    .sample_rows = NULL, /* the decoder samples on the host with mk_sample */
 };
 
 const mk_backend *mk_backend_cpu(void)

@@ -809,6 +809,7 @@ static void scale(float *x, float s, size_t n)
 /* ---- the table ---------------------------------------------------------- */
 
 /* in the order of struct mk__backend (mk_internal.h) */
+/* clang-format off */
 static const mk_backend cuda_backend = {
     "cuda",    cu_alloc,   cu_release, cu_upload,   cu_download, cu_copy,
     cu_zero,   embed_fwd,  embed_bwd,  ln_fwd,      ln_bwd,      rms_fwd,
@@ -816,7 +817,9 @@ static const mk_backend cuda_backend = {
     head_bwd,  qk_fwd,     qk_bwd,     attn_fwd,    attn_bwd,    gelu_fwd,
     gelu_bwd,  swiglu_fwd, swiglu_bwd, add,         kv_store,    attn_decode,
     row_stats, row_grad,   adamw,      sumsq,       scale,       mm_fwd_bf16a,
+    mk__cuda_sample_rows, /* cuda_sample.cu */
 };
+/* clang-format on */
 
 /* Not thread-safe on its first call (it creates the cuBLAS handle): call it
  * once at start-up, as mk_set_threads. */

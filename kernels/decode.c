@@ -17,6 +17,15 @@
  * the caches left as they were computed.  With MK_MODEL_BF16_WEIGHTS the
  * products use the model's bfloat16 copies of the weights, remade at the start
  * of a call when the parameters were written since the last.
+ *
+ * Sampling: on a back-end with sample_rows (CUDA) a step samples where the
+ * logits are; the host draws each row's uniform from the slot's generator
+ * (mk__sample_draw, as mk_sample would), and only tokens and log-probs come
+ * back.  The logits stay in back-end memory, row lg_row[s] of the step that
+ * made them, and are copied to the host copy (h_logits) when
+ * mk_decoder_last_logits asks, or when a later step that does not list the
+ * slot is about to overwrite them.  Without sample_rows (CPU) a step copies
+ * each row's logits to h_logits and samples there with mk_sample.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +48,14 @@ struct mk_decoder {
     mk_rng *rng;                 /* host [S] */
     float *h_logits;             /* host [S, V] the logits of each slot's last step */
     void *sample_scratch;
+    /* sampling in the back-end (be->sample_rows) */
+    int *lg_row;  /* host [S]: slot s's last logits are row lg_row[s] of d->logits; -1: in
+                     h_logits (or none) */
+    float *swork; /* back-end [S, V] the sampler's scratch */
+    float *d_sp;  /* back-end [3S] a step's temperatures, top-p, uniforms (n each) */
+    int *d_so;    /* back-end [3S] a step's tokens, then logp_sample, logp_policy (floats) */
+    float *h_sp;  /* host [3S] */
+    int *h_so;    /* host [3S] */
 };
 
 int mk_decoder_new(mk_decoder **out, mk_model *m, int n_slots)
@@ -80,7 +97,11 @@ int mk_decoder_new_ctx(mk_decoder **out, mk_model *m, int n_slots, int context)
     d->h_tok = malloc(sizeof(int) * Rm * 3);
     d->h_logits = calloc((size_t)n_slots * V, sizeof(float));
     d->sample_scratch = malloc(MK_SAMPLE_SCRATCH(V));
-    if (!d->len || !d->rng || !d->h_tok || !d->h_logits || !d->sample_scratch) {
+    d->lg_row = malloc(sizeof(int) * (size_t)n_slots);
+    d->h_sp = malloc(sizeof(float) * 3 * (size_t)n_slots);
+    d->h_so = malloc(sizeof(int) * 3 * (size_t)n_slots);
+    if (!d->len || !d->rng || !d->h_tok || !d->h_logits || !d->sample_scratch || !d->lg_row ||
+        !d->h_sp || !d->h_so) {
         mk_decoder_free(d);
         return mk__fail(MK_ERR_NOMEM, "cannot allocate decoder tables");
     }
@@ -101,11 +122,16 @@ int mk_decoder_new_ctx(mk_decoder **out, mk_model *m, int n_slots, int context)
         (rc = be->alloc((void **)&d->d_tok, Rm * sizeof(int))) ||
         (rc = be->alloc((void **)&d->d_slot, Rm * sizeof(int))) ||
         (rc = be->alloc((void **)&d->d_pos, Rm * sizeof(int))) ||
-        (m->b16_products && (rc = be->alloc(&d->b16x, MK_BF16A_SCRATCH(Rm, bf16_max_in(c)))))) {
+        (m->b16_products && (rc = be->alloc(&d->b16x, MK_BF16A_SCRATCH(Rm, bf16_max_in(c))))) ||
+        (be->sample_rows &&
+         ((rc = be->alloc((void **)&d->swork, (size_t)n_slots * V * sizeof(float))) ||
+          (rc = be->alloc((void **)&d->d_sp, (size_t)n_slots * 3 * sizeof(float))) ||
+          (rc = be->alloc((void **)&d->d_so, (size_t)n_slots * 3 * sizeof(int)))))) {
         mk_decoder_free(d);
         return rc;
     }
     for (int s = 0; s < n_slots; s++) mk_rng_seed(&d->rng[s], (uint64_t)s);
+    for (int s = 0; s < n_slots; s++) d->lg_row[s] = -1;
     *out = d;
     return MK_OK;
 }
@@ -113,8 +139,9 @@ int mk_decoder_new_ctx(mk_decoder **out, mk_model *m, int n_slots, int context)
 void mk_decoder_free(mk_decoder *d)
 {
     if (!d) return;
-    void *dev[] = {d->kc,  d->vc,  d->x,      d->ln,    d->qkvr,   d->qkv,   d->atty, d->att,
-                   d->fch, d->fcg, d->logits, d->d_tok, d->d_slot, d->d_pos, d->b16x};
+    void *dev[] = {d->kc,     d->vc,    d->x,    d->ln,    d->qkvr,   d->qkv,
+                   d->atty,   d->att,   d->fch,  d->fcg,   d->logits, d->d_tok,
+                   d->d_slot, d->d_pos, d->b16x, d->swork, d->d_sp,   d->d_so};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) d->m->be->release(dev[i]);
     free(d->len);
@@ -122,6 +149,9 @@ void mk_decoder_free(mk_decoder *d)
     free(d->h_tok);
     free(d->h_logits);
     free(d->sample_scratch);
+    free(d->lg_row);
+    free(d->h_sp);
+    free(d->h_so);
     free(d);
 }
 
@@ -135,6 +165,7 @@ int mk_decoder_reset(mk_decoder *d, int slot, uint64_t seed)
     if (!d || slot < 0 || slot >= d->S) return mk__fail(MK_ERR_ARG, "slot %d out of range", slot);
     d->len[slot] = 0;
     d->pending[slot] = -1;
+    d->lg_row[slot] = -1; /* its last logits are no longer asked for */
     mk_rng_seed(&d->rng[slot], seed);
     return MK_OK;
 }
@@ -145,9 +176,21 @@ int mk_decoder_len(const mk_decoder *d, int slot)
     return d->len[slot];
 }
 
+/* Copies slot s's last logits from back-end memory to h_logits if they are only there. */
+static void fetch_logits(mk_decoder *d, int s)
+{
+    if (d->lg_row[s] < 0) return;
+    size_t V = d->m->cfg.vocab_size;
+    d->m->be->download(d->h_logits + (size_t)s * V, d->logits + (size_t)d->lg_row[s] * V,
+                       V * sizeof(float));
+    d->lg_row[s] = -1;
+}
+
 const float *mk_decoder_last_logits(const mk_decoder *d, int slot)
 {
     if (!d || slot < 0 || slot >= d->S) return NULL;
+    /* the decoder is the caller's (not a const object): the copy is a cache filled on demand */
+    fetch_logits((mk_decoder *)d, slot);
     return d->h_logits + (size_t)slot * d->m->cfg.vocab_size;
 }
 
@@ -273,13 +316,42 @@ int mk_decoder_step(mk_decoder *d, const int *slots, int n, const float *tempera
         d->h_pos[i] = d->len[s] - 1;
         d->h_slot[i] = s;
     }
-    run_rows(d, n, 1);
     mk_model *m = d->m;
+    const mk_backend *be = m->be;
     size_t V = m->cfg.vocab_size;
+    if (be->sample_rows) {
+        /* this step overwrites d->logits: keep the rows of slots it does not list */
+        for (int i = 0; i < n; i++) d->lg_row[slots[i]] = -1;
+        for (int s = 0; s < d->S; s++) fetch_logits(d, s);
+    }
+    run_rows(d, n, 1);
+    if (be->sample_rows) {
+        float *ht = d->h_sp, *hp = ht + n, *hu = hp + n, *dp = d->d_sp;
+        float *so = (float *)(d->d_so + n);
+        for (int i = 0; i < n; i++) {
+            ht[i] = temperature[i];
+            hp[i] = top_p[i];
+            hu[i] = mk__sample_draw(&d->rng[slots[i]], temperature[i]);
+        }
+        be->upload(dp, ht, sizeof(float) * 3 * (size_t)n);
+        be->sample_rows(d->d_so, so, so + n, d->swork, d->logits, dp, dp + n, dp + 2 * n, n,
+                        (int)V);
+        be->download(d->h_so, d->d_so, sizeof(int) * 3 * (size_t)n);
+        for (int i = 0; i < n; i++) {
+            int s = slots[i], tok = d->h_so[i];
+            tokens[i] = tok;
+            if (logp_sample) memcpy(&logp_sample[i], &d->h_so[n + i], sizeof(float));
+            if (logp_policy) memcpy(&logp_policy[i], &d->h_so[2 * n + i], sizeof(float));
+            d->lg_row[s] = i;
+            d->pending[s] = tok;
+            d->len[s]++;
+        }
+        return MK_OK;
+    }
     for (int i = 0; i < n; i++) {
         int s = slots[i];
         float *lg = d->h_logits + (size_t)s * V;
-        m->be->download(lg, d->logits + (size_t)i * V, V * sizeof(float));
+        be->download(lg, d->logits + (size_t)i * V, V * sizeof(float));
         float lps, lpp;
         int tok = mk_sample(lg, (int)V, temperature[i], top_p[i], &d->rng[s], d->sample_scratch,
                             &lps, &lpp);

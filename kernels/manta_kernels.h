@@ -525,7 +525,10 @@ int mk_decoder_len(const mk_decoder *d, int slot);
 int mk_decoder_step(mk_decoder *d, const int *slots, int n, const float *temperature,
                     const float *top_p, int *tokens, float *logp_sample, float *logp_policy);
 /* The logits [V] from which slot s's last step sampled (untempered); host
- * pointer owned by the decoder, valid until the next step or reset. */
+ * pointer owned by the decoder, valid until the next step or reset.  On a
+ * back-end that samples in its own memory (CUDA) the first call after a step
+ * copies the row to the host (V floats); a step copies nothing else.  That
+ * copy writes the decoder: calls on one decoder stay one thread at a time. */
 const float *mk_decoder_last_logits(const mk_decoder *d, int slot);
 
 /* ---- sampling (also used by the decoder) -------------------------------- */

@@ -143,9 +143,35 @@ struct mk__backend {
      * scratch: MK_BF16A_SCRATCH(R, IC) bytes of the back-end's memory.  NULL: not offered. */
     void (*mm_fwd_bf16a)(float *out, const float *inp, const uint16_t *w, const float *bias, int R,
                          int IC, int OC, void *scratch);
+
+    /* Optional (NULL: the decoder downloads the logits and samples on the host).  Sampling
+     * of R rows in the back-end: row r of logits [R,V] with temperature[r], top_p[r] and the
+     * uniform u[r] (drawn on the host by mk__sample_draw; unused when greedy) gives tok[r],
+     * logp_sample[r], logp_policy[r] as mk__sample_u does (sample.c, the reference).  All
+     * arrays in back-end memory; work [R,V] is scratch (the tempered probabilities).  Agrees
+     * with the reference up to the order of double sums (cuda_sample.cu states how far). */
+    void (*sample_rows)(int *tok, float *logp_sample, float *logp_policy, float *work,
+                        const float *logits, const float *temperature, const float *top_p,
+                        const float *u, int R, int V);
 };
 
 extern const mk_backend mk__cpu_backend;
+
+/* The CUDA back-end's sample_rows (cuda_sample.cu). */
+void mk__cuda_sample_rows(int *tok, float *logp_sample, float *logp_policy, float *work,
+                          const float *logits, const float *temperature, const float *top_p,
+                          const float *u, int R, int V);
+
+/* Sampling in two steps (sample.c): mk_sample(..., rng, ...) is
+ * mk__sample_u(..., mk__sample_draw(rng, temperature), ...).  The draw takes one uniform
+ * from the generator, or none (0, the generator untouched) when greedy (temperature <= 0);
+ * the choice is a function of the logits and u alone (scratch: MK_SAMPLE_SCRATCH(V)). */
+static inline float mk__sample_draw(mk_rng *rng, float temperature)
+{
+    return temperature <= 0.0f ? 0.0f : mk_rng_uniform(rng);
+}
+int mk__sample_u(const float *logits, int V, float temperature, float top_p, float u, void *scratch,
+                 float *logp_sample, float *logp_policy);
 
 /* Makes sure OpenBLAS runs kernels this CPU supports at full width (see
  * cpu_ops.c); idempotent and thread-safe. */

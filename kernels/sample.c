@@ -9,6 +9,11 @@
  * costs less than the matrix product that produced the logits.  Ties in the
  * sort are broken by token id, so the result is a function of the logits and
  * the generator alone.
+ *
+ * mk_sample is two steps: the draw (mk__sample_draw: one uniform from the slot's
+ * generator, none when greedy) and the choice from the logits given that
+ * uniform (mk__sample_u).  The choice is the reference for a back-end's
+ * sample_rows (cuda_sample.cu), which the decoder hands the same host draws.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -114,8 +119,8 @@ static int sample_full(const float *p, int V, double u, double *lps)
     return tok;
 }
 
-int mk_sample(const float *logits, int V, float temperature, float top_p, mk_rng *rng,
-              void *scratch, float *logp_sample, float *logp_policy)
+int mk__sample_u(const float *logits, int V, float temperature, float top_p, float u, void *scratch,
+                 float *logp_sample, float *logp_policy)
 {
     float *p = scratch;
     int *idx = (int *)(p + 2 * (size_t)V);
@@ -135,7 +140,6 @@ int mk_sample(const float *logits, int V, float temperature, float top_p, mk_rng
         tok = arg; /* greedy */
     } else {
         tempered_probs(p, logits, V, mx, temperature);
-        double u = mk_rng_uniform(rng);
         if (top_p > 0.0f && top_p < 1.0f)
             tok = sample_nucleus(p, V, top_p, u, idx, &lps);
         else
@@ -144,4 +148,11 @@ int mk_sample(const float *logits, int V, float temperature, float top_p, mk_rng
     if (logp_sample) *logp_sample = (float)lps;
     if (logp_policy) *logp_policy = (float)((double)logits[tok] - lse);
     return tok;
+}
+
+int mk_sample(const float *logits, int V, float temperature, float top_p, mk_rng *rng,
+              void *scratch, float *logp_sample, float *logp_policy)
+{
+    float u = mk__sample_draw(rng, temperature);
+    return mk__sample_u(logits, V, temperature, top_p, u, scratch, logp_sample, logp_policy);
 }

@@ -27,6 +27,12 @@
  *   softmax rows: log-prob, entropy, their gradient        1e-5 + 1e-4
  *     (the CPU sums in double, the GPU in float)
  *   sum of squares                                         1e-9 relative
+ *   sampling on the device (sample_rows, and the decoder with it) against
+ *     mk__sample_u given the same uniform: greedy tokens identical; other
+ *     tokens identical wherever the reference's token stays when u and
+ *     top-p move by 1e-6 (the device sums in another order; see
+ *     cuda_sample.cu), and always for equal logits over a power-of-two V
+ *     (every sum exact); logp_sample, logp_policy 1e-5 + 1e-6 rel.
  *   GPT-2 fixture model: logits 1e-4 + 1e-4; loss 1e-5; gradients
  *          1e-5 + 1e-3; ten AdamW losses 2e-4; greedy decoding: identical
  *          tokens, step logits 1e-4 + 1e-4.
@@ -457,6 +463,178 @@ static void test_rows_and_optimiser(void **state)
     free(z), free(ct), free(ch), free(d), free(p), free(g), free(m), free(v);
 }
 
+/* Whether the reference's token for (u, top_p) stays when u and top_p move by 1e-6: a device
+ * sampler that agrees up to the order of its double sums must then pick the same token. */
+static int ref_stable(const float *z, int Vv, float t, float tp, float u, void *scr)
+{
+    const float d = 1e-6f;
+    int k = mk__sample_u(z, Vv, t, tp, u, scr, NULL, NULL);
+    float us[2] = {u < d ? 0.0f : u - d, u + d < 1.0f ? u + d : u};
+    for (int i = 0; i < 2; i++)
+        if (mk__sample_u(z, Vv, t, tp, us[i], scr, NULL, NULL) != k) return 0;
+    if (tp > 0.0f && tp < 1.0f) {
+        float ps[2] = {tp - d, tp + d < 1.0f ? tp + d : tp};
+        for (int i = 0; i < 2; i++)
+            if (mk__sample_u(z, Vv, t, ps[i], u, scr, NULL, NULL) != k) return 0;
+    }
+    return 1;
+}
+
+/* sample_rows against mk__sample_u, row by row, for one vocabulary size: rows of every
+ * (kind of logits, temperature, top-p, uniform).  Kinds: spread logits; logits rounded to
+ * integers (many ties); all equal (every probability 1/V: with V a power of two every sum is
+ * exact, so the tokens must agree even for u on a boundary); a tied maximum every 7th token.
+ * Uniforms: 0, the largest (1 - 2^-24), random, and for the equal kind the multiples of
+ * 1/16 (boundaries of the walk when V divides 16 * 2^k). */
+static void check_sample_rows(int Vv, mk_rng *g)
+{
+    enum { KINDS = 4, NT = 3, NP = 3, NU = 6 };
+    static const float temps[NT] = {0.0f, 0.7f, 1.0f}, tps[NP] = {1.0f, 0.9f, 0.5f};
+    int Rr = KINDS * NT * NP * NU;
+    float *z = malloc(sizeof(float) * (size_t)Rr * Vv), *t = malloc(sizeof(float) * Rr),
+          *tp = malloc(sizeof(float) * Rr), *u = malloc(sizeof(float) * Rr);
+    float *lps = malloc(sizeof(float) * Rr), *lpp = malloc(sizeof(float) * Rr);
+    int *tok = malloc(sizeof(int) * Rr), *exact = malloc(sizeof(int) * Rr);
+    void *scr = malloc(MK_SAMPLE_SCRATCH(Vv));
+    assert_non_null(z), assert_non_null(t), assert_non_null(tp), assert_non_null(u);
+    assert_non_null(lps), assert_non_null(lpp), assert_non_null(tok), assert_non_null(exact);
+    assert_non_null(scr);
+    int r = 0;
+    for (int kind = 0; kind < KINDS; kind++)
+        for (int ti = 0; ti < NT; ti++)
+            for (int pi = 0; pi < NP; pi++)
+                for (int ui = 0; ui < NU; ui++, r++) {
+                    float *row = z + (size_t)r * Vv;
+                    for (int j = 0; j < Vv; j++) {
+                        float x = 6.0f * (mk_rng_uniform(g) - 0.5f);
+                        row[j] = kind == 0   ? x
+                                 : kind == 1 ? roundf(x)
+                                 : kind == 2 ? 0.25f
+                                             : (j % 7 == 3 ? 4.0f : x);
+                    }
+                    t[r] = temps[ti], tp[r] = tps[pi];
+                    u[r] = ui == 0 ? 0.0f : ui == 1 ? 1.0f - 1.0f / 16777216 : mk_rng_uniform(g);
+                    if (kind == 2 && ui >= 2) u[r] = (float)(ui * 3) / 16;
+                    exact[r] = kind == 2 && (Vv & (Vv - 1)) == 0;
+                }
+    float *dz = dev(z, sizeof(float) * (size_t)Rr * Vv),
+          *dwork = dev(NULL, sizeof(float) * (size_t)Rr * Vv);
+    float *dt = dev(t, sizeof(float) * Rr), *dtp = dev(tp, sizeof(float) * Rr),
+          *du = dev(u, sizeof(float) * Rr), *dlps = dev(NULL, sizeof(float) * Rr),
+          *dlpp = dev(NULL, sizeof(float) * Rr);
+    int *dtok = dev(NULL, sizeof(int) * Rr);
+    gpu->sample_rows(dtok, dlps, dlpp, dwork, dz, dt, dtp, du, Rr, Vv);
+    gpu->download(tok, dtok, sizeof(int) * Rr);
+    gpu->download(lps, dlps, sizeof(float) * Rr);
+    gpu->download(lpp, dlpp, sizeof(float) * Rr);
+    int compared = 0, skipped = 0;
+    double worst = 0;
+    for (r = 0; r < Rr; r++) {
+        const float *row = z + (size_t)r * Vv;
+        float rl, rp;
+        int rt = mk__sample_u(row, Vv, t[r], tp[r], u[r], scr, &rl, &rp);
+        char l[160];
+        snprintf(l, sizeof l, "V=%d row %d: temperature %g top-p %g u %.9g: token %d, reference %d",
+                 Vv, r, t[r], tp[r], u[r], tok[r], rt);
+        if (t[r] <= 0.0f || exact[r] || ref_stable(row, Vv, t[r], tp[r], u[r], scr)) {
+            if (tok[r] != rt) fail_msg("%s", l);
+            compared++;
+        } else {
+            skipped++;
+        }
+        if (tok[r] != rt)
+            continue; /* an unstable row that went the other way: nothing to compare */
+        double e = fmax(fabs(lps[r] - rl), fabs(lpp[r] - rp));
+        if (e > 1e-5 + 1e-6 * fmax(fabs(rl), fabs(rp)))
+            fail_msg("%s: log-probs %g %g, reference %g %g", l, lps[r], lpp[r], rl, rp);
+        if (t[r] <= 0.0f && lps[r] != 0.0f) fail_msg("%s: greedy logp_sample %g", l, lps[r]);
+        worst = fmax(worst, e);
+    }
+    fprintf(stderr,
+            "sample_rows V=%d: %d rows, %d tokens compared, %d near a boundary skipped, log-probs "
+            "within %.3g\n",
+            Vv, Rr, compared, skipped, worst);
+    assert_true(compared >= Rr * 8 / 10);
+    void *all[] = {dz, dwork, dt, dtp, du, dlps, dlpp, dtok};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpu->release(all[i]);
+    free(z), free(t), free(tp), free(u), free(lps), free(lpp), free(tok), free(exact), free(scr);
+}
+
+/* The device sampler over byte vocabularies (256, 260), GPT-2's 50257 and a few others,
+ * including V below and not a multiple of the block's thread count. */
+static void test_sample_rows(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    assert_non_null(gpu->sample_rows);
+    mk_rng g;
+    mk_rng_seed(&g, 12);
+    static const int vs[] = {1, 7, 256, 260, 1000, 4096, 50257};
+    for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) check_sample_rows(vs[i], &g);
+}
+
+/* The decoder samples on the device: each step's tokens and log-probs are mk__sample_u's from
+ * that step's logits (mk_decoder_last_logits) and a replica of the slot's generator; a slot left
+ * out of a step keeps the logits of its own last step (copied before the step overwrote them). */
+static void check_sampled_decoding(mk_model *mg, int Vv)
+{
+    enum { NS = 4, STEPS = 10 };
+    mk_decoder *dg;
+    assert_mk_ok(mk_decoder_new(&dg, mg, NS));
+    mk_rng rep[NS];
+    int prompt[6] = {1, 2, 3, 4, 5, 6};
+    for (int s = 0; s < NS; s++) {
+        assert_mk_ok(mk_decoder_reset(dg, s, 100 + s));
+        mk_rng_seed(&rep[s], 100 + s);
+        assert_mk_ok(mk_decoder_append(dg, s, prompt, 2 + s));
+    }
+    void *scr = malloc(MK_SAMPLE_SCRATCH(Vv));
+    assert_non_null(scr);
+    float temp[NS] = {1.0f, 0.7f, 1.0f, 0.0f}, topp[NS] = {1.0f, 0.9f, 0.5f, 1.0f};
+    float last_u[NS] = {0};
+    int last_tok[NS] = {0}, waiting[NS] = {0};
+    float last_lpp[NS] = {0};
+    for (int k = 0; k < STEPS; k++) {
+        /* every third step leaves slot k % NS out */
+        int slots[NS], n = 0;
+        for (int s = 0; s < NS; s++)
+            if (k % 3 != 2 || s != k % NS) slots[n++] = s;
+        float t[NS], tp[NS], lps[NS], lpp[NS];
+        int tok[NS];
+        for (int i = 0; i < n; i++) t[i] = temp[slots[i]], tp[i] = topp[slots[i]];
+        assert_mk_ok(mk_decoder_step(dg, slots, n, t, tp, tok, lps, lpp));
+        for (int i = 0; i < n; i++) {
+            int s = slots[i];
+            float u = mk__sample_draw(&rep[s], t[i]);
+            if (s == (k + 1) % NS && k % 3 == 1) { /* left out of the next step: look later */
+                last_u[s] = u, last_tok[s] = tok[i], last_lpp[s] = lpp[i], waiting[s] = 1;
+                continue;
+            }
+            const float *lg = mk_decoder_last_logits(dg, s);
+            float rl, rp;
+            int rt = mk__sample_u(lg, Vv, t[i], tp[i], u, scr, &rl, &rp);
+            if (t[i] <= 0.0f || ref_stable(lg, Vv, t[i], tp[i], u, scr))
+                assert_int_equal(tok[i], rt);
+            if (tok[i] == rt) {
+                assert_near(lps[i], rl, 1e-5);
+                assert_near(lpp[i], rp, 1e-5);
+            }
+        }
+        for (int s = 0; s < NS; s++)
+            if (waiting[s] && k % 3 == 2) { /* s was left out of this step */
+                const float *lg = mk_decoder_last_logits(dg, s);
+                float rl, rp;
+                int rt = mk__sample_u(lg, Vv, temp[s], topp[s], last_u[s], scr, &rl, &rp);
+                if (ref_stable(lg, Vv, temp[s], topp[s], last_u[s], scr))
+                    assert_int_equal(last_tok[s], rt);
+                if (last_tok[s] == rt) assert_near(last_lpp[s], rp, 1e-5);
+                waiting[s] = 0;
+            }
+    }
+    free(scr);
+    mk_decoder_free(dg);
+}
+
 /* The GPT-2 model on both back-ends from the PyTorch fixture's weights. */
 static void test_model_gpt2(void **state)
 {
@@ -530,6 +708,7 @@ static void test_model_gpt2(void **state)
                         (size_t)ref.cfg.vocab_size, 1e-4, 1e-4, "decode logits");
     }
     mk_decoder_free(dc), mk_decoder_free(dg);
+    check_sampled_decoding(mg, ref.cfg.vocab_size);
     mk_model_free(mc), mk_model_free(mg);
     free(a), free(b), free(la), free(lb), free(ref.mem);
 }
@@ -674,6 +853,7 @@ int main(void)
         cmocka_unit_test(test_qk),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_rows_and_optimiser),
+        cmocka_unit_test(test_sample_rows),
         cmocka_unit_test(test_model_gpt2),
         cmocka_unit_test(test_model_families),
     };

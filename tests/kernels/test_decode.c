@@ -10,9 +10,12 @@
  * log_softmax(forward logits) at the sampled token.  The same holds for every head size
  * (8 to 128, vector kernels and plain loop) on each step of a 40-token sequence.  The sampler is
  * checked with a chi-square test over 200000 draws (critical values at p = 0.001), which also must
- * reject a wrong distribution, so the check has power.
+ * reject a wrong distribution, so the check has power.  mk_sample split into its draw and its
+ * choice given the uniform (what the CUDA sampler is compared with) gives the same samples.
  */
 #include "ktest.h"
+
+#include "mk_internal.h" /* mk__sample_draw, mk__sample_u */
 
 enum { V = 32, CTX = 24, S = 4 };
 static const mk_config cfg = {
@@ -412,6 +415,49 @@ static void test_sampling_distribution(void **state)
     free(scratch);
 }
 
+/* mk_sample is the draw (mk__sample_draw) then the choice given the uniform (mk__sample_u, the
+ * reference a back-end's sample_rows is held to): for many seeds, logits with and without ties,
+ * temperatures (greedy among them) and top-p, both ways give the same token and bit-equal
+ * log-probs, and leave the generators in the same state (greedy draws nothing). */
+static void test_sample_draw_then_choice(void **state)
+{
+    enum { NV = 4 };
+    static const int vs[NV] = {1, 7, 260, 4099};
+    static const float temps[4] = {0.0f, 0.7f, 1.0f, 1.3f}, tps[5] = {1.0f, 0.9f, 0.5f, 0.0f, 0.1f};
+    int maxv = vs[NV - 1];
+    float *lg = malloc(sizeof(float) * maxv);
+    void *scratch = malloc(MK_SAMPLE_SCRATCH(maxv));
+    assert_non_null(lg), assert_non_null(scratch);
+    mk_rng g;
+    mk_rng_seed(&g, 99);
+    long n = 0;
+    for (int vi = 0; vi < NV; vi++)
+        for (uint64_t seed = 0; seed < 40; seed++) {
+            int Vv = vs[vi], ties = seed % 2;
+            /* ties: logits rounded to a quarter, so many tokens share a probability */
+            for (int j = 0; j < Vv; j++) {
+                float x = 6.0f * (mk_rng_uniform(&g) - 0.5f);
+                lg[j] = ties ? roundf(4 * x) / 4 : x;
+            }
+            mk_rng a, b;
+            mk_rng_seed(&a, seed), mk_rng_seed(&b, seed);
+            for (int k = 0; k < 20; k++) {
+                float t = temps[k % 4], tp = tps[(k / 4) % 5], l1, p1, l2, p2;
+                int t1 = mk_sample(lg, Vv, t, tp, &a, scratch, &l1, &p1);
+                float u = mk__sample_draw(&b, t);
+                if (t <= 0.0f) assert_true(u == 0.0f);
+                int t2 = mk__sample_u(lg, Vv, t, tp, u, scratch, &l2, &p2);
+                assert_int_equal(t1, t2);
+                assert_memory_equal(&l1, &l2, sizeof l1);
+                assert_memory_equal(&p1, &p2, sizeof p1);
+                assert_memory_equal(&a, &b, sizeof a);
+                n++;
+            }
+        }
+    fprintf(stderr, "draw then choice: %ld samples equal to mk_sample\n", n);
+    free(lg), free(scratch);
+}
+
 static void test_rng(void **state)
 {
     mk_rng a, b;
@@ -439,6 +485,7 @@ int main(void)
         cmocka_unit_test(test_weight_swap),
         cmocka_unit_test(test_inference_only),
         cmocka_unit_test(test_sampling_distribution),
+        cmocka_unit_test(test_sample_draw_then_choice),
         cmocka_unit_test(test_rng),
     };
     mk_set_threads(2);
