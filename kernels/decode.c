@@ -27,6 +27,7 @@
  * slot is about to overwrite them.  Without sample_rows (CPU) a step copies
  * each row's logits to h_logits and samples there with mk_sample.
  */
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,7 +48,8 @@ struct mk_decoder {
     int *len, *pending;          /* host [S] */
     mk_rng *rng;                 /* host [S] */
     float *h_logits;             /* host [S, V] the logits of each slot's last step */
-    void *sample_scratch;
+    void *sample_scratch;        /* n_scratch x MK_SAMPLE_SCRATCH(V) */
+    int n_scratch;
     /* sampling in the back-end (be->sample_rows) */
     int *lg_row;  /* host [S]: slot s's last logits are row lg_row[s] of d->logits; -1: in
                      h_logits (or none) */
@@ -96,7 +98,10 @@ int mk_decoder_new_ctx(mk_decoder **out, mk_model *m, int n_slots, int context)
     d->rng = calloc((size_t)n_slots, sizeof(mk_rng));
     d->h_tok = malloc(sizeof(int) * Rm * 3);
     d->h_logits = calloc((size_t)n_slots * V, sizeof(float));
-    d->sample_scratch = malloc(MK_SAMPLE_SCRATCH(V));
+    /* one sampler scratch per thread that samples (slots are sampled in parallel) */
+    int nsc = omp_get_max_threads();
+    d->n_scratch = nsc < 1 ? 1 : (nsc > n_slots ? n_slots : nsc);
+    d->sample_scratch = malloc(MK_SAMPLE_SCRATCH(V) * (size_t)d->n_scratch);
     d->lg_row = malloc(sizeof(int) * (size_t)n_slots);
     d->h_sp = malloc(sizeof(float) * 3 * (size_t)n_slots);
     d->h_so = malloc(sizeof(int) * 3 * (size_t)n_slots);
@@ -348,13 +353,18 @@ int mk_decoder_step(mk_decoder *d, const int *slots, int n, const float *tempera
         }
         return MK_OK;
     }
+    /* each slot's draw uses its own generator: the slots are independent, sampled in parallel
+     * (at 16 slots of a 152k vocabulary the sampler is a tenth of a step) */
+    int nt = mk_get_threads();
+    if (nt > d->n_scratch) nt = d->n_scratch;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (n > 1 && (size_t)n * V >= 65536)
     for (int i = 0; i < n; i++) {
         int s = slots[i];
         float *lg = d->h_logits + (size_t)s * V;
         be->download(lg, d->logits + (size_t)i * V, V * sizeof(float));
         float lps, lpp;
-        int tok = mk_sample(lg, (int)V, temperature[i], top_p[i], &d->rng[s], d->sample_scratch,
-                            &lps, &lpp);
+        char *scratch = (char *)d->sample_scratch + MK_SAMPLE_SCRATCH(V) * omp_get_thread_num();
+        int tok = mk_sample(lg, (int)V, temperature[i], top_p[i], &d->rng[s], scratch, &lps, &lpp);
         tokens[i] = tok;
         if (logp_sample) logp_sample[i] = lps;
         if (logp_policy) logp_policy[i] = lpp;
