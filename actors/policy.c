@@ -333,6 +333,16 @@ void rl_model_read(rl_args *a, rl_model_spec *ms)
         ms->cuda = 1;
     else if (strcmp(dev, "cpu") && !a->rc)
         rl_arg_error(a, "model", "device", "'%s': expected cpu or cuda", dev);
+    char mm[16];
+    rl_arg_str(a, "model", "matmul", mm, sizeof mm, "fp32");
+    ms->math = !strcmp(mm, "tf32") ? MK_MATH_TF32 : !strcmp(mm, "bf16") ? MK_MATH_BF16 : 0;
+    if (strcmp(mm, "fp32") && !ms->math && !a->rc)
+        rl_arg_error(a, "model", "matmul", "'%s': expected fp32, tf32 or bf16", mm);
+    else if (ms->math && !ms->cuda && !a->rc)
+        rl_arg_error(a, "model", "matmul",
+                     "'%s' is for the CUDA back-end's tensor cores; the CPU multiplies in fp32 "
+                     "(set model.device: cuda, or see bf16_products for rollouts)",
+                     mm);
     const msgpack_object *bw = rl_arg_get(a, "model", "bf16_weights");
     if (bw && bw->type == MSGPACK_OBJECT_BOOLEAN)
         ms->bf16_weights = bw->via.boolean;
@@ -433,6 +443,8 @@ int rl_model_open(const rl_model_spec *ms, int max_batch, int max_seq, unsigned 
     int rc;
     const mk_backend *be = NULL;
     if (ms->cuda && !(be = rl_cuda_backend())) return MANTA_EINVAL;
+    if (be && (rc = mk_backend_set_math(be, (mk_math)ms->math)))
+        return rl_fail(MANTA_EINVAL, "model.matmul: %s", mk_last_error());
     if (ms->gguf) {
         rc = mk_load_gguf_ex(out, ms->path, max_batch, max_seq, be, flags);
     } else if (ms->path[0]) {

@@ -56,6 +56,12 @@ static const manta_spec_key model_keys[] = {
      "libmanta_cuda.so; each actor uses the GPUs its node agent gave it, so the groups need "
      "resources: {gpu: ...})",
      "cpu|cuda", NULL, 0},
+    {"matmul", S, 0, 0, "fp32",
+     "how the CUDA back-end's float matrix products multiply (mk_backend_set_math): fp32, or "
+     "tf32 / bf16: parameters, gradients, activations and AdamW state stay float (FP32 master "
+     "weights) and each product rounds its operands to TF32 or bfloat16 for the tensor cores, "
+     "with float sums (mixed precision); learners and rollouts alike.  Needs device: cuda",
+     "fp32|tf32|bf16", NULL, 0},
     {"bf16_weights", B, 0, 0, "false",
      "rollouts decode with bfloat16 copies of the product weights (the kernels' "
      "MK_MODEL_BF16_WEIGHTS; float activations and sums): on the CPU about 1.5-2x the tokens/s "

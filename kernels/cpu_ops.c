@@ -1649,6 +1649,19 @@ const mk_backend *mk_backend_cpu(void)
     return &mk__cpu_backend;
 }
 
+int mk_backend_set_math(const mk_backend *be, mk_math math)
+{
+    if (!be) return mk__fail(MK_ERR_ARG, "mk_backend_set_math: no back-end");
+    if (math != MK_MATH_FP32 && math != MK_MATH_TF32 && math != MK_MATH_BF16)
+        return mk__fail(MK_ERR_ARG, "mk_backend_set_math: unknown math %d", (int)math);
+    if (!be->set_math) {
+        if (math == MK_MATH_FP32) return MK_OK;
+        return mk__fail(MK_ERR_UNSUPPORTED, "back-end %s multiplies in FP32 only", be->name);
+    }
+    be->set_math((int)math);
+    return MK_OK;
+}
+
 const char *mk_backend_name(const mk_backend *be)
 {
     return be ? be->name : "none";

@@ -247,11 +247,27 @@ static void rms_bwd(float *dinp, float *dw, const float *dout, const float *inp,
 
 /* Row-major C[M,N] = alpha op(A) op(B) + beta C; lda, ldb, ldc are row lengths
  * of the stored matrices. */
+/* MK_MATH_FP32: plain SGEMM; MK_MATH_TF32 / MK_MATH_BF16: the same float operands and output,
+ * the inputs rounded inside cuBLAS to TF32 or bfloat16 for the tensor cores, float sums
+ * (mk_backend_set_math) */
+static cublasComputeType_t gemm_math = CUBLAS_COMPUTE_32F;
+
 static void gemm_rm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
                     const float *B, int ldb, float beta, float *C, int ldc)
 {
-    CUBLAS_CHECK(cublasSgemm(blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                             N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (gemm_math == CUBLAS_COMPUTE_32F)
+        CUBLAS_CHECK(cublasSgemm(blas, ob, oa, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+    else
+        CUBLAS_CHECK(cublasGemmEx(blas, ob, oa, N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F,
+                                  lda, &beta, C, CUDA_R_32F, ldc, gemm_math, CUBLAS_GEMM_DEFAULT));
+}
+
+static void set_math(int math)
+{
+    gemm_math = math == MK_MATH_TF32   ? CUBLAS_COMPUTE_32F_FAST_TF32
+                : math == MK_MATH_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                       : CUBLAS_COMPUTE_32F;
 }
 
 __global__ static void bias_rows_k(float *out, const float *bias, int R, int OC)
@@ -818,6 +834,7 @@ static const mk_backend cuda_backend = {
     gelu_bwd,  swiglu_fwd, swiglu_bwd, add,         kv_store,    attn_decode,
     row_stats, row_grad,   adamw,      sumsq,       scale,       mm_fwd_bf16a,
     mk__cuda_sample_rows, /* cuda_sample.cu */
+    set_math,
 };
 /* clang-format on */
 

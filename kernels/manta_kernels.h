@@ -140,6 +140,14 @@ const mk_backend *mk_backend_cpu(void);
  * can be used (no driver, no GPU); mk_last_error() then says why. */
 const mk_backend *mk_backend_cuda(void);
 const char *mk_backend_name(const mk_backend *be);
+/* How a back-end's float matrix products (forward, backward, head) multiply, process-wide:
+ * MK_MATH_FP32 (the default: FP32 throughout); MK_MATH_TF32 or MK_MATH_BF16: the operands stay
+ * float in memory (parameters, gradients, activations, AdamW state: FP32 master weights) and
+ * are rounded to TF32 or bfloat16 inside each product for the tensor cores, sums and results
+ * float (cuBLAS's FAST_TF32 / FAST_16BF compute types): mixed-precision products.  CUDA only;
+ * the CPU back-end accepts MK_MATH_FP32 and refuses the others (MK_ERR_UNSUPPORTED). */
+typedef enum { MK_MATH_FP32 = 0, MK_MATH_TF32 = 1, MK_MATH_BF16 = 2 } mk_math;
+int mk_backend_set_math(const mk_backend *be, mk_math math);
 
 /* ---- model -------------------------------------------------------------- */
 

@@ -153,6 +153,9 @@ struct mk__backend {
     void (*sample_rows)(int *tok, float *logp_sample, float *logp_policy, float *work,
                         const float *logits, const float *temperature, const float *top_p,
                         const float *u, int R, int V);
+    /* how float matrix products use tensor cores (an mk_math, checked by the caller);
+     * NULL: FP32 only */
+    void (*set_math)(int math);
 };
 
 extern const mk_backend mk__cpu_backend;

@@ -367,6 +367,11 @@ static void test_refusals(void **state)
     assert_int_equal(mk_model_new_ex(&m, &c, 1, 1, NULL, MK_MODEL_INFER | MK_MODEL_BF16_PRODUCTS),
                      MK_ERR_ARG);
     assert_non_null(strstr(mk_last_error(), "needs MK_MODEL_BF16_WEIGHTS"));
+    /* the CPU multiplies in FP32 only: mixed-precision math is refused, FP32 accepted */
+    assert_int_equal(mk_backend_set_math(be, MK_MATH_FP32), MK_OK);
+    assert_int_equal(mk_backend_set_math(be, MK_MATH_BF16), MK_ERR_UNSUPPORTED);
+    assert_non_null(strstr(mk_last_error(), "FP32 only"));
+    assert_int_equal(mk_backend_set_math(be, (mk_math)7), MK_ERR_ARG);
 }
 
 int main(void)

@@ -22,6 +22,8 @@
  *     (each a sum over every row and head of the kind, with cancellation: float rounding in
  *     the CPU's order and the GPU's atomic order differ by ~1e-5 there)
  *   matmul, head (cuBLAS FP32, no TF32) fwd / bwd          1e-5 + 1e-4
+ *     mixed math (mk_backend_set_math) TF32 / BF16          4e-3 / 5e-2 + 1e-2
+ *     (dinp 4x: longer sums); bf16 products (mm_fwd_bf16a)  2e-5 + 1e-5
  *   attention fwd / bwd, decode attention                  1e-5 + 1e-4
  *     fused attention's log-sum-exp (vs a double sum)      1e-5 + 1e-5
  *   softmax rows: log-prob, entropy, their gradient        1e-5 + 1e-4
@@ -233,6 +235,42 @@ static void test_matmul_and_head(void **state)
     gpu->head_bwd(dx.d, dwte.d, dl.d, x.d, wte.d, R, C, V);
     CMP(dx, 1e-5, 1e-4, "head_bwd dinp");
     CMP(dwte, 1e-5, 1e-4, "head_bwd dwte");
+    /* mixed-precision products (mk_backend_set_math): the operands rounded to TF32 (10-bit
+     * mantissa) or bfloat16 (7-bit) inside cuBLAS, float sums: against the FP32 CPU within
+     * the rounding of 48-term sums of products of size <= 1 */
+    const mk_math maths[2] = {MK_MATH_TF32, MK_MATH_BF16};
+    const double math_atol[2] = {4e-3, 5e-2};
+    for (int k = 0; k < 2; k++) {
+        char l[64];
+        assert_mk_ok(mk_backend_set_math(gpu, maths[k]));
+        cpu->mm_fwd(out.h, x.h, w.h, bias.h, R, IC, OC);
+        gpu->mm_fwd(out.d, x.d, w.d, bias.d, R, IC, OC);
+        snprintf(l, sizeof l, "mm_fwd math %d", (int)maths[k]);
+        CMP(out, math_atol[k], 1e-2, l);
+        cpu->mm_bwd(dx.h, dw.h, db.h, dout.h, x.h, w.h, R, IC, OC);
+        gpu->mm_bwd(dx.d, dw.d, db.d, dout.d, x.d, w.d, R, IC, OC);
+        snprintf(l, sizeof l, "mm_bwd dinp math %d", (int)maths[k]);
+        CMP(dx, math_atol[k] * 4, 1e-2, l); /* up to 144-term sums */
+        cpu->head_fwd(lg.h, x.h, wte.h, R, C, V), gpu->head_fwd(lg.d, x.d, wte.d, R, C, V);
+        snprintf(l, sizeof l, "head_fwd math %d", (int)maths[k]);
+        CMP(lg, math_atol[k], 1e-2, l);
+    }
+    assert_mk_ok(mk_backend_set_math(gpu, MK_MATH_FP32));
+    cpu->mm_fwd(out.h, x.h, w.h, bias.h, R, IC, OC),
+        gpu->mm_fwd(out.d, x.d, w.d, bias.d, R, IC, OC);
+    CMP(out, 1e-5, 1e-4, "mm_fwd back in fp32");
+    /* bfloat16 products (MK_MODEL_BF16_PRODUCTS): each back-end's own weight layout and
+     * scratch; both multiply the same rounded operands exactly and sum in float */
+    {
+        size_t nb = MK_BF16_ELEMS(IC, OC);
+        uint16_t *wh = malloc(nb * sizeof(uint16_t)), *wd = dev(NULL, nb * sizeof(uint16_t));
+        void *sh = malloc(MK_BF16A_SCRATCH(R, IC)), *sd = dev(NULL, MK_BF16A_SCRATCH(R, IC));
+        cpu->to_bf16(wh, w.h, IC, OC, 0), gpu->to_bf16(wd, w.d, IC, OC, 0);
+        cpu->mm_fwd_bf16a(out.h, x.h, wh, bias.h, R, IC, OC, sh);
+        gpu->mm_fwd_bf16a(out.d, x.d, wd, bias.d, R, IC, OC, sd);
+        CMP(out, 2e-5, 1e-5, "mm_fwd_bf16a");
+        free(wh), free(sh), gpu->release(wd), gpu->release(sd);
+    }
     pair *all[] = {&x, &w, &bias, &dout, &out, &dx, &dw, &db, &wte, &dl, &lg, &dwte};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) pair_free(all[i]);
 }

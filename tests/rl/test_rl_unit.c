@@ -650,11 +650,13 @@ static void test_model_section(void **st)
 static int g_bw;          /* model.bf16_weights: 0 false, 1 true, 2 the integer 3, 3 absent */
 static int g_bp;          /* model.bf16_products: 0 absent, 1 true */
 static const char *g_dev; /* model.device */
+static const char *g_mm;  /* model.matmul, or NULL */
 /* model: {n_layer: 2, bf16_weights, bf16_products, device} */
 static void model_opts(msgpack_packer *pk)
 {
     msgpack_pack_map(pk, 1), key(pk, "model");
-    msgpack_pack_map(pk, 2 + (g_bw != 3) + (g_bp != 0));
+    msgpack_pack_map(pk, 2 + (g_bw != 3) + (g_bp != 0) + (g_mm != NULL));
+    if (g_mm) key(pk, "matmul"), key(pk, g_mm);
     key(pk, "n_layer"), msgpack_pack_int(pk, 2);
     if (g_bw != 3) key(pk, "bf16_weights");
     if (g_bw == 2)
@@ -703,8 +705,20 @@ static void test_model_device_bf16(void **st)
     g_bw = 0, g_dev = "tpu";
     assert_int_equal(read_model("rollout", NULL, model_opts, &ms, why, sizeof why), MANTA_EINVAL);
     assert_non_null(strstr(why, "'tpu': expected cpu or cuda"));
-    g_dev = "cuda";
+    /* model.matmul: tf32 / bf16 need cuda; an unknown value is refused */
+    g_dev = "cpu", g_mm = "bf16";
+    assert_int_equal(read_model("learner", NULL, model_opts, &ms, why, sizeof why), MANTA_EINVAL);
+    assert_non_null(strstr(why, "model.matmul"));
+    assert_non_null(strstr(why, "CUDA back-end"));
+    g_dev = "cuda", g_mm = "fp16";
+    assert_int_equal(read_model("learner", NULL, model_opts, &ms, why, sizeof why), MANTA_EINVAL);
+    assert_non_null(strstr(why, "'fp16': expected fp32, tf32 or bf16"));
+    g_mm = "tf32";
     assert_int_equal(read_model("learner", NULL, model_opts, &ms, why, sizeof why), 0);
+    assert_int_equal(ms.math, MK_MATH_TF32);
+    g_mm = NULL;
+    assert_int_equal(read_model("learner", NULL, model_opts, &ms, why, sizeof why), 0);
+    assert_int_equal(ms.math, MK_MATH_FP32);
     assert_int_equal(ms.cuda, 1);
     assert_int_equal(ms.bf16_weights, 0);
     /* this test program has no libmanta_cuda.so beside it: the reason, unless a
