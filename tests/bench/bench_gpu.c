@@ -23,8 +23,11 @@
  *                            generated = sampled tokens / generation time, trained =
  *                            masked tokens / training time, cycle = tokens / whole cycle.
  * Manta runs on mk_backend_cuda() (this program links the CUDA back-end directly, as
- * kernels_test_cuda does): float32 parameters, activations and AdamW state; decoding on a
- * rollout's model (MK_MODEL_INFER, with --bf16-weights also MK_MODEL_BF16_WEIGHTS).
+ * kernels_test_cuda does): float32 parameters, activations and AdamW state, the products
+ * multiplying as --math says (mk_backend_set_math; default bf16: operands rounded to bfloat16
+ * inside cuBLAS for the tensor cores, float sums - the like-for-like of BF16 autocast; fp32 is
+ * plain SGEMM; each line names its "math"); decoding on a rollout's model (MK_MODEL_INFER,
+ * with --bf16-weights also MK_MODEL_BF16_WEIGHTS).
  *
  * Baseline: tests/bench/bench_gpu_torch.py (transformers' GPT2LMHeadModel /
  * LlamaForCausalLM, eager, SDPA attention) with $MANTA_PYTHON (default python3), run once per
@@ -130,6 +133,10 @@ static const plan quick_plan = {1, 8, 1024, 2, 16, 64, 256, 8, 2, 4, 64, 32, 16,
 static const plan tiny_plan = {1, 2, 32, 2, 4, 4, 8, 3, 3, 3, 4, 4, 4, 2, 1, 5.0};
 
 static int cpu_tiny = 0, bf16_weights = 0, torch_off = 0;
+/* --math: how Manta's float products multiply (mk_backend_set_math) */
+static mk_math math = MK_MATH_BF16;
+static int math_given;
+static const char *math_name[] = {"fp32", "tf32", "bf16"};
 static const mk_backend *be;
 
 static double now(void)
@@ -415,8 +422,9 @@ static void report(const char *model, int f, double value, int steps, const char
                    double base)
 {
     printf("{\"name\":\"%s_%s%s\",\"value\":%.1f,\"unit\":\"tokens/s\",\"steps\":%d,"
-           "\"weights\":\"%s\",\"baseline_dtype\":\"%s\",",
-           model, fig_name[f], d == D_FP32 ? "_vs_fp32" : "", value, steps, weights, dt_name[d]);
+           "\"weights\":\"%s\",\"math\":\"%s\",\"baseline_dtype\":\"%s\",",
+           model, fig_name[f], d == D_FP32 ? "_vs_fp32" : "", value, steps, weights,
+           math_name[math], dt_name[d]);
     if (isnan(base) || base <= 0)
         printf("\"baseline\":null,\"ratio\":null");
     else
@@ -480,7 +488,8 @@ static void bench_model(const bmodel *bm, plan p)
 static int usage(const char *argv0)
 {
     fprintf(stderr,
-            "usage: %s [--only-gpt2 | --only-llama] [--quick] [--bf16-weights] [--cpu-tiny]\n"
+            "usage: %s [--only-gpt2 | --only-llama] [--quick] [--bf16-weights]\n"
+            "          [--math fp32|tf32|bf16] [--cpu-tiny]\n"
             "  GPT-2 124M and a 0.5B Llama on one CUDA device against PyTorch (transformers,\n"
             "  eager, SDPA; BF16 autocast and FP32) via $MANTA_PYTHON (default python3).\n"
             "  Exit 77 when no CUDA device can be used.  See tests/bench/README.md.\n",
@@ -500,7 +509,14 @@ int main(int argc, char **argv)
             quick = 1;
         else if (!strcmp(argv[i], "--bf16-weights"))
             bf16_weights = 1;
-        else if (!strcmp(argv[i], "--cpu-tiny"))
+        else if (!strcmp(argv[i], "--math") && i + 1 < argc) {
+            int k = 0;
+            while (k < 3 && strcmp(argv[i + 1], math_name[k])) k++;
+            if (k == 3) return usage(argv[0]);
+            math = (mk_math)k;
+            math_given = 1;
+            i++;
+        } else if (!strcmp(argv[i], "--cpu-tiny"))
             cpu_tiny = 1;
         else
             return usage(argv[0]);
@@ -515,6 +531,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_gpu: skipped: no usable CUDA device (%s); nothing measured\n",
                 mk_last_error());
         return EXIT_SKIP;
+    }
+    if (cpu_tiny && !math_given) math = MK_MATH_FP32; /* the CPU multiplies in FP32 only */
+    if (mk_backend_set_math(be, math) != MK_OK) {
+        fprintf(stderr, "bench_gpu: --math %s: %s\n", math_name[math], mk_last_error());
+        return 2;
     }
     double t0 = now();
     for (int k = 0; k < 2; k++)
