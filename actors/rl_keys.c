@@ -74,7 +74,8 @@ static const manta_spec_key model_keys[] = {
      "products in float (the kernels' MK_MODEL_BF16_PRODUCTS, as PyTorch's bfloat16 models "
      "and tensor cores do; implies bf16_weights): on a CPU with AMX (Intel Sapphire Rapids "
      "on) the products run on its tile unit, about 1.4x the tokens/s of bf16_weights (2x "
-     "PyTorch bf16) at 16 slots of a 0.5B model; without AMX slower than bf16_weights (the same numerics in float); on cuda, "
+     "PyTorch bf16) at 16 slots of a 0.5B model; without AMX slower than bf16_weights (the same "
+     "numerics in float); on cuda, "
      "cuBLAS bfloat16 GEMMs.  Behaviour log-probs move a little further from the learner's "
      "float recomputation",
      NULL, NULL, 0},
