@@ -213,7 +213,7 @@ static int child(char **argv)
         manta_spec_free(s);
     } else {
         rc = manta_job_attach(m, NULL, NULL, &j);
-        if (rc == 0 && strcmp(manta_job_spec(j)->job, "job-test")) rc = 13;
+        if (rc == 0 && strcmp(manta_job_spec(j)->job, job)) rc = 13;
         if (rc == 0) rc = manta_job_scale(j, "worker", 3, 0);
         if (rc) fprintf(stderr, "attach: %d %s\n", rc, manta_last_error());
         manta_job_free(j);
@@ -221,6 +221,8 @@ static int child(char **argv)
     manta_shutdown(m);
     return rc ? 1 : 0;
 }
+
+static char job_name[32]; /* job-test-<pid> */
 
 /* ---- the tests ---- */
 
@@ -233,7 +235,7 @@ static void test_service_port_taken(void **st)
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
     assert_int_equal(listen(fd, 1), 0);
-    manta_spec *s = load(port, "job-test");
+    manta_spec *s = load(port, job_name);
     manta_job_t *job = (manta_job_t *)1;
     assert_int_equal(manta_job_start(ctx, s, NULL, &job), MANTA_ESPAWN);
     assert_null(job);
@@ -246,7 +248,7 @@ static void test_service_port_taken(void **st)
 static void test_life(void **st)
 {
     int port = free_port();
-    manta_spec *s = load(port, "job-test");
+    manta_spec *s = load(port, job_name);
     manta_job_t *job;
     FILE *log = tmpfile();
     manta_job_options o = {.spec_path = spec_path, .ready_timeout_s = 60, .log = log};
@@ -571,7 +573,10 @@ int main(int argc, char **argv)
     if (!getenv("MANTA_ROLE")) setenv("MANTA_NODE_GPU", "0", 1);
     /* CURVE on over ipc too: the tcp agents of test_failover join with the
      * job's key file, and every test runs authenticated */
-    if (manta_init(&ctx, &(manta_options){.classes = classes, .job = "job-test", .curve = "on"}) !=
+    /* a name of this process's own: two copies of this test on one machine (a CI clone and a
+     * run by hand) would otherwise share the run folder /tmp/manta-<job> and its key file */
+    snprintf(job_name, sizeof job_name, "job-test-%d", (int)getpid());
+    if (manta_init(&ctx, &(manta_options){.classes = classes, .job = job_name, .curve = "on"}) !=
         0) {
         fprintf(stderr, "manta_init: %s\n", manta_last_error());
         return 1;
