@@ -741,7 +741,8 @@ static void skinny_mm(float *out, const float *inp, const void *w, int b16, cons
             float *o = out + (size_t)r * OC + done;
             for (int k = 0; k < IC; k++) {
                 float a = inp[(size_t)r * IC + k];
-                for (int c = 0; c < tail; c++) o[c] += a * mk_bf16_to_f32(wh[(size_t)k * tail + c]);
+                for (int c = 0; c < tail; c++)
+                    o[c] += a * mk__bf16_to_f32(wh[(size_t)k * tail + c]);
             }
         }
     }
@@ -773,23 +774,30 @@ static void to_bf16(uint16_t *dst, const float *src, int IC, int OC, int transpo
             if (IC & 1)
                 for (int j = 0; j < 64; j++) d[(size_t)(IC >> 1) * 128 + 2 * j + 1] = 0;
             memset(d + (size_t)full * 128, 0, sizeof(uint16_t) * (size_t)(KP / 2 - full) * 128);
-            if (transposed) /* a source row is one output column: read it in order */
-                for (int j = 0; j < 64; j++) {
-                    const float *col = src + (size_t)(c0 + j) * IC;
-                    for (int k = 0; k < IC; k++)
-                        d[(size_t)(k >> 1) * 128 + 2 * j + (k & 1)] = mk_f32_to_bf16(col[k]);
+            if (transposed) { /* a source row is one output column: 64 rows read in step */
+                const float *col = src + (size_t)c0 * IC;
+                for (int k = 0; k + 1 < IC; k += 2) {
+                    uint16_t *dk = d + (size_t)(k >> 1) * 128;
+                    for (int j = 0; j < 64; j++) {
+                        dk[2 * j] = mk__f32_to_bf16(col[(size_t)j * IC + k]);
+                        dk[2 * j + 1] = mk__f32_to_bf16(col[(size_t)j * IC + k + 1]);
+                    }
                 }
-            else
+                if (IC & 1)
+                    for (int j = 0; j < 64; j++)
+                        d[(size_t)(IC >> 1) * 128 + 2 * j] =
+                            mk__f32_to_bf16(col[(size_t)j * IC + IC - 1]);
+            } else
                 for (int k = 0; k < IC; k++) {
                     const float *row = src + (size_t)k * OC + c0;
                     uint16_t *dk = d + (size_t)(k >> 1) * 128 + (k & 1);
-                    for (int j = 0; j < 64; j++) dk[2 * j] = mk_f32_to_bf16(row[j]);
+                    for (int j = 0; j < 64; j++) dk[2 * j] = mk__f32_to_bf16(row[j]);
                 }
         } else if (tail) {
             uint16_t *d = dst + (size_t)c0 * KP;
             for (int k = 0; k < IC; k++)
                 for (int j = 0; j < tail; j++)
-                    d[(size_t)k * tail + j] = mk_f32_to_bf16(
+                    d[(size_t)k * tail + j] = mk__f32_to_bf16(
                         transposed ? src[(size_t)(c0 + j) * IC + k] : src[(size_t)k * OC + c0 + j]);
         }
     }
@@ -910,7 +918,7 @@ static void mm_fwd_bf16a(float *out, const float *inp, const uint16_t *w, const 
         float *xf = (float *)(void *)(xb + (size_t)R16 * KP);
         for (int r = 0; r < R; r++)
             for (int k = 0; k < IC; k++)
-                xf[(size_t)r * IC + k] = mk_bf16_to_f32(xb[(size_t)r * KP + k]);
+                xf[(size_t)r * IC + k] = mk__bf16_to_f32(xb[(size_t)r * KP + k]);
         skinny_mm(out, xf, w, 1, bias, R, IC, OC);
         return;
     }
@@ -927,8 +935,9 @@ static void mm_fwd_bf16a(float *out, const float *inp, const uint16_t *w, const 
             float *o = out + (size_t)r * OC + done;
             for (int c = 0; c < tail; c++) o[c] = bias ? bias[c + done] : 0.0f;
             for (int k = 0; k < IC; k++) {
-                float a = mk_bf16_to_f32(xb[(size_t)r * KP + k]);
-                for (int c = 0; c < tail; c++) o[c] += a * mk_bf16_to_f32(wh[(size_t)k * tail + c]);
+                float a = mk__bf16_to_f32(xb[(size_t)r * KP + k]);
+                for (int c = 0; c < tail; c++)
+                    o[c] += a * mk__bf16_to_f32(wh[(size_t)k * tail + c]);
             }
         }
     }

@@ -20,6 +20,27 @@
 extern "C" {
 #endif
 
+/* mk_f32_to_bf16 and mk_bf16_to_f32 inline, for the loops that convert whole weights (a call
+ * per element was a third of loading a 0.5B model's bf16 copies) */
+static inline uint16_t mk__f32_to_bf16(float x)
+{
+    union {
+        float f;
+        uint32_t u;
+    } v = {x};
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(v.u >> 16 | 0x40); /* quiet nan */
+    return (uint16_t)((v.u + 0x7fffu + (v.u >> 16 & 1)) >> 16);
+}
+
+static inline float mk__bf16_to_f32(uint16_t h)
+{
+    union {
+        uint32_t u;
+        float f;
+    } v = {(uint32_t)h << 16};
+    return v.f;
+}
+
 /* Values of a bfloat16 weight [IC, OC] in any back-end's layout (to_bf16), and bytes of
  * mm_fwd_bf16a's scratch for R rows of IC activations. */
 #define MK_BF16_ELEMS(IC, OC) (((size_t)(IC) + 31) * (size_t)(OC))

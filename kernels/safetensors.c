@@ -456,7 +456,7 @@ static void convert(float *dst, const unsigned char *src, int kind, size_t i0, s
     }
     for (size_t i = i0; i < i1; i++) {
         uint16_t h = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
-        dst[i] = kind == 1 ? mk_bf16_to_f32(h) : mk_f16_to_f32(h);
+        dst[i] = kind == 1 ? mk__bf16_to_f32(h) : mk_f16_to_f32(h);
     }
 }
 
@@ -547,7 +547,7 @@ static int write_body(FILE *f, const sbuf *h, const mk_tensor_info *ts, int n, m
             continue;
         }
         for (size_t j = 0; j < k; j++)
-            half[j] = dt == MK_BF16 ? mk_f32_to_bf16(x[j]) : mk_f32_to_f16(x[j]);
+            half[j] = dt == MK_BF16 ? mk__f32_to_bf16(x[j]) : mk_f32_to_f16(x[j]);
         ok = fwrite(half, 2, k, f) == k;
     }
     return ok;
