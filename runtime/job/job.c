@@ -946,7 +946,15 @@ static int run_answer(manta_job_t *job, int st, const void **reply, size_t *len)
     run_call rc;
     run_section(job->spec, &rc);
     char cause[1536] = "";
-    if (st == MANTA_EDIED || st == MANTA_ETIMEDOUT) diagnose(job, cause, sizeof cause);
+    if (st == MANTA_EDIED || st == MANTA_ETIMEDOUT) {
+        diagnose(job, cause, sizeof cause);
+    } else {
+        /* The run method failed of its own accord, maybe because a group it needs is gone (a
+         * controller that counts the errors of its calls can give up before the next watchdog
+         * tick): look at the groups now and name it. */
+        if (!job->fatal && !job->redis_down_since) watch_groups(job);
+        if (job->fatal) snprintf(cause, sizeof cause, "; %s", job->fatal_msg);
+    }
     return manta_fail(st, "%s-0.%s: %s: %s%s", rc.group, rc.method, manta_strerror(st),
                       manta_future_error(job->run), cause);
 }
