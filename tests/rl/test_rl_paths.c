@@ -239,13 +239,21 @@ static void test_paths(void **st)
 
 int main(void)
 {
-    snprintf(run, sizeof run, "/tmp/manta-rl-paths-%d/run", (int)getpid());
-    snprintf(out, sizeof out, "/tmp/manta-rl-paths-%d/outside", (int)getpid());
-    char top[PATH_MAX + 16], cmd[PATH_MAX + 32];
-    snprintf(top, sizeof top, "/tmp/manta-rl-paths-%d", (int)getpid());
-    if (mkdir(top, 0700) || mkdir(run, 0755) || mkdir(out, 0755)) {
-        fprintf(stderr, "cannot make %s: %s\n", top, strerror(errno));
-        return 1;
+    /* This program is also its node agent and actors (started again with MANTA_ROLE set, where
+     * manta_init never returns): only the test itself makes its folder, with a name of its own
+     * (a pid-named folder left by an agent once collided with a later run's pid). */
+    char top[PATH_MAX + 16] = "/tmp/manta-rl-paths-XXXXXX", cmd[PATH_MAX + 32];
+    if (!getenv("MANTA_ROLE")) {
+        if (!mkdtemp(top)) {
+            fprintf(stderr, "cannot make %s: %s\n", top, strerror(errno));
+            return 1;
+        }
+        snprintf(run, sizeof run, "%s/run", top);
+        snprintf(out, sizeof out, "%s/outside", top);
+        if (mkdir(run, 0755) || mkdir(out, 0755)) {
+            fprintf(stderr, "cannot make %s: %s\n", run, strerror(errno));
+            return 1;
+        }
     }
     if (manta_init(&ctx, &(manta_options){.classes = manta_builtin_classes,
                                           .call_timeout_ms = 60000,
