@@ -30,10 +30,9 @@
  * consecutive threads of different rows hit distinct banks.  Tile shapes by head size: see
  * attn_fwd / attn_bwd below (hd <= 256; 64 and 128 are the shapes tuned for).
  */
-#include <cuda_runtime.h>
 #include <math.h>
 
-#include "mk_internal.h"
+#include "cuda_common.h"
 
 #define ATT_THREADS 256
 
@@ -73,7 +72,7 @@ template <int RM, int CN, int NJ>
 __global__ static void __launch_bounds__(ATT_THREADS)
     attn_fwd_k(float *out, float *lse, const float *qkv, int T, int NH, int NKV, int hd)
 {
-    extern __shared__ float4 att_smem4[];
+    MK_DYNAMIC_SMEM(float4, att_smem4);
     float *sm = (float *)att_smem4;
     const int BQ = 16 * RM, BK = 16 * CN, LP = BK + 1;
     const int HP = (hd + 3) & ~3, LD = HP + 4;
@@ -164,7 +163,7 @@ __global__ static void __launch_bounds__(ATT_THREADS)
     attn_bwd_dq_k(float *dqkv, float *dsum, const float *dout, const float *qkv, const float *lse,
                   int T, int NH, int NKV, int hd)
 {
-    extern __shared__ float4 att_smem4[];
+    MK_DYNAMIC_SMEM(float4, att_smem4);
     float *sm = (float *)att_smem4;
     const int BQ = 16 * RM, BK = 16 * CN, LP = BK + 1;
     const int HP = (hd + 3) & ~3, LD = HP + 4;
@@ -266,7 +265,7 @@ __global__ static void __launch_bounds__(ATT_THREADS)
     attn_bwd_dkv_k(float *dqkv, const float *dsum, const float *dout, const float *qkv,
                    const float *lse, int T, int NH, int NKV, int hd)
 {
-    extern __shared__ float4 att_smem4[];
+    MK_DYNAMIC_SMEM(float4, att_smem4);
     float *sm = (float *)att_smem4;
     const int BK = 16 * RM, BQ = 16 * CN, LP = BQ + 1;
     const int HP = (hd + 3) & ~3, LD = HP + 4;
@@ -359,13 +358,7 @@ __global__ static void __launch_bounds__(ATT_THREADS)
 
 /* ---- launches ----------------------------------------------------------- */
 
-#define ATT_LAUNCHED()                                                                             \
-    do {                                                                                           \
-        cudaError_t e_ = cudaGetLastError();                                                       \
-        if (e_ != cudaSuccess)                                                                     \
-            mk__die(__FILE__, __LINE__, cudaGetErrorString(e_),                                    \
-                    "an attention kernel failed to launch; run with compute-sanitizer");           \
-    } while (0)
+#define ATT_LAUNCHED() MK_LAUNCHED("an attention kernel")
 
 static size_t att_ld(int hd)
 {
@@ -392,7 +385,7 @@ static void fwd_launch(float *out, float *lse, const float *qkv, int B, int T, i
     size_t bytes = sizeof(float) * ((16 * RM + 2 * 16 * CN) * att_ld(hd) + 16 * RM * (16 * CN + 1));
     att_smem(attn_fwd_k<RM, CN, NJ>, bytes);
     dim3 grid((unsigned)((T + 16 * RM - 1) / (16 * RM)), (unsigned)NH, (unsigned)B);
-    attn_fwd_k<RM, CN, NJ><<<grid, ATT_THREADS, bytes>>>(out, lse, qkv, T, NH, NKV, hd);
+    MK_LAUNCH(grid, ATT_THREADS, bytes, attn_fwd_k<RM, CN, NJ>)(out, lse, qkv, T, NH, NKV, hd);
     ATT_LAUNCHED();
 }
 
@@ -408,10 +401,12 @@ static void bwd_launch(float *dqkv, float *dsum, const float *dout, const float 
     att_smem(attn_bwd_dq_k<RQ, CQ, NJ>, bq);
     att_smem(attn_bwd_dkv_k<RK, CK, NJ>, bk);
     dim3 gq((unsigned)((T + 16 * RQ - 1) / (16 * RQ)), (unsigned)NH, (unsigned)B);
-    attn_bwd_dq_k<RQ, CQ, NJ><<<gq, ATT_THREADS, bq>>>(dqkv, dsum, dout, qkv, lse, T, NH, NKV, hd);
+    MK_LAUNCH(gq, ATT_THREADS, bq, attn_bwd_dq_k<RQ, CQ, NJ>)
+    (dqkv, dsum, dout, qkv, lse, T, NH, NKV, hd);
     ATT_LAUNCHED();
     dim3 gk((unsigned)((T + 16 * RK - 1) / (16 * RK)), (unsigned)NKV, (unsigned)B);
-    attn_bwd_dkv_k<RK, CK, NJ><<<gk, ATT_THREADS, bk>>>(dqkv, dsum, dout, qkv, lse, T, NH, NKV, hd);
+    MK_LAUNCH(gk, ATT_THREADS, bk, attn_bwd_dkv_k<RK, CK, NJ>)
+    (dqkv, dsum, dout, qkv, lse, T, NH, NKV, hd);
     ATT_LAUNCHED();
 }
 

@@ -15,25 +15,18 @@
  * goes to the default stream; uploads and downloads are synchronous, so a
  * download sees every earlier kernel's result.  Nothing here allocates after
  * mk_backend_cuda: decoding attention keeps its scores in the decoder's
- * scratch (global memory, any context length).
+ * scratch (global memory, any context length).  Every op returns at once
+ * when it has no rows or elements: a launch of an empty grid is an error.
  *
  * cuBLAS is row-major-agnostic: a row-major matrix is its transpose in
  * column-major, so C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T by
  * swapping the operands (gemm_rm below).
  */
 #include <cublas_v2.h>
-#include <cuda_runtime.h>
 #include <stdio.h>
 
-#include "mk_internal.h"
+#include "cuda_common.h"
 
-#define CUDA_CHECK(call)                                                                           \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            mk__die(__FILE__, __LINE__, cudaGetErrorString(e_),                                    \
-                    "a CUDA call failed; run with compute-sanitizer to find the kernel");          \
-    } while (0)
 #define CUBLAS_CHECK(call)                                                                         \
     do {                                                                                           \
         cublasStatus_t s_ = (call);                                                                \
@@ -41,7 +34,7 @@
             mk__die(__FILE__, __LINE__, cublasGetStatusString(s_),                                 \
                     "a cuBLAS call failed; check the matrix sizes passed to the op");              \
     } while (0)
-#define LAUNCHED() CUDA_CHECK(cudaGetLastError())
+#define LAUNCHED() MK_LAUNCHED("a kernel")
 
 static cublasHandle_t blas;
 
@@ -126,14 +119,16 @@ __global__ static void embed_bwd_k(float *dwte, float *dwpe, const float *dout, 
 static void embed_fwd(float *out, const int *tokens, const int *pos, const float *wte,
                       const float *wpe, int R, int C)
 {
-    embed_fwd_k<<<blocks((size_t)R * C, 256), 256>>>(out, tokens, pos, wte, wpe, R, C);
+    if (R == 0) return;
+    MK_LAUNCH(blocks((size_t)R * C, 256), 256, 0, embed_fwd_k)(out, tokens, pos, wte, wpe, R, C);
     LAUNCHED();
 }
 
 static void embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens,
                       const int *pos, int R, int C)
 {
-    embed_bwd_k<<<blocks((size_t)R * C, 256), 256>>>(dwte, dwpe, dout, tokens, pos, R, C);
+    if (R == 0) return;
+    MK_LAUNCH(blocks((size_t)R * C, 256), 256, 0, embed_bwd_k)(dwte, dwpe, dout, tokens, pos, R, C);
     LAUNCHED();
 }
 
@@ -186,14 +181,17 @@ __global__ static void ln_bwd_k(float *dinp, float *dw, float *db, const float *
 static void ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
                    const float *b, int R, int C, float eps)
 {
-    ln_fwd_k<<<blocks((size_t)R * 32, 256), 256>>>(out, mean, rstd, inp, w, b, R, C, eps);
+    if (R == 0) return;
+    MK_LAUNCH(blocks((size_t)R * 32, 256), 256, 0, ln_fwd_k)(out, mean, rstd, inp, w, b, R, C, eps);
     LAUNCHED();
 }
 
 static void ln_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                    const float *w, const float *mean, const float *rstd, int R, int C)
 {
-    ln_bwd_k<<<blocks((size_t)R * 32, 256), 256>>>(dinp, dw, db, dout, inp, w, mean, rstd, R, C);
+    if (R == 0) return;
+    MK_LAUNCH(blocks((size_t)R * 32, 256), 256, 0, ln_bwd_k)
+    (dinp, dw, db, dout, inp, w, mean, rstd, R, C);
     LAUNCHED();
 }
 
@@ -232,14 +230,16 @@ __global__ static void rms_bwd_k(float *dinp, float *dw, const float *dout, cons
 static void rms_fwd(float *out, float *rstd, const float *inp, const float *w, int R, int C,
                     float eps)
 {
-    rms_fwd_k<<<blocks((size_t)R * 32, 256), 256>>>(out, rstd, inp, w, R, C, eps);
+    if (R == 0) return;
+    MK_LAUNCH(blocks((size_t)R * 32, 256), 256, 0, rms_fwd_k)(out, rstd, inp, w, R, C, eps);
     LAUNCHED();
 }
 
 static void rms_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                     const float *rstd, int R, int C)
 {
-    rms_bwd_k<<<blocks((size_t)R * 32, 256), 256>>>(dinp, dw, dout, inp, w, rstd, R, C);
+    if (R == 0) return;
+    MK_LAUNCH(blocks((size_t)R * 32, 256), 256, 0, rms_bwd_k)(dinp, dw, dout, inp, w, rstd, R, C);
     LAUNCHED();
 }
 
@@ -289,9 +289,10 @@ __global__ static void colsum_add_k(float *dst, const float *src, int R, int OC)
 static void mm_fwd(float *out, const float *inp, const float *w, const float *bias, int R, int IC,
                    int OC)
 {
+    if (R == 0 || OC == 0) return;
     float beta = 0.0f;
     if (bias) {
-        bias_rows_k<<<blocks((size_t)R * OC, 256), 256>>>(out, bias, R, OC);
+        MK_LAUNCH(blocks((size_t)R * OC, 256), 256, 0, bias_rows_k)(out, bias, R, OC);
         LAUNCHED();
         beta = 1.0f;
     }
@@ -301,10 +302,11 @@ static void mm_fwd(float *out, const float *inp, const float *w, const float *bi
 static void mm_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                    const float *w, int R, int IC, int OC)
 {
+    if (R == 0) return;
     gemm_rm(false, true, R, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, IC);
     gemm_rm(true, false, IC, OC, R, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
     if (dbias) {
-        colsum_add_k<<<blocks((size_t)OC, 128), 128>>>(dbias, dout, R, OC);
+        MK_LAUNCH(blocks((size_t)OC, 128), 128, 0, colsum_add_k)(dbias, dout, R, OC);
         LAUNCHED();
     }
 }
@@ -326,7 +328,8 @@ __global__ static void mm_bf16_k(float *out, const float *inp, const uint16_t *w
 static void mm_fwd_bf16(float *out, const float *inp, const uint16_t *w, const float *bias, int R,
                         int IC, int OC)
 {
-    mm_bf16_k<<<dim3(blocks((size_t)OC, 128), R), 128>>>(out, inp, w, bias, R, IC, OC);
+    if (R == 0 || OC == 0) return;
+    MK_LAUNCH(dim3(blocks((size_t)OC, 128), R), 128, 0, mm_bf16_k)(out, inp, w, bias, R, IC, OC);
     LAUNCHED();
 }
 
@@ -351,7 +354,8 @@ __global__ static void to_bf16_k(uint16_t *dst, const float *src, int IC, int OC
 
 static void to_bf16(uint16_t *dst, const float *src, int IC, int OC, int transposed)
 {
-    to_bf16_k<<<blocks((size_t)IC * OC, 256), 256>>>(dst, src, IC, OC, transposed);
+    if (IC == 0 || OC == 0) return;
+    MK_LAUNCH(blocks((size_t)IC * OC, 256), 256, 0, to_bf16_k)(dst, src, IC, OC, transposed);
     LAUNCHED();
 }
 
@@ -367,12 +371,13 @@ __global__ static void round_bf16_k(uint16_t *dst, const float *src, size_t n)
 static void mm_fwd_bf16a(float *out, const float *inp, const uint16_t *w, const float *bias, int R,
                          int IC, int OC, void *scratch)
 {
+    if (R == 0 || OC == 0) return;
     uint16_t *xb = (uint16_t *)scratch;
-    round_bf16_k<<<blocks((size_t)R * IC, 256), 256>>>(xb, inp, (size_t)R * IC);
+    MK_LAUNCH(blocks((size_t)R * IC, 256), 256, 0, round_bf16_k)(xb, inp, (size_t)R * IC);
     LAUNCHED();
     float one = 1.0f, beta = 0.0f;
     if (bias) {
-        bias_rows_k<<<blocks((size_t)R * OC, 256), 256>>>(out, bias, R, OC);
+        MK_LAUNCH(blocks((size_t)R * OC, 256), 256, 0, bias_rows_k)(out, bias, R, OC);
         LAUNCHED();
         beta = 1.0f;
     }
@@ -384,12 +389,14 @@ static void mm_fwd_bf16a(float *out, const float *inp, const uint16_t *w, const 
 
 static void head_fwd(float *logits, const float *inp, const float *wte, int R, int C, int V)
 {
+    if (R == 0) return;
     gemm_rm(false, true, R, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);
 }
 
 static void head_bwd(float *dinp, float *dwte, const float *dlogits, const float *inp,
                      const float *wte, int R, int C, int V)
 {
+    if (R == 0) return;
     gemm_rm(false, false, R, C, V, 1.0f, dlogits, V, wte, C, 0.0f, dinp, C);
     gemm_rm(true, false, V, C, R, 1.0f, dlogits, V, inp, C, 1.0f, dwte, C);
 }
@@ -495,9 +502,10 @@ static void qk_fwd(float *out, float *rstd, const float *inp, const float *wq, c
                    const float *cosb, const float *sinb, const int *pos, int R, int NH, int NKV,
                    int hd, float eps)
 {
+    if (R == 0) return;
     size_t warps = (size_t)R * (NH + 2 * NKV);
-    qk_fwd_k<<<blocks(warps * 32, 128), 128>>>(out, rstd, inp, wq, wk, cosb, sinb, pos, R, NH, NKV,
-                                               hd, eps);
+    MK_LAUNCH(blocks(warps * 32, 128), 128, 0, qk_fwd_k)
+    (out, rstd, inp, wq, wk, cosb, sinb, pos, R, NH, NKV, hd, eps);
     LAUNCHED();
 }
 
@@ -505,12 +513,13 @@ static void qk_bwd(float *dinp, float *dwq, float *dwk, const float *dout, const
                    const float *wq, const float *wk, const float *rstd, const float *cosb,
                    const float *sinb, const int *pos, int R, int NH, int NKV, int hd)
 {
+    if (R == 0) return;
     if ((wq || wk) && !rstd)
         mk__die(__FILE__, __LINE__, "qk_bwd: q/k norm weights given without their rstd",
                 "pass the rstd array that qk_fwd filled");
     size_t warps = (size_t)R * (NH + 2 * NKV);
-    qk_bwd_k<<<blocks(warps * 32, 128), 128>>>(dinp, dwq, dwk, dout, inp, wq, wk, rstd, cosb, sinb,
-                                               pos, R, NH, NKV, hd);
+    MK_LAUNCH(blocks(warps * 32, 128), 128, 0, qk_bwd_k)
+    (dinp, dwq, dwk, dout, inp, wq, wk, rstd, cosb, sinb, pos, R, NH, NKV, hd);
     LAUNCHED();
 }
 
@@ -594,8 +603,9 @@ __global__ static void attn_decode_k(float *out, float *att, const float *qkv, c
 static void kv_store(float *kc, float *vc, const float *qkv, const int *slot, const int *pos, int R,
                      int NH, int NKV, int hd, int Tmax)
 {
-    kv_store_k<<<blocks((size_t)R * NKV * hd, 256), 256>>>(kc, vc, qkv, slot, pos, R, NH, NKV, hd,
-                                                           Tmax);
+    if (R == 0) return;
+    MK_LAUNCH(blocks((size_t)R * NKV * hd, 256), 256, 0, kv_store_k)
+    (kc, vc, qkv, slot, pos, R, NH, NKV, hd, Tmax);
     LAUNCHED();
 }
 
@@ -603,7 +613,8 @@ static void attn_decode(float *out, float *att, const float *qkv, const float *k
                         const int *slot, const int *pos, int R, int NH, int NKV, int hd, int Tmax)
 {
     if (R == 0) return;
-    attn_decode_k<<<R * NH, 32>>>(out, att, qkv, kc, vc, slot, pos, NH, NKV, hd, Tmax);
+    if (R == 0) return;
+    MK_LAUNCH(R * NH, 32, 0, attn_decode_k)(out, att, qkv, kc, vc, slot, pos, NH, NKV, hd, Tmax);
     LAUNCHED();
 }
 
@@ -659,31 +670,36 @@ __global__ static void add_k(float *out, const float *a, const float *b, size_t 
 
 static void gelu_fwd(float *out, const float *inp, size_t n)
 {
-    gelu_fwd_k<<<blocks(n, 256), 256>>>(out, inp, n);
+    if (n == 0) return;
+    MK_LAUNCH(blocks(n, 256), 256, 0, gelu_fwd_k)(out, inp, n);
     LAUNCHED();
 }
 
 static void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n)
 {
-    gelu_bwd_k<<<blocks(n, 256), 256>>>(dinp, inp, dout, n);
+    if (n == 0) return;
+    MK_LAUNCH(blocks(n, 256), 256, 0, gelu_bwd_k)(dinp, inp, dout, n);
     LAUNCHED();
 }
 
 static void swiglu_fwd(float *out, const float *inp, int R, int I)
 {
-    swiglu_fwd_k<<<blocks((size_t)R * I, 256), 256>>>(out, inp, R, I);
+    if (R == 0 || I == 0) return;
+    MK_LAUNCH(blocks((size_t)R * I, 256), 256, 0, swiglu_fwd_k)(out, inp, R, I);
     LAUNCHED();
 }
 
 static void swiglu_bwd(float *dinp, const float *inp, const float *dout, int R, int I)
 {
-    swiglu_bwd_k<<<blocks((size_t)R * I, 256), 256>>>(dinp, inp, dout, R, I);
+    if (R == 0 || I == 0) return;
+    MK_LAUNCH(blocks((size_t)R * I, 256), 256, 0, swiglu_bwd_k)(dinp, inp, dout, R, I);
     LAUNCHED();
 }
 
 static void add(float *out, const float *a, const float *b, size_t n)
 {
-    add_k<<<blocks(n, 256), 256>>>(out, a, b, n);
+    if (n == 0) return;
+    MK_LAUNCH(blocks(n, 256), 256, 0, add_k)(out, a, b, n);
     LAUNCHED();
 }
 
@@ -743,14 +759,17 @@ __global__ static void row_grad_k(float *dlogits, const float *logits, const int
 static void row_stats(float *logp, float *ent, const float *logits, const int *targets, int R,
                       int V)
 {
-    row_stats_k<<<blocks((size_t)R * 32, 256), 256>>>(logp, ent, logits, targets, R, V);
+    if (R == 0) return;
+    MK_LAUNCH(blocks((size_t)R * 32, 256), 256, 0, row_stats_k)(logp, ent, logits, targets, R, V);
     LAUNCHED();
 }
 
 static void row_grad(float *dlogits, const float *logits, const int *targets, const float *ct,
                      const float *ch, int R, int V)
 {
-    row_grad_k<<<blocks((size_t)R * 32, 256), 256>>>(dlogits, logits, targets, ct, ch, R, V);
+    if (R == 0) return;
+    MK_LAUNCH(blocks((size_t)R * 32, 256), 256, 0, row_grad_k)
+    (dlogits, logits, targets, ct, ch, R, V);
     LAUNCHED();
 }
 
@@ -772,8 +791,9 @@ __global__ static void adamw_k(float *p, const float *g, float *m, float *v, siz
 static void adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
                   float b2, float eps, float wd, int t)
 {
+    if (n == 0) return;
     float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
-    adamw_k<<<blocks(n, 256), 256>>>(p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2);
+    MK_LAUNCH(blocks(n, 256), 256, 0, adamw_k)(p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2);
     LAUNCHED();
 }
 
@@ -804,7 +824,7 @@ static double sumsq(const float *x, size_t n)
     int nb = blocks(n, 256);
     if (nb > 1024) nb = 1024;
     if (nb < 1) nb = 1;
-    sumsq_k<<<nb, 256>>>(d, x, n);
+    MK_LAUNCH(nb, 256, 0, sumsq_k)(d, x, n);
     LAUNCHED();
     CUDA_CHECK(cudaMemcpy(&h, d, sizeof(double), cudaMemcpyDeviceToHost));
     return h;
@@ -818,7 +838,8 @@ __global__ static void scale_k(float *x, float s, size_t n)
 
 static void scale(float *x, float s, size_t n)
 {
-    scale_k<<<blocks(n, 256), 256>>>(x, s, n);
+    if (n == 0) return;
+    MK_LAUNCH(blocks(n, 256), 256, 0, scale_k)(x, s, n);
     LAUNCHED();
 }
 

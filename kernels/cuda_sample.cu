@@ -36,11 +36,10 @@
  * (ties of power-of-two probabilities) the results are exact.  The result
  * is deterministic: no atomics, fixed reduction orders.
  */
-#include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
 
-#include "mk_internal.h"
+#include "cuda_common.h"
 
 #ifndef MK_SAMPLE_THREADS
 #define MK_SAMPLE_THREADS 256
@@ -291,9 +290,7 @@ extern "C" void mk__cuda_sample_rows(int *tok, float *logp_sample, float *logp_p
                                      const float *top_p, const float *u, int R, int V)
 {
     if (R < 1) return;
-    sample_k<<<R, ST>>>(tok, logp_sample, logp_policy, work, logits, temperature, top_p, u, V);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-        mk__die(__FILE__, __LINE__, cudaGetErrorString(e),
-                "the sampling kernel failed to launch; run with compute-sanitizer");
+    MK_LAUNCH(R, ST, 0, sample_k)
+    (tok, logp_sample, logp_policy, work, logits, temperature, top_p, u, V);
+    MK_LAUNCHED("the sampling kernel");
 }

@@ -463,6 +463,66 @@ static void test_attention(void **state)
             check_attention(&shapes[i], lens[j], &r);
 }
 
+/* Every op over zero rows (or zero elements) leaves its outputs as they were, on both sides:
+ * a CUDA launch of an empty grid is an error ("invalid configuration argument"), so each
+ * host wrapper must return before launching.  (A decoding step with no active slot, a
+ * learner shard with no tokens: the callers do not all check.) */
+static void test_empty(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    mk_rng r;
+    mk_rng_seed(&r, 9);
+    enum { N = 4096 };
+    pair a = rnd(N, -1, 1, &r), b = rnd(N, -1, 1, &r), c = rnd(N, -1, 1, &r), d = rnd(N, -1, 1, &r),
+         e = rnd(N, -1, 1, &r);
+    int zi[8] = {0};
+    int *gi = dev(zi, sizeof zi);
+    uint16_t *gb = dev(NULL, N * 2);
+    const mk_backend *be[2] = {cpu, gpu};
+    for (int s = 0; s < 2; s++) {
+        const mk_backend *k = be[s];
+        float *A = s ? a.d : a.h, *Bf = s ? b.d : b.h, *Cf = s ? c.d : c.h, *D = s ? d.d : d.h,
+              *E = s ? e.d : e.h;
+        int *I = s ? gi : zi;
+        uint16_t hb[N];
+        uint16_t *Hb = s ? gb : hb;
+        memset(hb, 0, sizeof hb);
+        k->embed_fwd(A, I, I, Bf, Cf, 0, 8);
+        k->embed_bwd(A, Bf, Cf, I, I, 0, 8);
+        k->ln_fwd(A, Bf, Cf, D, E, E, 0, 8, 1e-5f);
+        k->ln_bwd(A, Bf, Cf, D, E, E, Bf, Cf, 0, 8);
+        k->rms_fwd(A, Bf, Cf, D, 0, 8, 1e-5f);
+        k->rms_bwd(A, Bf, Cf, D, E, Bf, 0, 8);
+        k->mm_fwd(A, Bf, Cf, D, 0, 8, 8);
+        k->mm_bwd(A, Bf, Cf, D, E, E, 0, 8, 8);
+        k->mm_fwd_bf16(A, Bf, Hb, D, 0, 8, 8);
+        k->head_fwd(A, Bf, Cf, 0, 8, 16);
+        k->head_bwd(A, Bf, Cf, D, E, 0, 8, 16);
+        k->attn_fwd(A, Bf, Cf, 0, 4, 2, 2, 8);
+        k->attn_bwd(A, Bf, Cf, D, E, 0, 4, 2, 2, 8);
+        k->gelu_fwd(A, Bf, 0);
+        k->gelu_bwd(A, Bf, Cf, 0);
+        k->swiglu_fwd(A, Bf, 0, 8);
+        k->swiglu_bwd(A, Bf, Cf, 0, 8);
+        k->add(A, Bf, Cf, 0);
+        k->kv_store(A, Bf, Cf, I, I, 0, 2, 2, 8, 4);
+        k->attn_decode(A, Bf, Cf, D, E, I, I, 0, 2, 2, 8, 4);
+        k->row_stats(A, Bf, Cf, I, 0, 16);
+        k->row_grad(A, Bf, I, Cf, D, 0, 16);
+        k->adamw(A, Bf, Cf, D, 0, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+        assert_true(k->sumsq(A, 0) == 0.0);
+        k->scale(A, 2.0f, 0);
+        if (k->mm_fwd_bf16a) k->mm_fwd_bf16a(A, Bf, Hb, D, 0, 8, 8, E);
+        if (k->sample_rows) k->sample_rows(I, A, Bf, Cf, D, E, E, E, 0, 16);
+    }
+    CMP(a, 0, 0, "zero rows: a");
+    CMP(b, 0, 0, "zero rows: b");
+    CMP(c, 0, 0, "zero rows: c");
+    pair_free(&a), pair_free(&b), pair_free(&c), pair_free(&d), pair_free(&e);
+    gpu->release(gi), gpu->release(gb);
+}
+
 static void test_rows_and_optimiser(void **state)
 {
     (void)state;
@@ -891,6 +951,7 @@ int main(void)
         cmocka_unit_test(test_qk),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_rows_and_optimiser),
+        cmocka_unit_test(test_empty),
         cmocka_unit_test(test_sample_rows),
         cmocka_unit_test(test_model_gpt2),
         cmocka_unit_test(test_model_families),

@@ -1,0 +1,668 @@
+/*
+ * cuda_emu.cpp - the CPU emulator behind cuda_runtime.h and cublas_v2.h (read their heads for
+ * what it models).  One host thread at a time may launch (a mutex orders launches).
+ *
+ * Threads of a block are coroutines: each has its own stack from one mapping, and a switch
+ * saves the callee-saved registers on the running stack and loads the other's (x86-64: a few
+ * instructions below; elsewhere ucontext).  The scheduler resumes every runnable thread once a
+ * pass; a thread runs until it waits at a barrier or ends.  After a pass it releases, first, each
+ * warp whose live lanes all wait at the same warp barrier (a shuffle or __syncwarp), else the
+ * block when every live thread waits at __syncthreads; if neither can move, the kernel is
+ * stuck and the program stops saying who waits where.  Under AddressSanitizer every switch is
+ * announced to it (__sanitizer_start_switch_fiber / _finish_switch_fiber).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#include <deque>
+#include <map>
+#include <mutex>
+#include <random>
+#include <vector>
+
+#include <cblas.h>
+
+#include "cublas_v2.h"
+#include "cuda_runtime.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define EMU_ASAN 1
+#else
+#define EMU_ASAN 0
+#endif
+
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+namespace mk_emu
+{
+uint3 thread_idx, block_idx;
+dim3 block_dim, grid_dim;
+} // namespace mk_emu
+
+namespace
+{
+
+/* ---- errors and device memory ---------------------------------------------------------- */
+
+cudaError_t last_error = cudaSuccess;
+std::mutex mu;
+std::map<uintptr_t, size_t> allocs; /* start -> bytes */
+
+cudaError_t fail(cudaError_t e)
+{
+    if (last_error == cudaSuccess) last_error = e;
+    return e;
+}
+
+__attribute__((format(printf, 1, 2))) [[noreturn]] void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "cuda emulator: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    abort();
+}
+
+/* is [p, p + n) inside one allocation? */
+bool device_range(const void *p, size_t n)
+{
+    uintptr_t a = (uintptr_t)p;
+    auto it = allocs.upper_bound(a);
+    if (it == allocs.begin()) return false;
+    --it;
+    return a >= it->first && a - it->first <= it->second && n <= it->second - (a - it->first);
+}
+
+/* ---- coroutines ------------------------------------------------------------------------ */
+
+enum state { RUN, AT_BLOCK, AT_WARP, DONE };
+
+struct thread {
+    void *sp;   /* saved stack pointer while suspended */
+    void *fake; /* AddressSanitizer's fake stack while suspended */
+    state st;
+    unsigned seq; /* warp barriers passed */
+    int kind, arg, width;
+    uint64_t val[2]; /* this lane's shuffle operand, by the parity of seq */
+#if !defined(__x86_64__)
+    ucontext_t uc;
+#endif
+};
+
+const size_t STACK = (size_t)256 << 10; /* per thread; only the pages touched are backed */
+const int MAX_THREADS = 1024;
+char *stacks;
+std::vector<thread> th(MAX_THREADS);
+int cur = -1, nthreads;
+void *main_sp;
+#if EMU_ASAN
+void *main_fake;
+const void *main_bottom;
+size_t main_size;
+#endif
+void (*body)(const void *);
+const void *body_arg;
+const char *kname;
+std::vector<unsigned char> dyn_smem;
+size_t dyn_bytes;
+std::map<const void *, int> max_dyn; /* cudaFuncSetAttribute */
+int order_mode = -1;                 /* 0 fifo, 1 lifo, 2 random, 3 mixed */
+std::mt19937_64 rng;
+
+#if defined(__x86_64__)
+extern "C" void mk_emu_switch(void **save_sp, void *to_sp);
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".globl mk_emu_switch\n"
+        ".type mk_emu_switch,@function\n"
+        "mk_emu_switch:\n"
+        "  pushq %rbp\n"
+        "  pushq %rbx\n"
+        "  pushq %r12\n"
+        "  pushq %r13\n"
+        "  pushq %r14\n"
+        "  pushq %r15\n"
+        "  subq $8, %rsp\n"
+        "  stmxcsr (%rsp)\n"
+        "  fnstcw 4(%rsp)\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  ldmxcsr (%rsp)\n"
+        "  fldcw 4(%rsp)\n"
+        "  addq $8, %rsp\n"
+        "  popq %r15\n"
+        "  popq %r14\n"
+        "  popq %r13\n"
+        "  popq %r12\n"
+        "  popq %rbx\n"
+        "  popq %rbp\n"
+        "  ret\n"
+        ".size mk_emu_switch, .-mk_emu_switch\n");
+#else
+ucontext_t main_uc;
+#endif
+
+using mk_emu::block_dim;
+using mk_emu::block_idx;
+using mk_emu::grid_dim;
+
+char *stack_of(int t)
+{
+    return stacks + (size_t)t * STACK;
+}
+
+/* from thread cur to the scheduler; `dying`: the thread has ended and never resumes */
+void to_main(bool dying)
+{
+    thread &me = th[cur];
+#if EMU_ASAN
+    __sanitizer_start_switch_fiber(dying ? NULL : &me.fake, main_bottom, main_size);
+#endif
+#if defined(__x86_64__)
+    static void *dead_sp;
+    mk_emu_switch(dying ? &dead_sp : &me.sp, main_sp);
+#else
+    swapcontext(&me.uc, &main_uc);
+#endif
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(me.fake, &main_bottom, &main_size);
+#endif
+}
+
+void entry(void)
+{
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(NULL, &main_bottom, &main_size);
+#endif
+    body(body_arg);
+    th[cur].st = DONE;
+    to_main(true);
+    abort(); /* not reached: a finished thread is never resumed */
+}
+
+void start_thread(int t)
+{
+    thread &x = th[t];
+    x.st = RUN, x.seq = 0, x.fake = NULL;
+    char *base = stack_of(t);
+#if EMU_ASAN
+    /* the frames a finished thread left suspended keep their redzones: clear the top */
+    __asan_unpoison_memory_region(base + STACK - 16384, 16384);
+#endif
+#if defined(__x86_64__)
+    uint64_t *sp = (uint64_t *)(base + STACK);
+    *--sp = 0;                       /* entry's return address: alignment as after a call */
+    *--sp = (uint64_t)(void *)entry; /* where mk_emu_switch's ret lands */
+    for (int i = 0; i < 6; i++) *--sp = 0;
+    *--sp = (uint64_t)0x037f << 32 | 0x1f80; /* default x87 control word and MXCSR */
+    x.sp = sp;
+#else
+    getcontext(&x.uc);
+    x.uc.uc_stack.ss_sp = base;
+    x.uc.uc_stack.ss_size = STACK;
+    x.uc.uc_link = NULL;
+    makecontext(&x.uc, entry, 0);
+#endif
+}
+
+void resume(int t)
+{
+    cur = t;
+    unsigned bx = block_dim.x, by = block_dim.y;
+    mk_emu::thread_idx = uint3{(unsigned)t % bx, (unsigned)t / bx % by, (unsigned)t / (bx * by)};
+#if EMU_ASAN
+    __sanitizer_start_switch_fiber(&main_fake, stack_of(t), STACK);
+#endif
+#if defined(__x86_64__)
+    mk_emu_switch(&main_sp, th[t].sp);
+#else
+    swapcontext(&main_uc, &th[t].uc);
+#endif
+#if EMU_ASAN
+    __sanitizer_finish_switch_fiber(main_fake, NULL, NULL);
+#endif
+    cur = -1;
+}
+
+const char *where(int t)
+{
+    static char buf[256];
+    snprintf(buf, sizeof buf, "%s, block (%u,%u,%u), thread %d", kname, block_idx.x, block_idx.y,
+             block_idx.z, t);
+    return buf;
+}
+
+void stuck(void)
+{
+    fprintf(stderr, "cuda emulator: %s: no thread can go on:\n", where(0));
+    for (int t = 0; t < nthreads; t++)
+        if (th[t].st != DONE)
+            fprintf(stderr, "  thread %d (warp %d) waits at %s %u\n", t, t / 32,
+                    th[t].st == AT_BLOCK ? "__syncthreads" : "warp barrier", th[t].seq);
+    abort();
+}
+
+/* the blocks' order: as numbered (fifo), backwards (lifo), shuffled (random, mixed) */
+void block_order(std::vector<int> &v)
+{
+    if (order_mode == 1)
+        std::reverse(v.begin(), v.end());
+    else if (order_mode >= 2)
+        std::shuffle(v.begin(), v.end(), rng);
+}
+
+/* releases warp w when every live lane of it waits at the same warp barrier */
+void try_warp(int w, std::deque<int> &ready)
+{
+    int lo = w * 32, hi = std::min(nthreads, lo + 32), n_live = 0, n_warp = 0;
+    unsigned seq = 0;
+    for (int t = lo; t < hi; t++) {
+        if (th[t].st == DONE) continue;
+        n_live++;
+        if (th[t].st != AT_WARP) continue;
+        if (n_warp++ && th[t].seq != seq)
+            die("%s: lanes of warp %d wait at different warp barriers (%u and %u)", where(t), w,
+                seq, th[t].seq);
+        seq = th[t].seq;
+    }
+    if (!n_warp || n_warp != n_live) return;
+    for (int t = lo; t < hi; t++)
+        if (th[t].st == AT_WARP) th[t].st = RUN, ready.push_back(t);
+}
+
+/* Runs the block's threads to their ends.  Which runnable thread goes next: the oldest (fifo),
+ * the newest (lifo: a released warp runs on at once, ahead of the rest), or any (random); in
+ * mode mixed, each block draws one of the three.  A barrier opens as soon as its last thread
+ * arrives. */
+void run_block(void)
+{
+    std::deque<int> ready;
+    for (int t = 0; t < nthreads; t++) start_thread(t), ready.push_back(t);
+    int mode = order_mode == 3 ? (int)(rng() % 3) : order_mode;
+    if (mode == 2) std::shuffle(ready.begin(), ready.end(), rng);
+    int live = nthreads, at_block = 0;
+    while (live > 0) {
+        if (ready.empty()) stuck();
+        int t;
+        if (mode == 0) {
+            t = ready.front();
+            ready.pop_front();
+        } else {
+            if (mode == 2) std::swap(ready[rng() % ready.size()], ready.back());
+            t = ready.back();
+            ready.pop_back();
+        }
+        resume(t);
+        if (th[t].st == AT_WARP) {
+            try_warp(t / 32, ready);
+            continue;
+        }
+        if (th[t].st == AT_BLOCK)
+            at_block++;
+        else if (th[t].st == DONE)
+            live--, try_warp(t / 32, ready);
+        if (live > 0 && at_block == live) {
+            for (int u = 0; u < nthreads; u++)
+                if (th[u].st == AT_BLOCK) th[u].st = RUN, ready.push_back(u);
+            at_block = 0;
+        }
+    }
+}
+
+void init_once(void)
+{
+    if (stacks) return;
+    void *m = mmap(NULL, STACK * MAX_THREADS, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (m == MAP_FAILED) die("cannot map the threads' stacks (%s)", strerror(errno));
+    stacks = (char *)m;
+    const char *o = getenv("MANTA_CUDA_EMU_ORDER"), *s = getenv("MANTA_CUDA_EMU_SEED");
+    order_mode = !o || !strcmp(o, "mixed") ? 3
+                 : !strcmp(o, "fifo")      ? 0
+                 : !strcmp(o, "lifo")      ? 1
+                 : !strcmp(o, "random")    ? 2
+                                           : -1;
+    if (order_mode < 0) die("MANTA_CUDA_EMU_ORDER='%s': expected mixed, fifo, lifo or random", o);
+    rng.seed(s ? strtoull(s, NULL, 10) : 1);
+    fprintf(stderr, "cuda emulator: the CUDA kernels run on the CPU (schedule %s, seed %s)\n",
+            order_mode == 0   ? "fifo"
+            : order_mode == 1 ? "lifo"
+            : order_mode == 2 ? "random"
+                              : "mixed",
+            s ? s : "1");
+}
+
+} /* namespace */
+
+/* ---- inside a kernel ------------------------------------------------------------------- */
+
+namespace mk_emu
+{
+
+void sync_block(void)
+{
+    if (cur < 0) die("__syncthreads outside a kernel");
+    th[cur].st = AT_BLOCK;
+    to_main(false);
+}
+
+uint64_t exchange(uint64_t bits, int kind, int arg, int width)
+{
+    if (cur < 0) die("a warp operation outside a kernel");
+    if (width < 1 || width > 32 || (width & (width - 1)))
+        die("%s: shuffle width %d is not a power of two up to 32", where(cur), width);
+    int me = cur;
+    thread &x = th[me];
+    unsigned seq = x.seq, p = seq & 1;
+    x.val[p] = bits, x.kind = kind, x.arg = arg, x.width = width;
+    x.st = AT_WARP;
+    to_main(false);
+    x.seq = seq + 1;
+    if (kind == SHFL_NONE) return 0;
+    int lane = me & 31, seg = lane & ~(width - 1), src;
+    switch (kind) {
+    case SHFL_XOR:
+        src = lane ^ arg;
+        if ((src & ~(width - 1)) > seg) src = lane;
+        break;
+    case SHFL_DOWN:
+        src = lane + arg;
+        if (src >= seg + width) src = lane;
+        break;
+    case SHFL_UP:
+        src = lane - arg;
+        if (src < seg) src = lane;
+        break;
+    default:
+        src = seg + (arg & (width - 1));
+        break;
+    }
+    int from = (me & ~31) + src;
+    /* the source lane was released with this one: it has passed seq barriers and not yet
+     * resumed, or resumed (seq + 1), perhaps to its end */
+    bool ok = from < nthreads &&
+              (th[from].st == DONE ? th[from].seq == seq + 1 : th[from].seq - seq <= 1);
+    if (!ok)
+        die("%s: a shuffle reads lane %d, which did not take part in warp barrier %u", where(me),
+            from & 31, seq);
+    return th[from].val[p];
+}
+
+void *dynamic_smem(void)
+{
+    if (cur < 0) die("dynamic shared memory outside a kernel");
+    return dyn_bytes ? dyn_smem.data() : NULL;
+}
+
+cudaError_t set_max_dynamic_smem(const void *kernel, int bytes)
+{
+    std::lock_guard<std::mutex> g(mu);
+    if (bytes < 0 || bytes > 232448) return fail(cudaErrorInvalidValue);
+    max_dyn[kernel] = bytes;
+    return cudaSuccess;
+}
+
+void launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t smem,
+            void (*run)(const void *), const void *closure)
+{
+    std::lock_guard<std::mutex> g(mu);
+    init_once();
+    size_t nt = (size_t)block.x * block.y * block.z;
+    auto lim = max_dyn.find(kernel);
+    size_t smem_max = lim == max_dyn.end() ? 49152 : (size_t)lim->second;
+    if (!grid.x || !grid.y || !grid.z || !nt || nt > (size_t)MAX_THREADS || block.z > 64 ||
+        grid.y > 65535 || grid.z > 65535 || grid.x > 2147483647u) {
+        fprintf(stderr, "cuda emulator: %s: grid (%u,%u,%u) of blocks (%u,%u,%u): invalid\n", name,
+                grid.x, grid.y, grid.z, block.x, block.y, block.z);
+        fail(cudaErrorInvalidConfiguration);
+        return;
+    }
+    if (smem > smem_max) {
+        fprintf(stderr,
+                "cuda emulator: %s: %zu bytes of dynamic shared memory, above the %zu allowed\n",
+                name, smem, smem_max);
+        fail(cudaErrorInvalidValue);
+        return;
+    }
+    kname = name, body = run, body_arg = closure, nthreads = (int)nt;
+    block_dim = block, grid_dim = grid;
+    dyn_bytes = smem;
+    if (dyn_smem.size() < smem + 16) dyn_smem.resize(smem + 16);
+    std::vector<size_t> blocks_(0);
+    size_t nb = (size_t)grid.x * grid.y * grid.z;
+    std::vector<int> ord;
+    /* grids beyond 2^31 blocks are not emulated in a shuffled order (none is launched) */
+    ord.resize(nb);
+    for (size_t b = 0; b < nb; b++) ord[b] = (int)b;
+    block_order(ord);
+    for (int b : ord) {
+        block_idx = uint3{(unsigned)b % grid.x, (unsigned)b / grid.x % grid.y,
+                          (unsigned)b / (grid.x * grid.y)};
+        if (smem) memset(dyn_smem.data(), 0xff, smem);
+        run_block();
+    }
+    kname = NULL;
+}
+
+} /* namespace mk_emu */
+
+/* ---- the runtime API ------------------------------------------------------------------- */
+
+cudaError_t cudaMalloc(void **p, size_t bytes)
+{
+    std::lock_guard<std::mutex> g(mu);
+    if (!p) return fail(cudaErrorInvalidValue);
+    void *m = NULL;
+    if (posix_memalign(&m, 256, bytes ? bytes : 1) != 0) {
+        *p = NULL;
+        return fail(cudaErrorMemoryAllocation);
+    }
+    memset(m, 0xa5, bytes); /* cudaMalloc does not clear */
+    allocs[(uintptr_t)m] = bytes;
+    *p = m;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p)
+{
+    std::lock_guard<std::mutex> g(mu);
+    if (!p) return cudaSuccess;
+    auto it = allocs.find((uintptr_t)p);
+    if (it == allocs.end()) return fail(cudaErrorInvalidDevicePointer);
+    allocs.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
+{
+    std::lock_guard<std::mutex> g(mu);
+    bool dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind == cudaMemcpyDefault) dd = device_range(dst, bytes), sd = device_range(src, bytes);
+    if ((dd && !device_range(dst, bytes)) || (sd && !device_range(src, bytes)) ||
+        (!dd && device_range(dst, 1)) || (!sd && device_range(src, 1)))
+        return fail(cudaErrorInvalidValue);
+    if (bytes) memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *p, int value, size_t bytes)
+{
+    std::lock_guard<std::mutex> g(mu);
+    if (!device_range(p, bytes)) return fail(cudaErrorInvalidValue);
+    memset(p, value, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError(void)
+{
+    std::lock_guard<std::mutex> g(mu);
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+
+cudaError_t cudaPeekAtLastError(void)
+{
+    std::lock_guard<std::mutex> g(mu);
+    return last_error;
+}
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+    switch (e) {
+    case cudaSuccess:
+        return "no error";
+    case cudaErrorInvalidValue:
+        return "invalid argument";
+    case cudaErrorMemoryAllocation:
+        return "out of memory";
+    case cudaErrorInvalidConfiguration:
+        return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer:
+        return "invalid device pointer";
+    case cudaErrorNoDevice:
+        return "no CUDA-capable device is detected";
+    }
+    return "unknown error";
+}
+
+cudaError_t cudaGetDeviceCount(int *n)
+{
+    *n = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void)
+{
+    return cudaSuccess;
+}
+
+/* ---- cuBLAS ---------------------------------------------------------------------------- */
+
+struct cublasContext {
+    int unused;
+};
+
+cublasStatus_t cublasCreate(cublasHandle_t *handle)
+{
+    *handle = new cublasContext{0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy(cublasHandle_t handle)
+{
+    delete handle;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+const char *cublasGetStatusString(cublasStatus_t s)
+{
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS:
+        return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+        return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+        return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+        return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+        return "CUBLAS_STATUS_NOT_SUPPORTED";
+    }
+    return "CUBLAS_STATUS_UNKNOWN";
+}
+
+namespace
+{
+
+/* cuBLAS's argument checks; A is op(A) [m,k] stored column-major with lda, and so on */
+bool gemm_args(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int lda, int ldb,
+               int ldc)
+{
+    if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T))
+        return false;
+    if (m < 0 || n < 0 || k < 0) return false;
+    if (lda < std::max(1, ta == CUBLAS_OP_N ? m : k)) return false;
+    if (ldb < std::max(1, tb == CUBLAS_OP_N ? k : n)) return false;
+    return ldc >= std::max(1, m);
+}
+
+float round_bits(float x, int drop)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return x;
+    u += ((1u << (drop - 1)) - 1) + (u >> drop & 1);
+    u &= ~((1u << drop) - 1);
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* a stored operand (ld x cols, column-major) as floats, rounded as the compute type reads it */
+std::vector<float> operand(const void *p, cudaDataType t, int ld, int cols, cublasComputeType_t c)
+{
+    size_t n = (size_t)ld * (size_t)std::max(cols, 0);
+    std::vector<float> out(n);
+    if (t == CUDA_R_16BF) {
+        const uint16_t *b = (const uint16_t *)p;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)b[i] << 16;
+            memcpy(&out[i], &u, 4);
+        }
+        return out;
+    }
+    memcpy(out.data(), p, n * sizeof(float));
+    if (c == CUBLAS_COMPUTE_32F_FAST_16BF)
+        for (float &x : out) x = round_bits(x, 16);
+    else if (c == CUBLAS_COMPUTE_32F_FAST_TF32)
+        for (float &x : out) x = round_bits(x, 13);
+    return out;
+}
+
+} /* namespace */
+
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m,
+                           int n, int k, const float *alpha, const float *A, int lda,
+                           const float *B, int ldb, const float *beta, float *C, int ldc)
+{
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!gemm_args(ta, tb, m, n, k, lda, ldb, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, *alpha, A, lda, B, ldb,
+                *beta, C, ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb,
+                            int m, int n, int k, const void *alpha, const void *A,
+                            cudaDataType Atype, int lda, const void *B, cudaDataType Btype, int ldb,
+                            const void *beta, void *C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t algo)
+{
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!gemm_args(ta, tb, m, n, k, lda, ldb, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
+    if ((Atype != CUDA_R_32F && Atype != CUDA_R_16BF) || Btype != Atype || Ctype != CUDA_R_32F ||
+        (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_16BF &&
+         compute != CUBLAS_COMPUTE_32F_FAST_TF32) ||
+        algo != CUBLAS_GEMM_DEFAULT)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    std::vector<float> a = operand(A, Atype, lda, ta == CUBLAS_OP_N ? k : m, compute);
+    std::vector<float> b = operand(B, Btype, ldb, tb == CUBLAS_OP_N ? n : k, compute);
+    cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, *(const float *)alpha,
+                a.data(), lda, b.data(), ldb, *(const float *)beta, (float *)C, ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}

@@ -1,0 +1,2 @@
+/* kernels/cuda_sample.cu, compiled as C++ against the emulator's cuda_runtime.h (see there) */
+#include "cuda_sample.cu"
