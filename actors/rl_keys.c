@@ -53,8 +53,9 @@ static const manta_spec_key model_keys[] = {
      "the learner's longest training sequence; at most the model's block_size", NULL, NULL, 0},
     {"device", S, 0, 0, "cpu",
      "where rollouts and learners run the policy: cpu, or cuda (the CUDA back-end, "
-     "libmanta_cuda.so; each actor uses the GPUs its node agent gave it, so the groups need "
-     "resources: {gpu: ...})",
+     "libmanta_cuda.so; each actor uses the GPUs its node agent gave it: a learner or rollout "
+     "group without resources.gpu then gets 1/N of one GPU, N the replicas of all such groups, "
+     "rounded down to a thousandth, so that they share one device; a resources.gpu given wins)",
      "cpu|cuda", NULL, 0},
     {"matmul", S, 0, 0, "fp32",
      "how the CUDA back-end's float matrix products multiply (mk_backend_set_math): fp32, or "

@@ -66,6 +66,17 @@ extern const manta_spec_key rl_settings_keys[];
  * NULL when there is none. */
 const manta_spec_key *rl_key_find(const char *section, const char *key);
 
+/* ---- defaults derived from a spec (rl_defaults.c) ---------------------------- *
+ * manta_spec_options.defaults of every RL spec load (`manta run`, `manta
+ * scale`, rl_run): with model.device cuda, each group of a class that opens
+ * the policy (learner, rollout) whose device is cuda and that has no
+ * resources.gpu gets groups.G.resources.gpu = rl_gpu_share(N), N the
+ * replicas of all such groups: together they fit on one GPU. Explicit
+ * values (0 included) win; on the CPU nothing is derived. */
+int rl_spec_defaults(manta_spec_defaults *d, const manta_spec_node *root, void *user);
+/* 1 for n <= 1, else 1/n rounded down to a thousandth (at least 0.001). */
+double rl_gpu_share(int64_t n);
+
 /* ---- init arguments: one reader for the five classes ---------------------- *
  * The init argument is manta_spec_init_payload()'s map {job, group, class,
  * replica, replicas, settings, sections}. A setting is looked up in the

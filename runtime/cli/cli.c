@@ -389,7 +389,8 @@ static manta_spec_options spec_options(const cli *c, const char *const *sets, si
                                 .class_exists = cli_class_exists,
                                 .user = (void *)c->classes,
                                 .sections = c->b->sections,
-                                .settings = c->b->settings};
+                                .settings = c->b->settings,
+                                .defaults = c->b->defaults};
 }
 
 static manta_spec *load_spec(cli *c, const char *path, const char *const *sets, size_t nsets)
@@ -1526,7 +1527,7 @@ static int help_spec(const cli *c)
 
 int manta_cli_main(int argc, char **argv, const manta_class *const *classes)
 {
-    const manta_cli_builtins b = {classes, NULL, NULL};
+    const manta_cli_builtins b = {classes, NULL, NULL, NULL};
     return manta_cli_run(argc, argv, &b);
 }
 

@@ -36,6 +36,11 @@ typedef struct manta_cli_builtins {
      * checked against them, and `manta help spec` prints them. May be NULL. */
     const manta_spec_key *sections;
     const manta_spec_key *settings;
+    /* What those classes derive where a spec says nothing
+     * (manta_spec_options.defaults; its user is `classes`): every command
+     * loads specs with it, and the job's start says what it put in. May be
+     * NULL. */
+    int (*defaults)(manta_spec_defaults *d, const manta_spec_node *root, void *user);
 } manta_cli_builtins;
 
 /* Run the CLI with these built-ins. Returns the exit code. Not thread-safe

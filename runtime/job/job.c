@@ -173,6 +173,64 @@ static void subtract_usage(manta_ctx *m, node_list *nl)
     manta_reg_names_free(&names);
 }
 
+/* Is `path` a resource of group g ("groups.G.resources.KEY")? */
+static bool resource_of(const char *path, const char *g)
+{
+    size_t gl = strlen(g);
+    return !strncmp(path, "groups.", 7) && !strncmp(path + 7, g, gl) &&
+           !strncmp(path + 7 + gl, ".resources.", 11);
+}
+
+/* Whether derived default i is one to tell: any (d NULL), or a resource
+ * of one of the groups d[0..n). */
+static bool derived_wanted(const manta_spec *s, size_t i, const manta_spec_demand *d, size_t n)
+{
+    for (size_t k = 0; d && k < n; k++)
+        if (resource_of(s->derived[i].path, d[k].group)) return true;
+    return !d;
+}
+
+/* The defaults the program put into the spec (manta_spec_options.defaults)
+ * that derived_wanted picks, those with the same reason together: "P V and
+ * P2 V2 are defaults (WHY): set them in the spec or with --set to choose
+ * others", "; " between reasons. "" when there are none. */
+static void describe_derived(const manta_spec *s, const manta_spec_demand *d, size_t n, char *out,
+                             size_t cap)
+{
+    size_t used = 0;
+    out[0] = 0;
+#define PUT(...)                                                                                   \
+    do {                                                                                           \
+        int w_ = used < cap ? snprintf(out + used, cap - used, __VA_ARGS__) : 0;                   \
+        used = w_ < 0 ? cap : used + (size_t)w_;                                                   \
+    } while (0)
+    for (size_t i = 0; i < s->n_derived; i++) {
+        const char *why = s->derived[i].why;
+        bool told = false;
+        for (size_t j = 0; j < i && !told; j++)
+            told = derived_wanted(s, j, d, n) && !strcmp(s->derived[j].why, why);
+        if (told || !derived_wanted(s, i, d, n)) continue;
+        size_t count = 0, total = 0;
+        for (size_t k = i; k < s->n_derived; k++)
+            total += derived_wanted(s, k, d, n) && !strcmp(s->derived[k].why, why);
+        PUT("%s", used ? "; " : "");
+        for (size_t k = i; k < s->n_derived; k++) {
+            if (!derived_wanted(s, k, d, n) || strcmp(s->derived[k].why, why)) continue;
+            count++;
+            PUT("%s%s %s",
+                count == 1       ? ""
+                : count == total ? " and "
+                                 : ", ",
+                s->derived[k].path, s->derived[k].value);
+        }
+        PUT(" %s (%s): set %s in the spec or with --set to choose %s",
+            total > 1 ? "are defaults" : "is a default", why, total > 1 ? "them" : "it",
+            total > 1 ? "others" : "another");
+    }
+#undef PUT
+    if (used >= cap && cap > 4) memcpy(out + cap - 4, "...", 4);
+}
+
 /* Place `n` demands on the live nodes (less what is in use when
  * `subtract`); fills *nl and node_of (one entry per replica). */
 static int place(manta_job_t *j, const manta_spec_demand *d, size_t n, bool subtract,
@@ -186,7 +244,14 @@ static int place(manta_job_t *j, const manta_spec_demand *d, size_t n, bool subt
     if (nl->n == 0 || manta_spec_place(d, n, nl->free, nl->n, MANTA_SPEC_FIRST_FIT, whole_spec,
                                        node_of, why, sizeof why) != 0) {
         nodes_free(nl);
-        return manta_fail(MANTA_ESPAWN, "job %s: placement: %s", j->spec->job, why);
+        /* The note goes whole into the message (of 511 bytes); the free list is cut first. */
+        char note[400] = "; ";
+        describe_derived(j->spec, d, n, note + 2, sizeof note - 2);
+        if (!note[2]) note[0] = 0;
+        int room = 480 - (int)strlen(j->spec->job) - (int)strlen(note);
+        if (room < 40) room = 40;
+        return manta_fail(MANTA_ESPAWN, "job %s: placement: %.*s%s%s", j->spec->job, room, why,
+                          (int)strlen(why) > room ? "..." : "", note);
     }
     return 0;
 }
@@ -677,6 +742,10 @@ int manta_job_start(manta_ctx *m, const manta_spec *spec, const manta_job_option
                           spec->job);
     manta_job_t *j = job_new(m, spec, o);
     if (!j) return MANTA_ENOMEM;
+    /* What the program chose where the spec said nothing (a GPU share), said once. */
+    char told[1024];
+    describe_derived(spec, NULL, 0, told, sizeof told);
+    if (told[0]) say(j, "%s", told);
     int rc = record_job(j);
     if (rc == 0 && !j->o.no_services)
         rc = mj_services_start(spec, j->o.log_dir, j->o.interrupt, j->o.log, &j->sv);

@@ -97,7 +97,8 @@ typedef struct manta_job_options {
 } manta_job_options;
 
 /* Start the job of `spec` on the driver ctx `m` (not attached; manta_init
- * with .job = spec->job so that keys and records meet). In order: records
+ * with .job = spec->job so that keys and records meet). In order: says the
+ * spec's derived defaults (spec->derived) on the log, records
  * the job (driver record and groups), starts the services (and waits until
  * each one's port accepts connections), places every replica first-fit on
  * the job's live nodes, starts them all at once, waits until all are ready,
@@ -122,7 +123,8 @@ int manta_job_start(manta_ctx *m, const manta_spec *spec, const manta_job_option
 /* Join a job that another process drives, on a ctx made with
  * manta_options.attach: reads the driver record and loads the spec it was
  * started with, the recorded overrides first, then `so->sets` (so may be
- * NULL; its class_exists and user are used as given). No services, no
+ * NULL; its class_exists, user and defaults are used as given: pass the
+ * driver's defaults to get the spec it runs). No services, no
  * watchdog. Spec errors go to `errs` when it is not NULL.
  * Returns 0 and *out, or MANTA_EINVAL (NULL argument; the spec does not
  * load: "spec FILE: N error(s)"), MANTA_ENOTFOUND (the job is not running,

@@ -236,6 +236,14 @@ typedef struct manta_spec_capacity {
     uint64_t memory_bytes;
 } manta_spec_capacity;
 
+/* A value the program put in where the spec gave none
+ * (manta_spec_options.defaults), recorded so that the launcher can say it. */
+typedef struct manta_spec_derived {
+    const char *path;  /* the full dotted path: "groups.rollout.resources.gpu" */
+    const char *value; /* as YAML text, as it was set: "0.25" */
+    const char *why;   /* the program's reason, a phrase: "model.device is cuda: ..." */
+} manta_spec_derived;
+
 typedef struct manta_spec {
     const char *file;       /* as given to load (or the buffer's name) */
     const char *job;        /* [a-z0-9_-]{1,40} */
@@ -246,7 +254,9 @@ typedef struct manta_spec {
     manta_spec_group *groups;
     size_t n_nodes; /* 0 when there is no `nodes` section */
     manta_spec_capacity *nodes;
-    const manta_spec_node *root; /* the whole document, overrides applied */
+    const manta_spec_node *root;       /* the whole document, overrides and defaults applied */
+    size_t n_derived;                  /* the defaults of manta_spec_options.defaults that */
+    const manta_spec_derived *derived; /* were applied, in order (NULL when none) */
 } manta_spec;
 
 /* ---- Declared sections ----------------------------------------------------- *
@@ -312,6 +322,9 @@ int manta_spec_check_key(const manta_spec_key *k, const manta_spec_node *value,
  * their own tables. Returns 0, or MANTA_ESYS when writing failed. */
 int manta_spec_keys_markdown(const manta_spec_key *sections, FILE *out);
 
+/* A load in progress, as a defaults callback sees it (manta_spec_default). */
+typedef struct manta_spec_defaults manta_spec_defaults;
+
 /* Options for loading; a NULL options pointer means all defaults. */
 typedef struct manta_spec_options {
     /* Overrides, each "path=value", applied in order after parsing and
@@ -338,7 +351,32 @@ typedef struct manta_spec_options {
      * MANTA_SPEC_IN_SETTINGS sections, which may come nested or flat. NULL:
      * settings are not checked. */
     const manta_spec_key *settings;
+    /* Defaults the program derives from the document itself (a value that
+     * depends on other values, such as a group's GPU share when its model
+     * runs on a GPU). Called once per load, after the overrides and before
+     * validation, with the document as the overrides left it (not yet
+     * checked: read it with the getters, which tolerate anything) and
+     * `user`. It proposes values with manta_spec_default(); each is put in
+     * only where the document has no value at that path (absent or null:
+     * the file and --set always win), is then checked like any value of the
+     * file, and is listed in the spec's `derived`. Returns 0, or a negative
+     * MANTA_E* code that fails the load. NULL: none. */
+    int (*defaults)(manta_spec_defaults *d, const manta_spec_node *root, void *user);
 } manta_spec_options;
+
+/* From a defaults callback: put `value` (YAML text, as the value of a
+ * --set: "0.25", "{cpu: 2}") at the full dotted `path` ("groups.rollout.
+ * resources.gpu"; no group shorthand) when the document has no value there,
+ * making the mappings on the way. `why` (a phrase; copied) is recorded
+ * with it. A path that runs into a scalar or a sequence without that item
+ * is left alone (validation reports what is wrong there). Errors in the
+ * value are located as (default):N:COL, N counting the defaults proposed.
+ * Returns 1 when the value was put in, 0 when the document already has
+ * one (or something else) there, MANTA_EINVAL (a NULL argument, an empty
+ * path component, a value that is not YAML: errors appended) or
+ * MANTA_ENOMEM. */
+int manta_spec_default(manta_spec_defaults *d, const char *path, const char *value,
+                       const char *why);
 
 /* Read and load a spec file (at most MANTA_SPEC_MAX_FILE bytes). Returns the
  * spec, or NULL when there is any error, with every error found appended to

@@ -38,6 +38,9 @@
 #include <yaml.h>
 
 static const char SET_FILE[] = "--set";
+/* The "file" of a default the program derived (manta_spec_options.defaults). */
+static const char DEFAULT_FILE[] = "(default)";
+#define SETF(c) ((c)->set_file ? (c)->set_file : SET_FILE)
 
 /* Tolerance for comparing CPU amounts, which are sums of decimal fractions. */
 #define CPU_EPS 1e-9
@@ -287,6 +290,8 @@ typedef struct ctx {
     struct manta_spec_node **dead;
     size_t n_dead, cap_dead;
     const manta_spec_options *opts; /* declared sections (NULL: none) */
+    const char *set_file;           /* the file of values put in by path: "--set", or
+                                       DEFAULT_FILE for the program's defaults */
 } ctx;
 
 static void node_free(manta_spec_node *n)
@@ -1538,7 +1543,7 @@ static bool split_set_path(ctx *c, const manta_spec_node *root, char *path, cons
     if (!top && !group) {
         char *name = strdup(head);
         head[hl] = save;
-        manta_spec_errors_add(c->errs, SET_FILE, index, 1, path,
+        manta_spec_errors_add(c->errs, SETF(c), index, 1, path,
                               "no top-level key or group named \"%s\"", name ? name : head);
         free(name);
         return false;
@@ -1548,7 +1553,7 @@ static bool split_set_path(ctx *c, const manta_spec_node *root, char *path, cons
         char *d = strchr(s, '.');
         if (d) *d = '\0';
         if (!*s || *nc >= MANTA_SPEC_MAX_DEPTH) {
-            manta_spec_errors_add(c->errs, SET_FILE, index, 1, "",
+            manta_spec_errors_add(c->errs, SETF(c), index, 1, "",
                                   !*s ? "empty component in the path \"%.*s\""
                                       : "path \"%.*s\" is too deep",
                                   (int)(eq - arg), arg);
@@ -1564,7 +1569,7 @@ static bool split_set_path(ctx *c, const manta_spec_node *root, char *path, cons
 static manta_spec_node *parse_set_value(ctx *c, const char *arg, const char *eq, int index)
 {
     ctx vc = *c;
-    vc.file = SET_FILE;
+    vc.file = SETF(c);
     vc.fixed_line = index;
     vc.col_base = (int)(eq - arg) + 1;
     vc.value_len = (int)strlen(eq + 1);
@@ -1572,7 +1577,7 @@ static manta_spec_node *parse_set_value(ctx *c, const char *arg, const char *eq,
     manta_spec_node *val = build_tree(&vc, eq + 1, strlen(eq + 1), &empty);
     c->nodes = vc.nodes;
     c->too_many = vc.too_many;
-    if (!val && empty) val = scalar_new(c, SET_FILE, index, vc.col_base + 1, "", 0, true);
+    if (!val && empty) val = scalar_new(c, SETF(c), index, vc.col_base + 1, "", 0, true);
     return val;
 }
 
@@ -1588,12 +1593,12 @@ static manta_spec_node **child_slot(ctx *c, manta_spec_node *cur, const char *co
     if (cur->kind == MANTA_SPEC_MAP) {
         long k = map_index(cur, comp);
         if (k >= 0) return &cur->items[k];
-        manta_spec_node *key = scalar_new(c, SET_FILE, index, 1, comp, strlen(comp), true);
-        manta_spec_node *v = last ? *val : node_new(c, MANTA_SPEC_MAP, SET_FILE, index, 1);
+        manta_spec_node *key = scalar_new(c, SETF(c), index, 1, comp, strlen(comp), true);
+        manta_spec_node *v = last ? *val : node_new(c, MANTA_SPEC_MAP, SETF(c), index, 1);
         if (!key || !v || !set_paths(key, next_path) || !node_push(cur, key, v)) {
             node_free(key);
             if (v != *val) node_free(v);
-            manta_spec_errors_add(c->errs, SET_FILE, index, 1, "", "out of memory");
+            manta_spec_errors_add(c->errs, SETF(c), index, 1, "", "out of memory");
             return NULL;
         }
         if (last) *val = NULL; /* now in the tree */
@@ -1602,7 +1607,7 @@ static manta_spec_node **child_slot(ctx *c, manta_spec_node *cur, const char *co
     if (cur->kind == MANTA_SPEC_SEQ) {
         size_t k;
         if (!parse_index(comp, &k) || k >= cur->count) {
-            manta_spec_errors_add(c->errs, SET_FILE, index, 1, next_path,
+            manta_spec_errors_add(c->errs, SETF(c), index, 1, next_path,
                                   "%s is a sequence of %zu items; expected an index from 0 "
                                   "to %zu, got \"%s\"",
                                   cur->path[0] ? cur->path : "the document", cur->count,
@@ -1611,7 +1616,7 @@ static manta_spec_node **child_slot(ctx *c, manta_spec_node *cur, const char *co
         }
         return &cur->items[k];
     }
-    manta_spec_errors_add(c->errs, SET_FILE, index, 1, next_path,
+    manta_spec_errors_add(c->errs, SETF(c), index, 1, next_path,
                           "cannot set a key inside %s: it is %s (at %s:%d:%d), not a "
                           "mapping",
                           cur->path, GOT(cur), cur->file, cur->line, cur->col);
@@ -1627,7 +1632,7 @@ static bool set_at(ctx *c, manta_spec_node *root, char **comps, size_t nc, manta
     for (size_t i = 0; i < nc; i++) {
         char *next_path = child_path(cur->path, comps[i]);
         if (!next_path) {
-            manta_spec_errors_add(c->errs, SET_FILE, index, 1, "", "out of memory");
+            manta_spec_errors_add(c->errs, SETF(c), index, 1, "", "out of memory");
             return false;
         }
         bool last = i + 1 == nc;
@@ -1638,7 +1643,7 @@ static bool set_at(ctx *c, manta_spec_node *root, char **comps, size_t nc, manta
             *val = NULL;
         }
         if (slot && !last && is_null_node(*slot)) {
-            manta_spec_node *m = node_new(c, MANTA_SPEC_MAP, SET_FILE, index, 1);
+            manta_spec_node *m = node_new(c, MANTA_SPEC_MAP, SETF(c), index, 1);
             if (m) {
                 node_free(*slot);
                 *slot = m;
@@ -1648,7 +1653,7 @@ static bool set_at(ctx *c, manta_spec_node *root, char **comps, size_t nc, manta
         }
         bool ok = slot != NULL;
         if (ok && !set_paths(*slot, next_path)) {
-            manta_spec_errors_add(c->errs, SET_FILE, index, 1, "", "out of memory");
+            manta_spec_errors_add(c->errs, SETF(c), index, 1, "", "out of memory");
             ok = false;
         }
         free(next_path);
@@ -1665,13 +1670,13 @@ static bool apply_set(ctx *c, manta_spec_node *root, const char *arg, int index)
     const char *eq = strchr(arg, '=');
     manta_spec_node tmp = {.kind = MANTA_SPEC_SCALAR, .text = (char *)arg, .len = strlen(arg)};
     if (!eq || eq == arg) {
-        manta_spec_errors_add(c->errs, SET_FILE, index, 1, "", "expected path=value, got %s",
+        manta_spec_errors_add(c->errs, SETF(c), index, 1, "", "expected path=value, got %s",
                               GOT(&tmp));
         return false;
     }
     char *path = strndup(arg, (size_t)(eq - arg));
     if (!path) {
-        manta_spec_errors_add(c->errs, SET_FILE, index, 1, "", "out of memory");
+        manta_spec_errors_add(c->errs, SETF(c), index, 1, "", "out of memory");
         return false;
     }
     char *comps[MANTA_SPEC_MAX_DEPTH + 1];
@@ -1692,6 +1697,8 @@ typedef struct spec_impl {
     char *file;
     char *dir;
     manta_spec_node *root;
+    manta_spec_derived *derived; /* pub.derived: the defaults put in, strings owned */
+    size_t cap_derived;
 } spec_impl;
 
 /* An integer in [lo, hi] or an error "expected <what>, got ..." at n. */
@@ -2063,6 +2070,122 @@ static void validate(ctx *c, spec_impl *si, const manta_spec_options *o)
         check_placement(c, s, nodes_key);
 }
 
+/* ---- Derived defaults (manta_spec_options.defaults) -------------------------------------- */
+
+struct manta_spec_defaults {
+    ctx *c;
+    spec_impl *si;
+    int proposed; /* defaults proposed so far: the line of the next one's (default):N:COL */
+};
+
+/* Is there a value at comps[0..nc) below root? A null counts as none; so does
+ * a missing key. A scalar on the way, or a sequence without that item, is
+ * "something else there" (true): the default stays out of it. */
+static bool has_value(const manta_spec_node *root, char **comps, size_t nc)
+{
+    const manta_spec_node *cur = root;
+    for (size_t i = 0; i < nc; i++) {
+        if (is_null_node(cur)) return false;
+        if (cur->kind == MANTA_SPEC_MAP) {
+            cur = map_get(cur, comps[i]);
+            if (!cur) return false;
+        } else if (cur->kind == MANTA_SPEC_SEQ) {
+            size_t k;
+            if (!parse_index(comps[i], &k) || k >= cur->count) return true;
+            cur = cur->items[k];
+        } else {
+            return true;
+        }
+    }
+    return !is_null_node(cur);
+}
+
+static int record_derived(spec_impl *si, const char *path, const char *value, const char *why)
+{
+    if (si->pub.n_derived == si->cap_derived) {
+        size_t cap = si->cap_derived ? 2 * si->cap_derived : 8;
+        manta_spec_derived *d = realloc(si->derived, cap * sizeof *d);
+        if (!d) return MANTA_ENOMEM;
+        si->derived = d;
+        si->cap_derived = cap;
+    }
+    manta_spec_derived *e = &si->derived[si->pub.n_derived];
+    e->path = strdup(path);
+    e->value = strdup(value);
+    e->why = strdup(why ? why : "");
+    if (!e->path || !e->value || !e->why) {
+        free((char *)e->path), free((char *)e->value), free((char *)e->why);
+        return MANTA_ENOMEM;
+    }
+    si->pub.n_derived++;
+    si->pub.derived = si->derived;
+    return 0;
+}
+
+int manta_spec_default(manta_spec_defaults *d, const char *path, const char *value, const char *why)
+{
+    if (!d || !path || !value) return MANTA_EINVAL;
+    ctx *c = d->c;
+    int index = ++d->proposed;
+    size_t plen = strlen(path);
+    size_t alen = plen + strlen(value) + 2;
+    char *arg = malloc(alen);
+    char *copy = strdup(path);
+    if (!arg || !copy) {
+        free(arg), free(copy);
+        manta_spec_errors_add(c->errs, DEFAULT_FILE, index, 1, "", "out of memory");
+        return MANTA_ENOMEM;
+    }
+    snprintf(arg, alen, "%s=%s", path, value);
+    char *comps[MANTA_SPEC_MAX_DEPTH + 1];
+    size_t nc = 0;
+    int rc = 0;
+    for (char *p = copy;;) {
+        char *dot = strchr(p, '.');
+        if (dot) *dot = '\0';
+        if (!*p || nc >= MANTA_SPEC_MAX_DEPTH) {
+            manta_spec_errors_add(c->errs, DEFAULT_FILE, index, 1, "",
+                                  "%s in the path \"%s\" of a default",
+                                  *p ? "too deep" : "an empty component", path);
+            rc = MANTA_EINVAL;
+            break;
+        }
+        comps[nc++] = p;
+        if (!dot) break;
+        p = dot + 1;
+    }
+    if (rc == 0 && !has_value(d->si->root, comps, nc)) {
+        const char *saved = c->set_file;
+        c->set_file = DEFAULT_FILE;
+        size_t before = c->errs->count + c->errs->dropped;
+        manta_spec_node *val = parse_set_value(c, arg, arg + plen, index);
+        bool ok = val && set_at(c, d->si->root, comps, nc, &val, index);
+        node_free(val);
+        c->set_file = saved;
+        if (!ok) {
+            rc = c->errs->count + c->errs->dropped == before ? MANTA_ENOMEM : MANTA_EINVAL;
+        } else if (record_derived(d->si, path, value, why) != 0) {
+            manta_spec_errors_add(c->errs, DEFAULT_FILE, index, 1, path, "out of memory");
+            rc = MANTA_ENOMEM;
+        } else {
+            rc = 1;
+        }
+    }
+    free(arg), free(copy);
+    return rc;
+}
+
+/* Run the program's defaults callback on the document. */
+static void apply_defaults(ctx *c, spec_impl *si, const manta_spec_options *o)
+{
+    manta_spec_defaults d = {.c = c, .si = si};
+    size_t before = c->errs->count + c->errs->dropped;
+    int rc = o->defaults(&d, si->root, o->user);
+    if (rc < 0 && c->errs->count + c->errs->dropped == before)
+        manta_spec_errors_add(c->errs, c->file, 0, 0, "", "the program's defaults failed: %s",
+                              manta_strerror(rc));
+}
+
 /* ---- Loading ---------------------------------------------------------------------------- */
 
 void manta_spec_free(manta_spec *s)
@@ -2070,6 +2193,12 @@ void manta_spec_free(manta_spec *s)
     if (!s) return;
     spec_impl *si = (spec_impl *)s;
     for (size_t i = 0; i < s->n_groups; i++) free((char *)s->groups[i].library_path);
+    for (size_t i = 0; i < s->n_derived; i++) {
+        free((char *)si->derived[i].path);
+        free((char *)si->derived[i].value);
+        free((char *)si->derived[i].why);
+    }
+    free(si->derived);
     free(s->groups);
     free(s->nodes);
     node_free(si->root);
@@ -2117,6 +2246,8 @@ manta_spec *manta_spec_load_buffer(const char *buf, size_t len, const char *name
         if (si->root && si->root->kind == MANTA_SPEC_MAP && opts)
             for (size_t i = 0; i < opts->n_sets; i++)
                 apply_set(&c, si->root, opts->sets[i] ? opts->sets[i] : "", (int)i + 1);
+        if (si->root && si->root->kind == MANTA_SPEC_MAP && opts && opts->defaults)
+            apply_defaults(&c, si, opts);
         if (si->root || empty) validate(&c, si, opts);
     }
     si->pub.root = si->root;

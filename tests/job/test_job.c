@@ -188,6 +188,37 @@ static int run_self(const char *mode)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* A program's derived defaults (manta_spec_options.defaults), as the RL
+ * classes derive a GPU share (actors/rl_defaults.c) but by this test's
+ * rule: a group with settings.gpu_share and no resources.gpu of its own
+ * gets that share. */
+static int share_defaults(manta_spec_defaults *d, const manta_spec_node *root, void *user)
+{
+    const manta_spec_node *groups = manta_spec_find(root, "groups");
+    for (size_t i = 0; i < manta_spec_len(groups); i++) {
+        const char *share;
+        char path[128];
+        if (manta_spec_get_str(manta_spec_at(groups, i), "settings.gpu_share", NULL, &share,
+                               NULL) != 0)
+            continue;
+        snprintf(path, sizeof path, "groups.%s.resources.gpu", manta_spec_key_at(groups, i));
+        int rc = manta_spec_default(d, path, share, "the test's rule: settings.gpu_share");
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+/* What a replica of gs beyond the one GPU must fail with: the group, and
+ * that its share is a default to set. */
+static bool gs_refused(int rc)
+{
+    const char *e = manta_last_error();
+    return rc == MANTA_ESPAWN && strstr(e, "placement: group \"gs\" replica 1 of 1") &&
+           strstr(e, "groups.gs.resources.gpu 0.5 is a default (the test's rule: "
+                     "settings.gpu_share): set it in the spec or with --set to choose another") &&
+           !strstr(e, "gz");
+}
+
 /* The other process: "second" starts the same job as a second driver
  * (refused with MANTA_EEXIST, leaving the job alone); "attach" attaches and
  * scales worker to 3. Exit 0 when it went as expected. */
@@ -211,6 +242,14 @@ static int child(char **argv)
         if (!ok) fprintf(stderr, "second driver: %d %s\n", rc, manta_last_error());
         rc = ok ? 0 : 12;
         manta_spec_free(s);
+    } else if (!strcmp(mode, "attach-gpu")) {
+        /* as `manta scale gs 3` does: the spec reloaded with the program's defaults */
+        manta_spec_options so = {.defaults = share_defaults};
+        rc = manta_job_attach(m, &so, NULL, &j);
+        if (rc == 0 && manta_spec_group_find(manta_job_spec(j), "gs")->gpu != 0.5) rc = 14;
+        if (rc == 0) rc = gs_refused(manta_job_scale(j, "gs", 3, 0)) ? 0 : 15;
+        if (rc) fprintf(stderr, "attach-gpu: %d %s\n", rc, manta_last_error());
+        manta_job_free(j);
     } else {
         rc = manta_job_attach(m, NULL, NULL, &j);
         if (rc == 0 && strcmp(manta_job_spec(j)->job, job)) rc = 13;
@@ -526,6 +565,82 @@ static void test_gpus(void **st)
     waitpid(g1, NULL, 0);
 }
 
+/* A default the program derives (the RL classes' GPU share with
+ * model.device cuda) is said once when the job starts; its replicas get
+ * the devices of the share (here the one GPU of node g2, "0", to share),
+ * a group's own resources.gpu (0) wins, and a scale beyond the GPU fails
+ * at once, naming the group and saying to set its resources.gpu, from
+ * this driver and from an attached process (as `manta scale`). */
+static void test_gpu_defaults(void **st)
+{
+    pid_t g2 = start_node_env("g2", "MANTA_NODE_GPU=1");
+    assert_true(g2 > 0);
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/manta-test-job-dft-%d.yaml", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("job: job-dft\n"
+          "groups:\n"
+          "  gs: {class: worker, replicas: 2, resources: {cpu: 0.1}, settings: {gpu_share: 0.5}}\n"
+          "  gz: {class: worker, resources: {cpu: 0.1, gpu: 0}, settings: {gpu_share: 0.5}}\n"
+          "  gc: {class: worker, resources: {cpu: 0.1}}\n",
+          f);
+    fclose(f);
+    manta_spec_errors errs;
+    manta_spec_errors_init(&errs);
+    manta_spec_options so = {.defaults = share_defaults};
+    manta_spec *s = manta_spec_load_file(path, &so, &errs);
+    manta_spec_errors_print(&errs, stderr);
+    manta_spec_errors_destroy(&errs);
+    assert_non_null(s);
+    assert_int_equal(s->n_derived, 1);
+    assert_true(manta_spec_group_find(s, "gs")->gpu == 0.5);
+    assert_true(manta_spec_group_find(s, "gz")->gpu == 0);
+    /* g2 registered (its GPU is the only one) before the job places anything */
+    bool up = false;
+    for (int t = 0; t < 100 && !up; t++) {
+        manta_reg_node_list nl;
+        if (manta_reg_node_list_read(ctx, &nl) == 0) {
+            for (size_t i = 0; i < nl.n; i++)
+                up |= !strcmp(nl.v[i].id, "g2") && nl.v[i].rec.state == MANTA_ACTOR_ALIVE;
+            manta_reg_node_list_free(&nl);
+        }
+        if (!up) manta_poll(ctx, 100);
+    }
+    assert_true(up);
+    FILE *log = tmpfile();
+    manta_job_t *job = NULL;
+    manta_job_options o = {.spec_path = path, .no_watchdog = 1, .log = log};
+    check(manta_job_start(ctx, s, &o, &job), "start with a derived GPU share");
+    char text[4096];
+    fflush(log), rewind(log);
+    text[fread(text, 1, sizeof text - 1, log)] = 0;
+    const char *said = "manta: groups.gs.resources.gpu 0.5 is a default (the test's rule: "
+                       "settings.gpu_share): set it in the spec or with --set to choose another\n";
+    const char *at = strstr(text, said);
+    assert_non_null(at);
+    assert_null(strstr(at + 1, said)); /* once */
+    char d0[128], d1[128], dz[128], dc[128];
+    devices_of("gs-0", d0, sizeof d0);
+    devices_of("gs-1", d1, sizeof d1);
+    devices_of("gz-0", dz, sizeof dz);
+    devices_of("gc-0", dc, sizeof dc);
+    assert_string_equal(d0, "0");
+    assert_string_equal(d1, "0");
+    assert_string_equal(dz, "");
+    assert_string_equal(dc, "");
+    /* a third half does not fit the one GPU: refused at once, here and when attached */
+    assert_true(gs_refused(manta_job_scale(job, "gs", 3, 5000)));
+    assert_int_equal(run_self("attach-gpu"), 0);
+    assert_int_equal(manta_job_replicas(job, "gs"), 2);
+    manta_job_free(job);
+    fclose(log);
+    manta_spec_free(s);
+    unlink(path);
+    kill(g2, SIGTERM);
+    waitpid(g2, NULL, 0);
+}
+
 /* The errors of the calls, each with a message naming the cause. */
 static void test_errors(void **st)
 {
@@ -583,9 +698,10 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     snprintf(spec_path, sizeof spec_path, "/tmp/manta-test-job-%d.yaml", (int)getpid());
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_service_port_taken),
-                                       cmocka_unit_test(test_life), cmocka_unit_test(test_failover),
-                                       cmocka_unit_test(test_gpus), cmocka_unit_test(test_errors)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_service_port_taken), cmocka_unit_test(test_life),
+        cmocka_unit_test(test_failover),           cmocka_unit_test(test_gpus),
+        cmocka_unit_test(test_gpu_defaults),       cmocka_unit_test(test_errors)};
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     manta_shutdown(ctx);
     unlink(spec_path);

@@ -64,8 +64,12 @@ static int run(manta_ctx *m, const args *a)
 {
     manta_spec_errors errs;
     manta_spec_errors_init(&errs);
-    /* checked against the keys the RL classes declare, as `manta run` does */
-    manta_spec_options so = {.sets = a->sets, .n_sets = a->n_sets, .sections = rl_spec_sections};
+    /* checked against the keys the RL classes declare, with the defaults they derive (a
+     * GPU share with model.device cuda), as `manta run` does */
+    manta_spec_options so = {.sets = a->sets,
+                             .n_sets = a->n_sets,
+                             .sections = rl_spec_sections,
+                             .defaults = rl_spec_defaults};
     manta_spec *spec = manta_spec_load_file(a->spec, &so, &errs);
     manta_spec_errors_print(&errs, stderr);
     manta_spec_errors_destroy(&errs);

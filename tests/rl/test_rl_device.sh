@@ -1,14 +1,20 @@
 #!/bin/bash
 # model.device: cuda, end to end through `manta run` on the calculator job
-# (examples/calc_agent.yaml on a free port, a few versions):
-#  1. no GPU given to the actors (the node offers none): the job fails at
-#     the learners' and rollouts' init, saying model.device is cuda and why
-#     (no libmanta_cuda.so in this build, or no device: CUDA_VISIBLE_DEVICES
-#     is '' and the group needs resources: {gpu: ...});
-#  2. the four model actors with gpu: 0.25 each, on a node offering one GPU
-#     (MANTA_NODE_GPU=1 where the machine has none): all four share device
-#     0. Without a device or without the module the job fails naming that
-#     (CUDA_VISIBLE_DEVICES='0'); with both, it runs 3 versions and exits 0.
+# (examples/calc_agent.yaml on a free port, a few versions). The flag alone
+# gives the learners and rollouts, which have no resources.gpu, a quarter of
+# one GPU each (4 replicas share one; actors/rl_defaults.c), said at the start:
+#  1. a node that offers no GPU: the job fails at placement, naming the
+#     group and saying that its share is a default to set;
+#  2. the same with resources.gpu 0 given for both: the value given wins, no
+#     default; the job fails at the learners' and rollouts' init, saying
+#     model.device is cuda and why (no libmanta_cuda.so in this build, or
+#     no device: CUDA_VISIBLE_DEVICES is '' and the group needs a GPU);
+#  3. the flag alone on a node offering one GPU (MANTA_NODE_GPU=1 where the
+#     machine has none): the four model actors share device 0. Without a
+#     device or without the module the job fails naming that
+#     (CUDA_VISIBLE_DEVICES='0'); with both, it runs 3 versions and exits 0;
+#  4. a fifth quarter (env) does not fit the one GPU: refused before any
+#     actor starts, the defaults named.
 # usage: test_rl_device.sh MANTA SOURCE_DIR
 set -u
 MANTA=$1
@@ -46,28 +52,50 @@ expect() { # NAME TEXT
     if ! grep -qF -- "$2" "$tmp/$1.out"; then echo "FAIL: $1: the output does not say: $2"; fail=1; fi
 }
 
+said="groups.learner.resources.gpu 0.25 and groups.rollout.resources.gpu 0.25 are defaults \
+(model.device is cuda: the 4 replicas of learner, rollout share one GPU): set them in the spec or \
+with --set to choose others"
+unexpect() { # NAME TEXT
+    if grep -qF -- "$2" "$tmp/$1.out"; then echo "FAIL: $1: the output says: $2"; fail=1; fi
+}
+
 run none nonzero MANTA_NODE_GPU=0 --
-expect none "model.device is cuda, but"
+expect none "manta: $said"
+expect none 'placement: group "learner" replica'
+expect none "does not fit: free: "
+expect none "gpu 0 memory"
+expect none "; $said"
+unexpect none "model.device is cuda, but"
+
+zero=(--set groups.learner.resources.gpu=0 --set groups.rollout.resources.gpu=0)
+run zero nonzero MANTA_NODE_GPU=0 -- "${zero[@]}"
+unexpect zero "are defaults"
+expect zero "model.device is cuda, but"
 if [ $have_module = 1 ]; then
-    expect none "CUDA_VISIBLE_DEVICES='', none given: give its group resources: {gpu: ...}"
+    expect zero "CUDA_VISIBLE_DEVICES='', none given: give its group resources: {gpu: ...}"
 else
-    expect none "no libmanta_cuda.so"
+    expect zero "no libmanta_cuda.so"
 fi
 
-share=(--set groups.learner.resources.gpu=0.25 --set groups.rollout.resources.gpu=0.25)
 if [ $have_gpu = 1 ] && [ $have_module = 1 ]; then
-    run shared 0 MANTA_NODE_GPU=1 -- "${share[@]}"
+    run shared 0 MANTA_NODE_GPU=1 --
 else
-    run shared nonzero MANTA_NODE_GPU=1 -- "${share[@]}"
+    run shared nonzero MANTA_NODE_GPU=1 --
     expect shared "model.device is cuda, but"
     if [ $have_module = 1 ]; then
         expect shared "this actor sees no CUDA device (CUDA_VISIBLE_DEVICES='0')"
     else
         expect shared "no libmanta_cuda.so"
     fi
+    unexpect shared "does not fit"
 fi
-# a fifth quarter does not fit the one GPU: refused before anything starts
-run toomany nonzero MANTA_NODE_GPU=1 -- "${share[@]}" --set groups.env.resources.gpu=0.25
+expect shared "manta: $said"
+[ "$(grep -cF -- "$said" "$tmp/shared.out")" = 1 ] || { echo "FAIL: shared: the defaults are not said once"; fail=1; }
+
+# a fifth quarter does not fit the one GPU: refused before any actor starts
+run toomany nonzero MANTA_NODE_GPU=1 -- --set groups.env.resources.gpu=0.25
 expect toomany "does not fit"
+expect toomany "; $said"
+unexpect toomany "model.device is cuda, but"
 [ $fail = 0 ] && echo "PASS"
 exit $fail

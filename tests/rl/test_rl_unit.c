@@ -752,6 +752,111 @@ static void test_mp_int_floats(void **st)
     assert_int_equal(rl_mp_int(&o, -7), -3);
 }
 
+/* ---- the GPU share derived for the policy groups (rl_defaults.c) ---- */
+
+static bool builtin_class(const char *name, void *user)
+{
+    (void)user;
+    for (const manta_class *const *c = manta_builtin_classes; *c; c++)
+        if (!strcmp((*c)->name, name)) return true;
+    return false;
+}
+
+/* examples/calc_agent.yaml (learner 2, rollout 2, controller, reward, env 2) loaded as
+ * `manta run` loads it, with these overrides. */
+static manta_spec *load_calc(const char *const *sets, size_t n)
+{
+    manta_spec_options so = {.sets = sets,
+                             .n_sets = n,
+                             .class_exists = builtin_class,
+                             .sections = rl_spec_sections,
+                             .settings = rl_settings_keys,
+                             .defaults = rl_spec_defaults};
+    manta_spec_errors errs;
+    manta_spec_errors_init(&errs);
+    manta_spec *s = manta_spec_load_file(SOURCE_DIR "/examples/calc_agent.yaml", &so, &errs);
+    manta_spec_errors_print(&errs, stderr);
+    manta_spec_errors_destroy(&errs);
+    assert_non_null(s);
+    return s;
+}
+
+static double gpu_of(const manta_spec *s, const char *g)
+{
+    const manta_spec_group *grp = manta_spec_group_find(s, g);
+    assert_non_null(grp);
+    return grp->gpu;
+}
+
+/* With model.device cuda every learner and rollout group without a resources.gpu of its own
+ * gets 1/N of one GPU (N: the replicas of those groups, rounded down to a thousandth), so
+ * that they fit on one device; values given win (0 too), a group's own device counts, a
+ * library's class or another class gets nothing, and on the CPU nothing is derived. */
+static void test_gpu_defaults(void **st)
+{
+    (void)st;
+    assert_true(rl_gpu_share(0) == 1 && rl_gpu_share(1) == 1);
+    assert_true(rl_gpu_share(2) == 0.5 && rl_gpu_share(4) == 0.25);
+    assert_true(rl_gpu_share(3) == 0.333 && rl_gpu_share(6) == 0.166);
+    assert_true(rl_gpu_share(1000) == 0.001 && rl_gpu_share(5000) == 0.001);
+    for (int64_t n = 2; n <= 1000; n++) assert_true(rl_gpu_share(n) * (double)n <= 1 + 1e-9);
+
+    manta_spec *s = load_calc(NULL, 0); /* cpu: nothing */
+    assert_int_equal(s->n_derived, 0);
+    for (size_t g = 0; g < s->n_groups; g++) assert_true(s->groups[g].gpu == 0);
+    manta_spec_free(s);
+
+    const char *cuda[] = {"model.device=cuda"};
+    s = load_calc(cuda, 1);
+    assert_true(gpu_of(s, "learner") == 0.25 && gpu_of(s, "rollout") == 0.25);
+    assert_true(gpu_of(s, "controller") == 0 && gpu_of(s, "env") == 0 && gpu_of(s, "reward") == 0);
+    assert_int_equal(s->n_derived, 2);
+    assert_string_equal(s->derived[0].path, "groups.learner.resources.gpu");
+    assert_string_equal(s->derived[1].path, "groups.rollout.resources.gpu");
+    assert_string_equal(s->derived[1].value, "0.25");
+    assert_string_equal(s->derived[1].why,
+                        "model.device is cuda: the 4 replicas of learner, rollout share one GPU");
+    manta_spec_free(s);
+
+    const char *five[] = {"model.device=cuda", "rollout.replicas=3"};
+    s = load_calc(five, 2);
+    assert_true(gpu_of(s, "learner") == 0.2 && gpu_of(s, "rollout") == 0.2);
+    manta_spec_free(s);
+
+    /* a value given wins, 0 included; the others share among themselves */
+    const char *own[] = {"model.device=cuda", "learner.resources.gpu=1"};
+    s = load_calc(own, 2);
+    assert_true(gpu_of(s, "learner") == 1 && gpu_of(s, "rollout") == 0.5);
+    assert_int_equal(s->n_derived, 1);
+    assert_string_equal(s->derived[0].why,
+                        "model.device is cuda: the 2 replicas of rollout share one GPU");
+    manta_spec_free(s);
+    const char *zero[] = {"model.device=cuda", "learner.resources.gpu=0", "rollout.replicas=1"};
+    s = load_calc(zero, 3);
+    assert_true(gpu_of(s, "learner") == 0 && gpu_of(s, "rollout") == 1);
+    assert_string_equal(s->derived[0].why,
+                        "model.device is cuda: the 1 replica of rollout has one GPU");
+    manta_spec_free(s);
+
+    /* a group's own device, flat or nested, as its actors read it */
+    const char *mine[] = {"rollout.settings.device=cuda"};
+    s = load_calc(mine, 1);
+    assert_true(gpu_of(s, "learner") == 0 && gpu_of(s, "rollout") == 0.5);
+    manta_spec_free(s);
+    const char *notmine[] = {"model.device=cuda", "learner.settings.model.device=cpu"};
+    s = load_calc(notmine, 2);
+    assert_true(gpu_of(s, "learner") == 0 && gpu_of(s, "rollout") == 0.5);
+    manta_spec_free(s);
+
+    /* any group of a policy class counts, by class not name; a library's class does not */
+    const char *more[] = {"model.device=cuda", "groups.big={class: learner, replicas: 2}",
+                          "rollout.library=./librollout.so"};
+    s = load_calc(more, 3);
+    assert_true(gpu_of(s, "learner") == 0.25 && gpu_of(s, "big") == 0.25);
+    assert_true(gpu_of(s, "rollout") == 0);
+    manta_spec_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -761,7 +866,7 @@ int main(void)
         cmocka_unit_test(test_reward_rules),         cmocka_unit_test(test_admit_codec),
         cmocka_unit_test(test_step_codec),           cmocka_unit_test(test_settings_reader),
         cmocka_unit_test(test_mp_int_floats),        cmocka_unit_test(test_model_device_bf16),
-        cmocka_unit_test(test_model_section),
+        cmocka_unit_test(test_model_section),        cmocka_unit_test(test_gpu_defaults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

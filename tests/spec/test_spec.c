@@ -943,6 +943,137 @@ static void test_placement_spec_errors(void **state)
     manta_spec_errors_destroy(&e);
 }
 
+/* ---- derived defaults (manta_spec_options.defaults) -------------------------------- */
+
+typedef struct dft_run {
+    int mode;    /* 0: the usual; 1: and a bad value; 2: fail without a word; 3: a bad path */
+    int rc[8];   /* what each manta_spec_default returned */
+    int n, seen; /* calls made; callbacks run */
+} dft_run;
+
+static int dft_cb(manta_spec_defaults *d, const manta_spec_node *root, void *user)
+{
+    dft_run *r = user;
+    r->seen++;
+    /* the document as the overrides left it */
+    const char *job;
+    assert_int_equal(manta_spec_get_str(root, "job", NULL, &job, NULL), 0);
+    assert_string_equal(job, "dft");
+    if (r->mode == 2) return MANTA_EINVAL;
+    r->rc[r->n++] = manta_spec_default(d, "groups.a.resources.gpu", "0.5", "two share one");
+    r->rc[r->n++] = manta_spec_default(d, "groups.b.resources.gpu", "0.5", "two share one");
+    r->rc[r->n++] = manta_spec_default(d, "groups.a.settings.x.y", "3", "made on the way");
+    r->rc[r->n++] = manta_spec_default(d, "job.x", "1", "into a scalar: left alone");
+    r->rc[r->n++] = manta_spec_default(NULL, "groups.a.x", "1", "no load");
+    if (r->mode == 1)
+        r->rc[r->n++] = manta_spec_default(d, "groups.b.max_restarts", "two", "not an integer");
+    if (r->mode == 3) r->rc[r->n++] = manta_spec_default(d, "groups..x", "1", "empty component");
+    return 0;
+}
+
+static manta_spec *dft_load(dft_run *r, const char *const *sets, size_t n_sets,
+                            manta_spec_errors *e)
+{
+    const char *y = "job: dft\n"
+                    "groups:\n"
+                    "  a: {class: w, replicas: 2}\n"
+                    "  b: {class: w, resources: {gpu: 0}}\n"
+                    "nodes: {n: {cpu: 8, gpu: 1}}\n";
+    manta_spec_options o = {.sets = sets, .n_sets = n_sets, .defaults = dft_cb, .user = r};
+    manta_spec_errors_init(e);
+    return manta_spec_load_buffer(y, strlen(y), "dft.yaml", &o, e);
+}
+
+/* A program's defaults go in only where the document has no value (absent
+ * or null; an explicit 0 wins), are listed in `derived`, make mappings on
+ * the way, stay out of scalars, and are checked and placed like the file's
+ * values; a bad one is an error at (default):N:COL; a callback that fails
+ * fails the load. */
+static void test_defaults(void **state)
+{
+    manta_spec_errors e;
+    dft_run r = {0};
+    manta_spec *s = dft_load(&r, NULL, 0, &e);
+    manta_spec_errors_print(&e, stderr);
+    assert_non_null(s);
+    assert_int_equal(r.seen, 1);
+    assert_int_equal(r.n, 5);
+    const int want_rc[] = {1, 0, 1, 0, MANTA_EINVAL};
+    for (int i = 0; i < 5; i++) assert_int_equal(r.rc[i], want_rc[i]);
+    assert_true(manta_spec_group_find(s, "a")->gpu == 0.5);
+    assert_true(manta_spec_group_find(s, "b")->gpu == 0); /* its own 0 wins */
+    assert_int_equal(s->n_derived, 2);
+    assert_string_equal(s->derived[0].path, "groups.a.resources.gpu");
+    assert_string_equal(s->derived[0].value, "0.5");
+    assert_string_equal(s->derived[0].why, "two share one");
+    assert_string_equal(s->derived[1].path, "groups.a.settings.x.y");
+    const manta_spec_node *y = manta_spec_find(s->root, "groups.a.settings.x.y");
+    assert_non_null(y);
+    assert_string_equal(y->text, "3");
+    assert_string_equal(y->file, "(default)");
+    assert_string_equal(y->path, "groups.a.settings.x.y");
+    assert_non_null(manta_spec_group_find(s, "a")->settings);
+    assert_string_equal(manta_spec_find(s->root, "job")->text, "dft");
+    manta_spec_free(s);
+    manta_spec_errors_destroy(&e);
+
+    /* a null from --set is no value: b gets the default, and the 1.5 GPUs asked for do not
+     * fit the one of `nodes` */
+    dft_run r2 = {0};
+    const char *sets[] = {"b.resources.gpu=", "a.resources.gpu=0.25"};
+    assert_null(dft_load(&r2, sets, 1, &e));
+    assert_int_equal(r2.rc[1], 1);
+    static const char *const want2[] = {
+        "dft.yaml:5:1: nodes: the groups need gpu 1.5 in total, more than the 1 the nodes have"};
+    expect_errors(&e, want2, N(want2));
+    manta_spec_errors_destroy(&e);
+    /* ... and a --set value wins over the default */
+    dft_run r3 = {0};
+    s = dft_load(&r3, sets, 2, &e);
+    assert_non_null(s);
+    assert_int_equal(r3.rc[0], 0);
+    assert_true(manta_spec_group_find(s, "a")->gpu == 0.25);
+    assert_true(manta_spec_group_find(s, "b")->gpu == 0.5);
+    assert_int_equal(s->n_derived, 2);
+    assert_string_equal(s->derived[0].path, "groups.b.resources.gpu");
+    manta_spec_free(s);
+    manta_spec_errors_destroy(&e);
+
+    /* a default that breaks the schema is an error at (default):N:COL */
+    dft_run r4 = {.mode = 1};
+    assert_null(dft_load(&r4, NULL, 0, &e));
+    assert_int_equal(r4.rc[5], 1);
+    static const char *const want4[] = {"(default):5:23: groups.b.max_restarts: expected an "
+                                        "integer >= -1 (-1: unlimited), got \"two\""};
+    expect_errors(&e, want4, N(want4));
+    manta_spec_errors_destroy(&e);
+
+    /* a callback that fails without a word fails the load, saying so */
+    dft_run r5 = {.mode = 2};
+    assert_null(dft_load(&r5, NULL, 0, &e));
+    static const char *const want5[] = {
+        "dft.yaml: the program's defaults failed: invalid argument"};
+    expect_errors(&e, want5, N(want5));
+    manta_spec_errors_destroy(&e);
+
+    /* a path with an empty component is refused, and fails the load */
+    dft_run r6 = {.mode = 3};
+    assert_null(dft_load(&r6, NULL, 0, &e));
+    assert_int_equal(r6.rc[5], MANTA_EINVAL);
+    static const char *const want6[] = {
+        "(default):5:1: an empty component in the path \"groups..x\" of a default"};
+    expect_errors(&e, want6, N(want6));
+    manta_spec_errors_destroy(&e);
+
+    /* no callback: nothing derived */
+    s = load_text("job: x\ngroups: {a: {class: w}}\n", NULL, 0, &e);
+    assert_non_null(s);
+    assert_int_equal(s->n_derived, 0);
+    assert_null(s->derived);
+    manta_spec_free(s);
+    manta_spec_errors_destroy(&e);
+}
+
 static void test_place_first_fit(void **state)
 {
     manta_spec_capacity nodes[] = {
@@ -1337,6 +1468,7 @@ int main(void)
         cmocka_unit_test(test_error_unknown_class),
         cmocka_unit_test(test_error_limit),
         cmocka_unit_test(test_placement_spec_errors),
+        cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_place_first_fit),
         cmocka_unit_test(test_place_best_fit),
         cmocka_unit_test(test_place_impossible),
