@@ -14,11 +14,19 @@
 #     device or without the module the job fails naming that
 #     (CUDA_VISIBLE_DEVICES='0'); with both, it runs 3 versions and exits 0;
 #  4. a fifth quarter (env) does not fit the one GPU: refused before any
-#     actor starts, the defaults named.
-# usage: test_rl_device.sh MANTA SOURCE_DIR
+#     actor starts, the defaults named;
+#  5. given EMU_MANTA (build/cuda-emu/manta: beside it, libmanta_cuda.so is
+#     the CUDA back-end on the CPU emulator of tests/kernels/cuda_emu), the
+#     job runs to its end with the rollouts on the CUDA back-end (the
+#     learners on the CPU: the emulator trains about 100x slower than the
+#     CPU back-end): device sampling, weights uploaded from the learners'
+#     checkpoints, the rollouts' half of one GPU each; it exits 0 with its
+#     ledger balanced, and both rollouts' logs say the emulator ran.
+# usage: test_rl_device.sh MANTA SOURCE_DIR [EMU_MANTA]
 set -u
 MANTA=$1
 SRC=$2
+EMU_MANTA=${3:-}
 tmp=$(mktemp -d /tmp/manta-test-device-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -35,7 +43,7 @@ run() { # NAME EXPECT_RC(0|nonzero) [ENV=VAL] -- ARGS...
     local envs=()
     while [ "$1" != "--" ]; do envs+=("$1"); shift; done
     shift
-    (cd "$SRC" && env "${envs[@]}" timeout 300 "$MANTA" run "$tmp/spec.yaml" \
+    (cd "$SRC" && env "${envs[@]}" timeout 300 "${PROGRAM:-$MANTA}" run "$tmp/spec.yaml" \
         --log-dir "$tmp/logs" --set "rl.run_dir=$tmp/run-$name" \
         --set model.device=cuda --set rl.max_versions=3 --set rl.eval_every=0 "$@") \
         >"$tmp/$name.out" 2>&1
@@ -97,5 +105,19 @@ run toomany nonzero MANTA_NODE_GPU=1 -- --set groups.env.resources.gpu=0.25
 expect toomany "does not fit"
 expect toomany "; $said"
 unexpect toomany "model.device is cuda, but"
+if [ -n "$EMU_MANTA" ]; then
+    PROGRAM=$EMU_MANTA run emulated 0 MANTA_NODE_GPU=1 -- --set groups.learner.settings.device=cpu
+    expect emulated "groups.rollout.resources.gpu 0.5 is a default"
+    expect emulated "ledger balanced"
+    expect emulated "done: held-out success"
+    for r in rollout-0 rollout-1; do
+        grep -qF "cuda emulator: the CUDA kernels run on the CPU" "$tmp/logs"/*/logs/latest/$r.log ||
+            { echo "FAIL: emulated: $r.log does not say the emulator ran"; fail=1; }
+    done
+    ! grep -qF "cuda emulator" "$tmp/logs"/*/logs/latest/learner-0.log ||
+        { echo "FAIL: emulated: learner-0 loaded the CUDA module"; fail=1; }
+else
+    echo "== emulated: skipped (no build/cuda-emu/manta: no C++ compiler)"
+fi
 [ $fail = 0 ] && echo "PASS"
 exit $fail

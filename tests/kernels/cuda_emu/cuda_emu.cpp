@@ -90,6 +90,7 @@ struct thread {
     void *sp;   /* saved stack pointer while suspended */
     void *fake; /* AddressSanitizer's fake stack while suspended */
     state st;
+    int stack;    /* which stack of the pool; -1 until first resumed */
     unsigned seq; /* warp barriers passed */
     int kind, arg, width;
     uint64_t val[2]; /* this lane's shuffle operand, by the parity of seq */
@@ -155,9 +156,13 @@ using mk_emu::block_dim;
 using mk_emu::block_idx;
 using mk_emu::grid_dim;
 
+/* Stacks are handed out when a thread first runs and taken back when it ends, newest first:
+ * a kernel without barriers runs every thread on the same, cache-warm stack. */
+std::vector<int> free_stacks;
+
 char *stack_of(int t)
 {
-    return stacks + (size_t)t * STACK;
+    return stacks + (size_t)th[t].stack * STACK;
 }
 
 /* from thread cur to the scheduler; `dying`: the thread has ended and never resumes */
@@ -189,10 +194,12 @@ void entry(void)
     abort(); /* not reached: a finished thread is never resumed */
 }
 
+/* the first resumption of thread t: a stack, and a frame on it that enters entry() */
 void start_thread(int t)
 {
     thread &x = th[t];
-    x.st = RUN, x.seq = 0, x.fake = NULL;
+    x.stack = free_stacks.back();
+    free_stacks.pop_back();
     char *base = stack_of(t);
 #if EMU_ASAN
     /* the frames a finished thread left suspended keep their redzones: clear the top */
@@ -216,6 +223,7 @@ void start_thread(int t)
 
 void resume(int t)
 {
+    if (th[t].stack < 0) start_thread(t);
     cur = t;
     unsigned bx = block_dim.x, by = block_dim.y;
     mk_emu::thread_idx = uint3{(unsigned)t % bx, (unsigned)t / bx % by, (unsigned)t / (bx * by)};
@@ -260,23 +268,28 @@ void block_order(std::vector<int> &v)
         std::shuffle(v.begin(), v.end(), rng);
 }
 
-/* releases warp w when every live lane of it waits at the same warp barrier */
-void try_warp(int w, std::deque<int> &ready)
+/* per warp: live lanes, lanes waiting at a warp barrier, and which barrier (its count) */
+std::vector<int> warp_live(MAX_THREADS / 32), warp_wait(MAX_THREADS / 32);
+std::vector<unsigned> warp_seq(MAX_THREADS / 32);
+
+/* lane t arrived at a warp barrier (arrived) or ended: releases its warp when every live lane
+ * waits at the same warp barrier */
+void warp_event(int t, bool arrived, std::deque<int> &ready)
 {
-    int lo = w * 32, hi = std::min(nthreads, lo + 32), n_live = 0, n_warp = 0;
-    unsigned seq = 0;
-    for (int t = lo; t < hi; t++) {
-        if (th[t].st == DONE) continue;
-        n_live++;
-        if (th[t].st != AT_WARP) continue;
-        if (n_warp++ && th[t].seq != seq)
+    int w = t / 32;
+    if (arrived) {
+        if (warp_wait[w] && th[t].seq != warp_seq[w])
             die("%s: lanes of warp %d wait at different warp barriers (%u and %u)", where(t), w,
-                seq, th[t].seq);
-        seq = th[t].seq;
+                warp_seq[w], th[t].seq);
+        warp_seq[w] = th[t].seq;
+        warp_wait[w]++;
+    } else {
+        warp_live[w]--;
     }
-    if (!n_warp || n_warp != n_live) return;
-    for (int t = lo; t < hi; t++)
-        if (th[t].st == AT_WARP) th[t].st = RUN, ready.push_back(t);
+    if (!warp_wait[w] || warp_wait[w] != warp_live[w]) return;
+    for (int u = w * 32, hi = std::min(nthreads, u + 32); u < hi; u++)
+        if (th[u].st == AT_WARP) th[u].st = RUN, ready.push_back(u);
+    warp_wait[w] = 0;
 }
 
 /* Runs the block's threads to their ends.  Which runnable thread goes next: the oldest (fifo),
@@ -286,7 +299,13 @@ void try_warp(int w, std::deque<int> &ready)
 void run_block(void)
 {
     std::deque<int> ready;
-    for (int t = 0; t < nthreads; t++) start_thread(t), ready.push_back(t);
+    for (int t = 0; t < nthreads; t++) {
+        thread &x = th[t];
+        x.st = RUN, x.seq = 0, x.fake = NULL, x.stack = -1;
+        ready.push_back(t);
+    }
+    for (int w = 0; w * 32 < nthreads; w++)
+        warp_live[w] = std::min(32, nthreads - w * 32), warp_wait[w] = 0;
     int mode = order_mode == 3 ? (int)(rng() % 3) : order_mode;
     if (mode == 2) std::shuffle(ready.begin(), ready.end(), rng);
     int live = nthreads, at_block = 0;
@@ -302,14 +321,15 @@ void run_block(void)
             ready.pop_back();
         }
         resume(t);
+        if (th[t].st == DONE) free_stacks.push_back(th[t].stack);
         if (th[t].st == AT_WARP) {
-            try_warp(t / 32, ready);
+            warp_event(t, true, ready);
             continue;
         }
         if (th[t].st == AT_BLOCK)
             at_block++;
         else if (th[t].st == DONE)
-            live--, try_warp(t / 32, ready);
+            live--, warp_event(t, false, ready);
         if (live > 0 && at_block == live) {
             for (int u = 0; u < nthreads; u++)
                 if (th[u].st == AT_BLOCK) th[u].st = RUN, ready.push_back(u);
@@ -325,6 +345,7 @@ void init_once(void)
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
     if (m == MAP_FAILED) die("cannot map the threads' stacks (%s)", strerror(errno));
     stacks = (char *)m;
+    for (int i = MAX_THREADS - 1; i >= 0; i--) free_stacks.push_back(i);
     const char *o = getenv("MANTA_CUDA_EMU_ORDER"), *s = getenv("MANTA_CUDA_EMU_SEED");
     order_mode = !o || !strcmp(o, "mixed") ? 3
                  : !strcmp(o, "fifo")      ? 0
