@@ -20,6 +20,7 @@
 
 #include <manta_actors.h>
 #include <manta_job.h>
+#include <rl_util.h>
 
 #include <cjson/cJSON.h>
 #include <msgpack.h>
@@ -254,6 +255,7 @@ static void test_e2e(void **st)
     }
     cJSON_Delete(j);
     free(summary);
+    rl_remove_tree(run_dir); /* passed: nothing to read there */
 }
 
 int main(int argc, char **argv)

@@ -12,6 +12,7 @@
  */
 #include <manta_actors.h>
 #include <manta_job.h>
+#include <rl_util.h>
 
 #include "calc_server.h"
 
@@ -144,6 +145,7 @@ static void test_missing_reward_group(void **st)
     cJSON_Delete(j);
     manta_job_free(job);
     manta_spec_free(spec);
+    rl_remove_tree(run_dir); /* passed: nothing to read there */
 }
 
 static long policy_version(manta_ctx *m)
@@ -194,6 +196,7 @@ static void test_interrupted_summary(void **st)
     cJSON_Delete(j);
     manta_job_free(job);
     manta_spec_free(spec);
+    rl_remove_tree(run_dir); /* passed: nothing to read there */
 }
 
 static void kill_learner_at_2(manta_job_t *job, double t, void *arg)
@@ -239,6 +242,7 @@ static void test_step_failures(void **st)
     cJSON_Delete(j);
     manta_job_free(job);
     manta_spec_free(spec);
+    rl_remove_tree(run_dir); /* passed: nothing to read there */
 }
 
 /* The integer `key` of a rollout's stats map (-1 when absent). */
@@ -328,6 +332,7 @@ static void test_dead_shard_buckets(void **st)
     assert_true(skips >= 20); /* admit replies answered meanwhile, without a fetch */
     manta_job_free(job);
     manta_spec_free(spec);
+    rl_remove_tree(run_dir); /* passed: nothing to read there */
 }
 
 /* One job per process (a job's actors live as long as the driver's ctx):

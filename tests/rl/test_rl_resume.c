@@ -27,6 +27,7 @@
  */
 #include <manta_actors.h>
 #include <manta_job.h>
+#include <rl_util.h>
 
 #include "calc_server.h"
 
@@ -192,6 +193,7 @@ static void run_learner_restart(int checkpoints)
     cJSON_Delete(j);
     manta_job_free(job);
     manta_spec_free(spec);
+    rl_remove_tree(run_dir); /* passed: nothing to read there */
 }
 
 static void test_learner_restart(void **st)
@@ -294,6 +296,7 @@ static void test_error_drop_rate(void **st)
     cJSON_Delete(j);
     manta_job_free(job);
     manta_spec_free(spec);
+    rl_remove_tree(run_dir); /* passed: nothing to read there */
 }
 
 /* ---- through the manta executable ---- */
@@ -482,6 +485,7 @@ static void test_kill_and_resume(void **st)
     assert_true(fabs(num(r, "heldout_success_final") - num(a, "heldout_success_final")) <= 0.05);
     cJSON_Delete(r);
     cJSON_Delete(a);
+    rl_remove_tree(base); /* passed: nothing to read there */
 }
 
 int main(int argc, char **argv)

@@ -19,6 +19,7 @@
  */
 #include <manta_actors.h>
 #include <manta_job.h>
+#include <rl_util.h>
 
 #include "calc_server.h"
 
@@ -53,6 +54,7 @@ static void test_warehouse_learns(void **st)
     snprintf(url0, sizeof url0, "tools.0.url=http://127.0.0.1:%d/mcp", port);
     snprintf(url1, sizeof url1, "tools.1.url=http://127.0.0.1:%d/mcp", port);
     snprintf(dir, sizeof dir, "rl.run_dir=/tmp/manta-rl-warehouse-%d", (int)getpid());
+    const char *run_dir = dir + strlen("rl.run_dir=");
     const char *sets[] = {"task.train=" SOURCE_DIR "/examples/warehouse/train.jsonl",
                           "task.heldout=" SOURCE_DIR "/examples/warehouse/heldout.jsonl",
                           "task.demos=" SOURCE_DIR "/examples/warehouse/demos.jsonl",
@@ -98,6 +100,7 @@ static void test_warehouse_learns(void **st)
     assert_true(num(j, "rates", "tool_calls") >= 1.5 * episodes); /* two calls an episode */
     assert_true(num(l, "trained", NULL) > 0);
     cJSON_Delete(j);
+    rl_remove_tree(run_dir); /* passed: nothing to read there */
 }
 
 int main(void)
