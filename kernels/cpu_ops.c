@@ -350,6 +350,25 @@ static void rms_fwd(float *out, float *rstd, const float *inp, const float *w, i
     }
 }
 
+/* add then norm, row by row (the sums and the norm exactly as add and ln_fwd / rms_fwd) */
+static void add_norm_fwd(float *res, float *out, float *mean, float *rstd, const float *a,
+                         const float *b, const float *w, const float *bias, int R, int C, float eps,
+                         int rms)
+{
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 4) if ((size_t)R * C > 16384)
+    for (int r = 0; r < R; r++) {
+        size_t o = (size_t)r * C;
+        for (int c = 0; c < C; c++) res[o + c] = a[o + c] + b[o + c];
+        if (rms) {
+            float s = rms_row(out + o, res + o, w, C, eps);
+            if (rstd) rstd[r] = s;
+        } else {
+            ln_row(out + o, mean ? mean + r : NULL, rstd ? rstd + r : NULL, res + o, w, bias, C,
+                   eps);
+        }
+    }
+}
+
 static void rms_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                     const float *rstd, int R, int C)
 {
@@ -1651,6 +1670,7 @@ const mk_backend mk__cpu_backend = {
     .sumsq = mk_sumsq,
     .scale = mk_scale,
     .sample_rows = NULL, /* the decoder samples on the host with mk_sample */
+    .add_norm_fwd = add_norm_fwd,
 };
 
 const mk_backend *mk_backend_cpu(void)

@@ -134,24 +134,31 @@ static void embed_bwd(float *dwte, float *dwpe, const float *dout, const int *to
 
 /* ---- LayerNorm and RMSNorm: one warp per row ---------------------------- */
 
-__global__ static void ln_fwd_k(float *out, float *mean, float *rstd, const float *inp,
-                                const float *w, const float *b, int R, int C, float eps)
+/* one row's LayerNorm by one warp, lane owning columns lane, lane + 32, ...; mean, rstd: the
+ * row's slots or NULL */
+__device__ static void ln_row_warp(float *o, float *mean, float *rstd, const float *x,
+                                   const float *w, const float *b, int C, float eps, int lane)
 {
-    int r = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
-    if (r >= R) return;
-    const float *x = inp + (size_t)r * C;
     float s = 0.0f;
     for (int c = lane; c < C; c += 32) s += x[c];
     float m = warp_sum(s) / C;
     float v = 0.0f;
     for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
     float rs = rsqrtf(warp_sum(v) / C + eps);
-    float *o = out + (size_t)r * C;
     for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * rs * w[c] + b[c];
     if (lane == 0) {
-        if (mean) mean[r] = m;
-        if (rstd) rstd[r] = rs;
+        if (mean) *mean = m;
+        if (rstd) *rstd = rs;
     }
+}
+
+__global__ static void ln_fwd_k(float *out, float *mean, float *rstd, const float *inp,
+                                const float *w, const float *b, int R, int C, float eps)
+{
+    int r = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    if (r >= R) return;
+    ln_row_warp(out + (size_t)r * C, mean ? mean + r : NULL, rstd ? rstd + r : NULL,
+                inp + (size_t)r * C, w, b, C, eps, lane);
 }
 
 __global__ static void ln_bwd_k(float *dinp, float *dw, float *db, const float *dout,
@@ -195,19 +202,41 @@ static void ln_bwd(float *dinp, float *dw, float *db, const float *dout, const f
     LAUNCHED();
 }
 
-/* LlamaRMSNorm in float: y = w * (x * rs), rs = 1 / sqrt(mean(x^2) + eps) */
+/* LlamaRMSNorm in float: y = w * (x * rs), rs = 1 / sqrt(mean(x^2) + eps); one row by one
+ * warp as ln_row_warp */
+__device__ static void rms_row_warp(float *o, float *rstd, const float *x, const float *w, int C,
+                                    float eps, int lane)
+{
+    float ss = 0.0f;
+    for (int c = lane; c < C; c += 32) ss += x[c] * x[c];
+    float rs = 1.0f / sqrtf(warp_sum(ss) / C + eps);
+    for (int c = lane; c < C; c += 32) o[c] = w[c] * (x[c] * rs);
+    if (lane == 0 && rstd) *rstd = rs;
+}
+
 __global__ static void rms_fwd_k(float *out, float *rstd, const float *inp, const float *w, int R,
                                  int C, float eps)
 {
     int r = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
     if (r >= R) return;
-    const float *x = inp + (size_t)r * C;
-    float ss = 0.0f;
-    for (int c = lane; c < C; c += 32) ss += x[c] * x[c];
-    float rs = 1.0f / sqrtf(warp_sum(ss) / C + eps);
-    float *o = out + (size_t)r * C;
-    for (int c = lane; c < C; c += 32) o[c] = w[c] * (x[c] * rs);
-    if (lane == 0 && rstd) rstd[r] = rs;
+    rms_row_warp(out + (size_t)r * C, rstd ? rstd + r : NULL, inp + (size_t)r * C, w, C, eps, lane);
+}
+
+/* the residual sum and the next norm in one pass: res = a + b, out = norm(res); each lane
+ * reads and writes only its own columns, so res may be a or b and out may be a or b */
+__global__ static void add_norm_k(float *res, float *out, float *mean, float *rstd, const float *a,
+                                  const float *b, const float *w, const float *bias, int R, int C,
+                                  float eps, int rms)
+{
+    int r = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+    if (r >= R) return;
+    size_t o = (size_t)r * C;
+    for (int c = lane; c < C; c += 32) res[o + c] = a[o + c] + b[o + c];
+    if (rms)
+        rms_row_warp(out + o, rstd ? rstd + r : NULL, res + o, w, C, eps, lane);
+    else
+        ln_row_warp(out + o, mean ? mean + r : NULL, rstd ? rstd + r : NULL, res + o, w, bias, C,
+                    eps, lane);
 }
 
 /* dx_c = rs (w_c dy_c - x_c rs^2 mean_j(w_j dy_j x_j)), dw_c += dy_c x_c rs */
@@ -232,6 +261,16 @@ static void rms_fwd(float *out, float *rstd, const float *inp, const float *w, i
 {
     if (R == 0) return;
     MK_LAUNCH(blocks((size_t)R * 32, 256), 256, 0, rms_fwd_k)(out, rstd, inp, w, R, C, eps);
+    LAUNCHED();
+}
+
+static void add_norm_fwd(float *res, float *out, float *mean, float *rstd, const float *a,
+                         const float *b, const float *w, const float *bias, int R, int C, float eps,
+                         int rms)
+{
+    if (R == 0) return;
+    MK_LAUNCH(blocks((size_t)R * 32, 256), 256, 0, add_norm_k)
+    (res, out, mean, rstd, a, b, w, bias, R, C, eps, rms);
     LAUNCHED();
 }
 
@@ -855,7 +894,7 @@ static const mk_backend cuda_backend = {
     gelu_bwd,  swiglu_fwd, swiglu_bwd, add,         kv_store,    attn_decode,
     row_stats, row_grad,   adamw,      sumsq,       scale,       mm_fwd_bf16a,
     mk__cuda_sample_rows, /* cuda_sample.cu */
-    set_math,
+    set_math,  add_norm_fwd,
 };
 /* clang-format on */
 

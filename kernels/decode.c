@@ -242,7 +242,8 @@ static void run_rows(mk_decoder *d, int R, int want_logits)
     be->embed_fwd(d->x, d->d_tok, d->d_pos, TP(MK_T_WTE), TP(MK_T_WPE), R, C);
     for (int l = 0; l < L; l++) {
         float *kc = d->kc + l * layer_cache, *vc = d->vc + l * layer_cache;
-        mk__norm_fwd(m, d->ln, NULL, NULL, d->x, LP(l, MK_P_LN1W), LP(l, MK_P_LN1B), R);
+        if (l == 0) /* later layers' ln1 comes with the residual sum ending the layer before */
+            mk__norm_fwd(m, d->ln, NULL, NULL, d->x, LP(l, MK_P_LN1W), LP(l, MK_P_LN1B), R);
         linear(d, rot ? d->qkvr : d->qkv, d->ln, l, MK_P_QKVW, LP(l, MK_P_QKVB), R, C, W);
         if (rot)
             be->qk_fwd(d->qkv, NULL, d->qkvr, LP(l, MK_P_QNW), LP(l, MK_P_KNW), m->rope_cos,
@@ -251,8 +252,8 @@ static void run_rows(mk_decoder *d, int R, int want_logits)
         be->attn_decode(d->atty, d->att, d->qkv, kc, vc, d->d_slot, d->d_pos, R, NH, NKV, hd,
                         d->Tmax);
         linear(d, d->ln, d->atty, l, MK_P_PROJW, LP(l, MK_P_PROJB), R, A, C);
-        be->add(d->x, d->x, d->ln, RC);
-        mk__norm_fwd(m, d->ln, NULL, NULL, d->x, LP(l, MK_P_LN2W), LP(l, MK_P_LN2B), R);
+        mk__add_norm_fwd(m, d->x, d->ln, NULL, NULL, d->x, d->ln, LP(l, MK_P_LN2W),
+                         LP(l, MK_P_LN2B), R);
         linear(d, d->fch, d->ln, l, MK_P_FCW, LP(l, MK_P_FCB), R, C, F);
         float *hid = d->fch;
         if (rot) {
@@ -262,10 +263,18 @@ static void run_rows(mk_decoder *d, int R, int want_logits)
             be->gelu_fwd(d->fch, d->fch, (size_t)R * F);
         }
         linear(d, d->ln, hid, l, MK_P_FCPW, LP(l, MK_P_FCPB), R, H, C);
-        be->add(d->x, d->x, d->ln, RC);
+        /* the residual sum, and the norm of it that comes next: the next layer's ln1, or the
+         * final norm when logits are wanted */
+        if (l + 1 < L)
+            mk__add_norm_fwd(m, d->x, d->ln, NULL, NULL, d->x, d->ln, LP(l + 1, MK_P_LN1W),
+                             LP(l + 1, MK_P_LN1B), R);
+        else if (want_logits)
+            mk__add_norm_fwd(m, d->x, d->ln, NULL, NULL, d->x, d->ln, TP(MK_T_LNFW), TP(MK_T_LNFB),
+                             R);
+        else
+            be->add(d->x, d->x, d->ln, RC);
     }
     if (want_logits) {
-        mk__norm_fwd(m, d->ln, NULL, NULL, d->x, TP(MK_T_LNFW), TP(MK_T_LNFB), R);
         int ht = mk__head_tensor(m);
         if (m->wb16) /* the copy is the head transposed, [C, V] */
             product_bf16(d, d->logits, d->ln, ht, NULL, R, C, V);

@@ -177,6 +177,14 @@ struct mk__backend {
     /* how float matrix products use tensor cores (an mk_math, checked by the caller);
      * NULL: FP32 only */
     void (*set_math)(int math);
+    /* Optional (NULL: add, then the norm; mk__add_norm_fwd does either).  The residual sum and
+     * the norm after it in one pass over the rows: res = a + b, then out = the row norm of res,
+     * RMSNorm (rms != 0: rms_fwd's, bias and mean unused) or LayerNorm (ln_fwd's), with eps;
+     * mean, rstd [R] may be NULL.  res may be a or b; out may be a or b, not res.  The same
+     * sums as add then the norm, so the CPU's results are bit-equal to the two ops'. */
+    void (*add_norm_fwd)(float *res, float *out, float *mean, float *rstd, const float *a,
+                         const float *b, const float *w, const float *bias, int R, int C, float eps,
+                         int rms);
 };
 
 extern const mk_backend mk__cpu_backend;
@@ -430,6 +438,9 @@ static inline int mk__head_tensor(const mk_model *m)
 }
 /* A block's pre-norm over R rows of n_embd: LayerNorm (w, b; mean and rstd may be NULL) for
  * GPT2, RMSNorm (w; rstd may be NULL) for the rotary families. */
+/* res = a + b, then mk__norm_fwd(out, ..., res): the back-end's add_norm_fwd where it has one */
+void mk__add_norm_fwd(const mk_model *m, float *res, float *out, float *mean, float *rstd,
+                      const float *a, const float *b, const float *w, const float *bias, int R);
 void mk__norm_fwd(const mk_model *m, float *out, float *mean, float *rstd, const float *inp,
                   const float *w, const float *b, int R);
 

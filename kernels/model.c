@@ -815,6 +815,20 @@ void mk__norm_fwd(const mk_model *m, float *out, float *mean, float *rstd, const
         m->be->ln_fwd(out, mean, rstd, inp, w, b, R, m->cfg.n_embd, m->cfg.norm_eps);
 }
 
+void mk__add_norm_fwd(const mk_model *m, float *res, float *out, float *mean, float *rstd,
+                      const float *a, const float *b, const float *w, const float *bias, int R)
+{
+    const mk_backend *be = m->be;
+    int C = m->cfg.n_embd;
+    if (be->add_norm_fwd) {
+        be->add_norm_fwd(res, out, mean, rstd, a, b, w, bias, R, C, m->cfg.norm_eps,
+                         mk__rotary(&m->cfg));
+        return;
+    }
+    be->add(res, a, b, (size_t)R * C);
+    mk__norm_fwd(m, out, mean, rstd, res, w, bias, R);
+}
+
 static void norm_bwd(const mk_model *m, float *dinp, float *dw, float *db, const float *dout,
                      const float *inp, const float *w, const float *mean, const float *rstd, int R)
 {
@@ -888,25 +902,32 @@ int mk_forward(mk_model *m, const int *tokens, int B, int T)
     be->embed_fwd(a[MK_ACT_ENC], m->d_tokens, m->d_pos, TP(MK_T_WTE), TP(MK_T_WPE), (int)R, C);
     for (int l = 0; l < L; l++) {
         layer_acts x = acts_of(m, l, B, T);
-        mk__norm_fwd(m, x.ln1, x.ln1m, x.ln1r, x.res, LP(l, MK_P_LN1W), LP(l, MK_P_LN1B), (int)R);
+        if (l == 0) /* later layers' ln1 comes with the residual sum that ends the layer before */
+            mk__norm_fwd(m, x.ln1, x.ln1m, x.ln1r, x.res, LP(l, MK_P_LN1W), LP(l, MK_P_LN1B),
+                         (int)R);
         be->mm_fwd(rot ? x.qkvr : x.qkv, x.ln1, LP(l, MK_P_QKVW), LP(l, MK_P_QKVB), (int)R, C, W);
         if (rot)
             be->qk_fwd(x.qkv, x.qkr, x.qkvr, LP(l, MK_P_QNW), LP(l, MK_P_KNW), m->rope_cos,
                        m->rope_sin, m->d_pos, (int)R, NH, NKV, hd, c->norm_eps);
         be->attn_fwd(x.atty, x.att, x.qkv, B, T, NH, NKV, hd);
         be->mm_fwd(x.res2, x.atty, LP(l, MK_P_PROJW), LP(l, MK_P_PROJB), (int)R, A, C);
-        be->add(x.res2, x.res2, x.res, R * C);
-        mk__norm_fwd(m, x.ln2, x.ln2m, x.ln2r, x.res2, LP(l, MK_P_LN2W), LP(l, MK_P_LN2B), (int)R);
+        mk__add_norm_fwd(m, x.res2, x.ln2, x.ln2m, x.ln2r, x.res2, x.res, LP(l, MK_P_LN2W),
+                         LP(l, MK_P_LN2B), (int)R);
         be->mm_fwd(x.fch, x.ln2, LP(l, MK_P_FCW), LP(l, MK_P_FCB), (int)R, C, F);
         if (rot)
             be->swiglu_fwd(x.fcg, x.fch, (int)R, H);
         else
             be->gelu_fwd(x.fcg, x.fch, R * F);
         be->mm_fwd(x.res3, x.fcg, LP(l, MK_P_FCPW), LP(l, MK_P_FCPB), (int)R, H, C);
-        be->add(x.res3, x.res3, x.res2, R * C);
+        if (l + 1 < L) { /* the residual sum, and the next layer's ln1 of it */
+            layer_acts n = acts_of(m, l + 1, B, T);
+            mk__add_norm_fwd(m, x.res3, n.ln1, n.ln1m, n.ln1r, x.res3, x.res2, LP(l + 1, MK_P_LN1W),
+                             LP(l + 1, MK_P_LN1B), (int)R);
+        } else { /* the residual sum, and the final norm */
+            mk__add_norm_fwd(m, x.res3, a[MK_ACT_LNF], a[MK_ACT_LNFM], a[MK_ACT_LNFR], x.res3,
+                             x.res2, TP(MK_T_LNFW), TP(MK_T_LNFB), (int)R);
+        }
     }
-    mk__norm_fwd(m, a[MK_ACT_LNF], a[MK_ACT_LNFM], a[MK_ACT_LNFR], a[MK_ACT_RES3] + (L - 1) * R * C,
-                 TP(MK_T_LNFW), TP(MK_T_LNFB), (int)R);
     be->head_fwd(a[MK_ACT_LOGITS], a[MK_ACT_LNF], P(mk__head_tensor(m)), (int)R, C, V);
     return MK_OK;
 }

@@ -17,6 +17,7 @@
  *   elementwise (GELU, SwiGLU, add, embeddings, AdamW)     1e-6 + 1e-5
  *   kv_store (copies)                                      exact
  *   LayerNorm, RMSNorm forward / backward                  1e-5 + 1e-4
+ *     and add_norm_fwd (its residual sum 1e-6 + 1e-5)
  *   q/k norm + rotation forward / backward                 1e-5 + 1e-4
  *     its weight gradients dwq, dwk                        1e-4 + 1e-4
  *     (each a sum over every row and head of the kind, with cancellation: float rounding in
@@ -178,6 +179,26 @@ static void test_elementwise_and_norms(void **state)
     cpu->rms_fwd(out.h, NULL, y.h, w.h, R, C, 1e-6f),
         gpu->rms_fwd(out.d, NULL, y.d, w.d, R, C, 1e-6f);
     CMP(out, 1e-5, 1e-4, "rms_fwd without rstd");
+
+    /* the residual sum and the norm in one pass (add_norm_fwd), LayerNorm and RMSNorm: into
+     * fresh arrays, then in place as the model calls it (res = a, out = b: the decoder's x += ln,
+     * ln = norm(x)) */
+    for (int rms = 0; rms < 2; rms++) {
+        pair res = rnd(n, -9, 9, &r), a = rnd(n, -3, 3, &r), bb = rnd(n, -3, 3, &r);
+        cpu->add_norm_fwd(res.h, out.h, rms ? NULL : mean.h, rstd.h, a.h, bb.h, w.h, b.h, R, C,
+                          1e-5f, rms);
+        gpu->add_norm_fwd(res.d, out.d, rms ? NULL : mean.d, rstd.d, a.d, bb.d, w.d, b.d, R, C,
+                          1e-5f, rms);
+        CMP(res, 1e-6, 1e-5, "add_norm_fwd res");
+        CMP(out, 1e-5, 1e-4, "add_norm_fwd out");
+        CMP(rstd, 1e-5, 1e-4, "add_norm_fwd rstd");
+        if (!rms) CMP(mean, 1e-5, 1e-4, "add_norm_fwd mean");
+        cpu->add_norm_fwd(a.h, bb.h, NULL, NULL, a.h, bb.h, w.h, b.h, R, C, 1e-6f, rms);
+        gpu->add_norm_fwd(a.d, bb.d, NULL, NULL, a.d, bb.d, w.d, b.d, R, C, 1e-6f, rms);
+        CMP(a, 1e-6, 1e-5, "add_norm_fwd in place: res");
+        CMP(bb, 1e-5, 1e-4, "add_norm_fwd in place: out");
+        pair_free(&res), pair_free(&a), pair_free(&bb);
+    }
 
     /* embeddings with repeated tokens, with and without positions */
     int tok[R], pos[R];
@@ -515,6 +536,8 @@ static void test_empty(void **state)
         k->scale(A, 2.0f, 0);
         if (k->mm_fwd_bf16a) k->mm_fwd_bf16a(A, Bf, Hb, D, 0, 8, 8, E);
         if (k->sample_rows) k->sample_rows(I, A, Bf, Cf, D, E, E, E, 0, 16);
+        k->add_norm_fwd(A, Bf, Cf, D, E, E, E, E, 0, 8, 1e-5f, 0);
+        k->add_norm_fwd(A, Bf, Cf, D, E, E, E, E, 0, 8, 1e-5f, 1);
     }
     CMP(a, 0, 0, "zero rows: a");
     CMP(b, 0, 0, "zero rows: b");

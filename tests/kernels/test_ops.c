@@ -94,6 +94,40 @@ static void test_layernorm(void **state)
     free(ln_x), free(ln_w), free(ln_b), free(ln_out), free(dout), free(dx), free(dw), free(db);
 }
 
+/* add_norm_fwd is add then ln_fwd / rms_fwd, bit for bit, into fresh arrays and in place as
+ * the decoder calls it (res = a, out = b) */
+static void test_add_norm(void **state)
+{
+    mk_rng r;
+    mk_rng_seed(&r, 11);
+    enum { NR = 37, NC = 300 }; /* NR x NC above the parallel threshold's 16384 */
+    size_t n = (size_t)NR * NC;
+    float *a = rnd(n, -3, 3, &r), *b = rnd(n, -3, 3, &r), *w = rnd(NC, 0.5, 1.5, &r),
+          *bias = rnd(NC, -1, 1, &r);
+    float *res = zeros(n), *out = zeros(n), *want = zeros(n), *sum = zeros(n);
+    float mean[NR], rstd[NR], wmean[NR], wrstd[NR];
+    for (int rms = 0; rms < 2; rms++) {
+        be->add(sum, a, b, n);
+        if (rms)
+            be->rms_fwd(want, wrstd, sum, w, NR, NC, 1e-6f);
+        else
+            be->ln_fwd(want, wmean, wrstd, sum, w, bias, NR, NC, 1e-5f);
+        be->add_norm_fwd(res, out, mean, rstd, a, b, w, bias, NR, NC, rms ? 1e-6f : 1e-5f, rms);
+        assert_memory_equal(res, sum, n * sizeof(float));
+        assert_memory_equal(out, want, n * sizeof(float));
+        assert_memory_equal(rstd, wrstd, sizeof rstd);
+        if (!rms) assert_memory_equal(mean, wmean, sizeof mean);
+        float *a2 = malloc(n * sizeof(float)), *b2 = malloc(n * sizeof(float));
+        assert_non_null(a2), assert_non_null(b2);
+        memcpy(a2, a, n * sizeof(float)), memcpy(b2, b, n * sizeof(float));
+        be->add_norm_fwd(a2, b2, NULL, NULL, a2, b2, w, bias, NR, NC, rms ? 1e-6f : 1e-5f, rms);
+        assert_memory_equal(a2, sum, n * sizeof(float));
+        assert_memory_equal(b2, want, n * sizeof(float));
+        free(a2), free(b2);
+    }
+    free(a), free(b), free(w), free(bias), free(res), free(out), free(want), free(sum);
+}
+
 /* ---- matrix products ---------------------------------------------------- */
 
 enum { MR = 4, MIC = 5, MOC = 6, HV = 7 };
@@ -431,17 +465,12 @@ static void test_model_gradients_families(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layernorm),
-        cmocka_unit_test(test_matmul),
-        cmocka_unit_test(test_head),
-        cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_gelu),
-        cmocka_unit_test(test_embedding),
-        cmocka_unit_test(test_row_stats_and_grad),
-        cmocka_unit_test(test_adamw_by_hand),
-        cmocka_unit_test(test_sumsq_shards_and_clip),
-        cmocka_unit_test(test_model_gradients),
-        cmocka_unit_test(test_model_gradients_families),
+        cmocka_unit_test(test_layernorm),       cmocka_unit_test(test_add_norm),
+        cmocka_unit_test(test_matmul),          cmocka_unit_test(test_head),
+        cmocka_unit_test(test_attention),       cmocka_unit_test(test_gelu),
+        cmocka_unit_test(test_embedding),       cmocka_unit_test(test_row_stats_and_grad),
+        cmocka_unit_test(test_adamw_by_hand),   cmocka_unit_test(test_sumsq_shards_and_clip),
+        cmocka_unit_test(test_model_gradients), cmocka_unit_test(test_model_gradients_families),
     };
     mk_set_threads(2);
     return cmocka_run_group_tests(tests, NULL, NULL);
