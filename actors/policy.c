@@ -358,6 +358,11 @@ void rl_model_read(rl_args *a, rl_model_spec *ms)
                      "multiplies the bfloat16 weight copies: it needs bf16_weights, which is "
                      "set false");
     if (ms->bf16_products) ms->bf16_weights = 1;
+    char kv[16];
+    rl_arg_str(a, "model", "kv_cache", kv, sizeof kv, "f32");
+    ms->bf16_kv = !strcmp(kv, "bf16");
+    if (strcmp(kv, "f32") && !ms->bf16_kv && !a->rc)
+        rl_arg_error(a, "model", "kv_cache", "'%s': expected f32 or bf16", kv);
     if (a->rc) return;
     int block = ms->cfg.block_size;
     ms->context =

@@ -80,6 +80,14 @@ static const manta_spec_key model_keys[] = {
      "cuBLAS bfloat16 GEMMs.  Behaviour log-probs move a little further from the learner's "
      "float recomputation",
      NULL, NULL, 0},
+    {"kv_cache", S, 0, 0, "f32",
+     "what rollouts' decoders keep their key and value caches in: f32, or bf16 (the kernels' "
+     "MK_MODEL_BF16_KV: keys and values rounded to bfloat16 as they are stored, widened "
+     "exactly as attention reads them; queries, scores, softmax and sums stay float): half the "
+     "cache memory and half the cache traffic of attention, which dominates decoding at long "
+     "contexts.  Behaviour log-probs move a little from the learner's float recomputation "
+     "(relative 2^-9 rounding of each cached value)",
+     "f32|bf16", NULL, 0},
     {"n_layer", I, 1, 1024, "2",
      "fresh GPT-2 (vocabulary 260, or the tokenizer's size): transformer layers", NULL, NULL, 0},
     {"n_head", I, 1, 1024, "4", "fresh GPT-2: attention heads (n_embd must be a multiple)", NULL,

@@ -167,6 +167,7 @@ typedef struct rl_model_spec {
     int cuda;              /* model.device: 0 cpu, 1 cuda (the back-end rl_model_open uses) */
     int bf16_weights;      /* model.bf16_weights: rollouts decode with bfloat16 copies */
     int bf16_products;     /* model.bf16_products: ... and round activations too */
+    int bf16_kv;           /* model.kv_cache bf16: rollouts' KV caches in bfloat16 */
     int math;              /* model.matmul: an mk_math (CUDA's products) */
 } rl_model_spec;
 

@@ -139,7 +139,8 @@ static int rollout_init(manta_ctx *m, void *state, const void *args, size_t len)
     mk_set_threads(threads);
     /* the model only decodes here: room for one training token is enough */
     unsigned flags = MK_MODEL_INFER | (s->ms.bf16_weights ? MK_MODEL_BF16_WEIGHTS : 0u) |
-                     (s->ms.bf16_products ? MK_MODEL_BF16_PRODUCTS : 0u);
+                     (s->ms.bf16_products ? MK_MODEL_BF16_PRODUCTS : 0u) |
+                     (s->ms.bf16_kv ? MK_MODEL_BF16_KV : 0u);
     if ((rc = rl_model_open(&s->ms, 1, 1, flags, &s->model))) {
         rl_log(m, "rollout: %s", rl_last_error());
         return rc;

@@ -1217,6 +1217,21 @@ static void kv_store(float *kc, float *vc, const float *qkv, const int *slot, co
     }
 }
 
+/* kv_store into bfloat16 caches: each value rounded to nearest even (nan kept quiet) */
+static void kv_store_bf16(uint16_t *kc, uint16_t *vc, const float *qkv, const int *slot,
+                          const int *pos, int R, int NH, int NKV, int hd, int Tmax)
+{
+    int W = (NH + 2 * NKV) * hd, KV = NKV * hd;
+    for (int r = 0; r < R; r++) {
+        size_t o = ((size_t)slot[r] * Tmax + pos[r]) * KV;
+        const float *k = qkv + (size_t)r * W + (size_t)NH * hd, *v = k + KV;
+        for (int i = 0; i < KV; i++) {
+            kc[o + i] = mk__f32_to_bf16(k[i]);
+            vc[o + i] = mk__f32_to_bf16(v[i]);
+        }
+    }
+}
+
 /* One row's attention for one head of any size over its slot's cache (positions KV floats
  * apart), in plain loops that the compiler vectorises: the fallback for head sizes that are not
  * 16, 32, ..., 128.  a: scratch [n]. */
@@ -1234,6 +1249,37 @@ MK_CLONES static void attend_one_head(float *y, const float *q, const float *k, 
     }
 }
 
+static inline float dot_b16(const float *a, const uint16_t *b, int n)
+{
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int i = 0; i < n; i++) s += a[i] * mk__bf16_to_f32(b[i]);
+    return s;
+}
+
+/* attend_one_head over bfloat16 caches, each value widened exactly as it is read */
+MK_CLONES static void attend_one_head_b16(float *y, const float *q, const uint16_t *k,
+                                          const uint16_t *v, int n, int KV, int hs, float scale,
+                                          float *a)
+{
+    for (int t = 0; t < n; t++) a[t] = dot_b16(q, k + (size_t)t * KV, hs) * scale;
+    softmax_inplace(a, n);
+    for (int i = 0; i < hs; i++) y[i] = 0.0f;
+    for (int t = 0; t < n; t++) {
+        const uint16_t *vt = v + (size_t)t * KV;
+        float p = a[t];
+#pragma omp simd
+        for (int i = 0; i < hs; i++) y[i] += p * mk__bf16_to_f32(vt[i]);
+    }
+}
+
+/* 16 bfloat16s widened (exactly: a bfloat16 is the top half of a float) to 16 floats, and the
+ * 16 values at element off of a cache of floats or (b16) bfloat16s.  Macros, as load16. */
+typedef uint16_t v16hu __attribute__((vector_size(32), aligned(2), may_alias));
+#define load16b(p) ((v16)(__builtin_convertvector(*(const v16hu *)(p), v16i) << 16))
+#define load16kv(p, b16, off)                                                                      \
+    ((b16) ? load16b((const uint16_t *)(p) + (off)) : (v16)load16((const float *)(p) + (off)))
+
 /* Sum of the 16 lanes, pairwise. */
 typedef float v8f __attribute__((vector_size(32)));
 typedef float v4f __attribute__((vector_size(16)));
@@ -1250,7 +1296,9 @@ MK_INLINE float hsum16(const v16 *s)
  * that read each (query head j of the call reads kv head j / G; GPT-2 is G = 1), hs = 16 nv
  * floats a head (nv <= 8): q and y point at the first query head's slice of the row and of the
  * output (heads hs apart), k and v at the first kv head's slice of position 0's key and value
- * (positions KV floats apart); a: scratch [ng G, Tmax].  Three passes:
+ * (positions KV values apart; floats, or with b16 bfloat16s widened as they are read - b16 is a
+ * constant in every copy, so each has one kind of load); a: scratch [ng G, Tmax].  Three
+ * passes:
  *  - scores position by position, every head of the call per position, so the keys stream
  *    through memory in order and each key row is read once for its whole group of query heads;
  *    each head's dot product is nv vector products summed in a register;
@@ -1260,83 +1308,86 @@ MK_INLINE float hsum16(const v16 *s)
  *    on each other's FMA.  The heads of a group follow each other, so the values the first
  *    reads from memory the others find in cache.
  */
-MK_INLINE void attend_heads(float *y, const float *q, const float *k, const float *v, int n, int KV,
-                            int ng, int G, int nv, float scale, float *a, int Tmax)
+MK_INLINE void attend_heads(float *y, const float *q, const void *k, const void *v, int b16, int n,
+                            int KV, int ng, int G, int nv, float scale, float *a, int Tmax)
 {
     int hs = 16 * nv, nh = ng * G;
     for (int t = 0; t < n; t++) {
-        const float *kt = k + (size_t)t * KV;
+        size_t kt = (size_t)t * KV;
         for (int g = 0; g < ng; g++) {
-            const float *kh = kt + g * hs;
+            size_t kh = kt + (size_t)g * hs;
             for (int j = 0; j < G; j++) {
                 int h = g * G + j;
                 const float *qh = q + h * hs;
-                v16 s = (v16)load16(qh) * (v16)load16(kh);
+                v16 s = (v16)load16(qh) * load16kv(k, b16, kh);
                 for (int i = 1; i < nv; i++)
-                    s += (v16)load16(qh + 16 * i) * (v16)load16(kh + 16 * i);
+                    s += (v16)load16(qh + 16 * i) * load16kv(k, b16, kh + 16 * i);
                 a[(size_t)h * Tmax + t] = hsum16(&s) * scale;
             }
         }
     }
     for (int h = 0; h < nh; h++) softmax_inplace(a + (size_t)h * Tmax, n);
     for (int h = 0; h < nh; h++) {
-        const float *p = a + (size_t)h * Tmax, *vh = v + (h / G) * hs;
+        const float *p = a + (size_t)h * Tmax;
+        size_t vh = (size_t)(h / G) * hs;
         v16 even[8], odd[8];
         for (int i = 0; i < nv; i++) even[i] = odd[i] = (v16){0};
         int t = 0;
         for (; t + 2 <= n; t += 2) {
-            const float *v0 = vh + (size_t)t * KV, *v1 = v0 + KV;
+            size_t v0 = vh + (size_t)t * KV, v1 = v0 + KV;
             for (int i = 0; i < nv; i++) {
-                even[i] += p[t] * (v16)load16(v0 + 16 * i);
-                odd[i] += p[t + 1] * (v16)load16(v1 + 16 * i);
+                even[i] += p[t] * load16kv(v, b16, v0 + 16 * i);
+                odd[i] += p[t + 1] * load16kv(v, b16, v1 + 16 * i);
             }
         }
         if (t < n)
             for (int i = 0; i < nv; i++)
-                even[i] += p[t] * (v16)load16(vh + (size_t)t * KV + 16 * i);
+                even[i] += p[t] * load16kv(v, b16, vh + (size_t)t * KV + 16 * i);
         for (int i = 0; i < nv; i++) store16(y + h * hs + 16 * i, even[i] + odd[i]);
     }
 }
 
 /* attend_heads with a constant nv, and G = 1 (GPT-2, or one query head a call) as a constant too
  * so that its copy has no group loop. */
-MK_INLINE void attend_heads_nv(float *y, const float *q, const float *k, const float *v, int n,
-                               int KV, int ng, int G, int nv, float scale, float *a, int Tmax)
+MK_INLINE void attend_heads_nv(float *y, const float *q, const void *k, const void *v, int b16,
+                               int n, int KV, int ng, int G, int nv, float scale, float *a,
+                               int Tmax)
 {
     if (G == 1)
-        attend_heads(y, q, k, v, n, KV, ng, 1, nv, scale, a, Tmax);
+        attend_heads(y, q, k, v, b16, n, KV, ng, 1, nv, scale, a, Tmax);
     else
-        attend_heads(y, q, k, v, n, KV, ng, G, nv, scale, a, Tmax);
+        attend_heads(y, q, k, v, b16, n, KV, ng, G, nv, scale, a, Tmax);
 }
 
 /* attend_heads for hs = 16, 32, ..., 128: one call per head size, each with a constant nv. */
-MK_INLINE void attend_heads_any(float *y, const float *q, const float *k, const float *v, int n,
-                                int KV, int ng, int G, int hs, float scale, float *a, int Tmax)
+MK_INLINE void attend_heads_any(float *y, const float *q, const void *k, const void *v, int b16,
+                                int n, int KV, int ng, int G, int hs, float scale, float *a,
+                                int Tmax)
 {
     switch (hs / 16) {
     case 1:
-        attend_heads_nv(y, q, k, v, n, KV, ng, G, 1, scale, a, Tmax);
+        attend_heads_nv(y, q, k, v, b16, n, KV, ng, G, 1, scale, a, Tmax);
         break;
     case 2:
-        attend_heads_nv(y, q, k, v, n, KV, ng, G, 2, scale, a, Tmax);
+        attend_heads_nv(y, q, k, v, b16, n, KV, ng, G, 2, scale, a, Tmax);
         break;
     case 3:
-        attend_heads_nv(y, q, k, v, n, KV, ng, G, 3, scale, a, Tmax);
+        attend_heads_nv(y, q, k, v, b16, n, KV, ng, G, 3, scale, a, Tmax);
         break;
     case 4:
-        attend_heads_nv(y, q, k, v, n, KV, ng, G, 4, scale, a, Tmax);
+        attend_heads_nv(y, q, k, v, b16, n, KV, ng, G, 4, scale, a, Tmax);
         break;
     case 5:
-        attend_heads_nv(y, q, k, v, n, KV, ng, G, 5, scale, a, Tmax);
+        attend_heads_nv(y, q, k, v, b16, n, KV, ng, G, 5, scale, a, Tmax);
         break;
     case 6:
-        attend_heads_nv(y, q, k, v, n, KV, ng, G, 6, scale, a, Tmax);
+        attend_heads_nv(y, q, k, v, b16, n, KV, ng, G, 6, scale, a, Tmax);
         break;
     case 7:
-        attend_heads_nv(y, q, k, v, n, KV, ng, G, 7, scale, a, Tmax);
+        attend_heads_nv(y, q, k, v, b16, n, KV, ng, G, 7, scale, a, Tmax);
         break;
     case 8:
-        attend_heads_nv(y, q, k, v, n, KV, ng, G, 8, scale, a, Tmax);
+        attend_heads_nv(y, q, k, v, b16, n, KV, ng, G, 8, scale, a, Tmax);
         break;
     default:
         mk__die(__FILE__, __LINE__, "attend_heads: head size not 16..128", NULL);
@@ -1349,26 +1400,34 @@ static int attend_vector_ok(int hs)
     return hs % 16 == 0 && hs >= 16 && hs <= 128;
 }
 
-typedef void attend_fn(float *y, const float *q, const float *k, const float *v, int n, int KV,
-                       int ng, int G, int hs, float scale, float *a, int Tmax);
+/* attend_heads_any over float caches (b16 0) or bfloat16 ones (1), each a copy of its own */
+typedef void attend_fn(float *y, const float *q, const void *k, const void *v, int b16, int n,
+                       int KV, int ng, int G, int hs, float scale, float *a, int Tmax);
+#define ATTEND_BOTH(y, q, k, v, b16, n, KV, ng, G, hs, scale, a, Tmax)                             \
+    do {                                                                                           \
+        if (b16)                                                                                   \
+            attend_heads_any(y, q, k, v, 1, n, KV, ng, G, hs, scale, a, Tmax);                     \
+        else                                                                                       \
+            attend_heads_any(y, q, k, v, 0, n, KV, ng, G, hs, scale, a, Tmax);                     \
+    } while (0)
 #ifdef MK_VEC_X86
-MK_AVX512 static void attend_heads_avx512(float *y, const float *q, const float *k, const float *v,
-                                          int n, int KV, int ng, int G, int hs, float scale,
-                                          float *a, int Tmax)
+MK_AVX512 static void attend_heads_avx512(float *y, const float *q, const void *k, const void *v,
+                                          int b16, int n, int KV, int ng, int G, int hs,
+                                          float scale, float *a, int Tmax)
 {
-    attend_heads_any(y, q, k, v, n, KV, ng, G, hs, scale, a, Tmax);
+    ATTEND_BOTH(y, q, k, v, b16, n, KV, ng, G, hs, scale, a, Tmax);
 }
-MK_AVX2 static void attend_heads_avx2(float *y, const float *q, const float *k, const float *v,
-                                      int n, int KV, int ng, int G, int hs, float scale, float *a,
-                                      int Tmax)
+MK_AVX2 static void attend_heads_avx2(float *y, const float *q, const void *k, const void *v,
+                                      int b16, int n, int KV, int ng, int G, int hs, float scale,
+                                      float *a, int Tmax)
 {
-    attend_heads_any(y, q, k, v, n, KV, ng, G, hs, scale, a, Tmax);
+    ATTEND_BOTH(y, q, k, v, b16, n, KV, ng, G, hs, scale, a, Tmax);
 }
 #endif
-static void attend_heads_base(float *y, const float *q, const float *k, const float *v, int n,
-                              int KV, int ng, int G, int hs, float scale, float *a, int Tmax)
+static void attend_heads_base(float *y, const float *q, const void *k, const void *v, int b16,
+                              int n, int KV, int ng, int G, int hs, float scale, float *a, int Tmax)
 {
-    attend_heads_any(y, q, k, v, n, KV, ng, G, hs, scale, a, Tmax);
+    ATTEND_BOTH(y, q, k, v, b16, n, KV, ng, G, hs, scale, a, Tmax);
 }
 static attend_fn *attend_vector = attend_heads_base;
 
@@ -1378,9 +1437,11 @@ static attend_fn *attend_vector = attend_heads_base;
  *  - fewer (batch 1, a prompt): one a (row, kv head) with its group of query heads, so that
  *    every thread has work and each key row is still read once for the group; when even those
  *    are too few for the team, one a (row, query head);
- *  - the fallback for other head sizes: one a (row, query head). */
-static void attn_decode(float *out, float *att, const float *qkv, const float *kc, const float *vc,
-                        const int *slot, const int *pos, int R, int NH, int NKV, int hd, int Tmax)
+ *  - the fallback for other head sizes: one a (row, query head).
+ * The caches are floats, or (b16) bfloat16s: attn_decode and attn_decode_bf16. */
+static void attn_decode_any(float *out, float *att, const float *qkv, const void *kc,
+                            const void *vc, int b16, const int *slot, const int *pos, int R, int NH,
+                            int NKV, int hd, int Tmax)
 {
     int G = NH / NKV, W = (NH + 2 * NKV) * hd, A = NH * hd, KV = NKV * hd;
     float scale = 1.0f / sqrtf((float)hd);
@@ -1401,13 +1462,32 @@ static void attn_decode(float *out, float *att, const float *qkv, const float *k
         float *y = out + (size_t)r * A + (size_t)h * hd;
         const float *q = qkv + (size_t)r * W + (size_t)h * hd;
         float *a = att + ((size_t)r * NH + h) * Tmax;
-        if (!vec)
-            attend_one_head(y, q, kc + base, vc + base, pos[r] + 1, KV, hd, scale, a);
+        const void *k = b16 ? (const void *)((const uint16_t *)kc + base)
+                            : (const void *)((const float *)kc + base);
+        const void *v = b16 ? (const void *)((const uint16_t *)vc + base)
+                            : (const void *)((const float *)vc + base);
+        if (!vec && b16)
+            attend_one_head_b16(y, q, k, v, pos[r] + 1, KV, hd, scale, a);
+        else if (!vec)
+            attend_one_head(y, q, k, v, pos[r] + 1, KV, hd, scale, a);
         else if (ng)
-            attend_vector(y, q, kc + base, vc + base, pos[r] + 1, KV, ng, G, hd, scale, a, Tmax);
+            attend_vector(y, q, k, v, b16, pos[r] + 1, KV, ng, G, hd, scale, a, Tmax);
         else
-            attend_vector(y, q, kc + base, vc + base, pos[r] + 1, KV, 1, 1, hd, scale, a, Tmax);
+            attend_vector(y, q, k, v, b16, pos[r] + 1, KV, 1, 1, hd, scale, a, Tmax);
     }
+}
+
+static void attn_decode(float *out, float *att, const float *qkv, const float *kc, const float *vc,
+                        const int *slot, const int *pos, int R, int NH, int NKV, int hd, int Tmax)
+{
+    attn_decode_any(out, att, qkv, kc, vc, 0, slot, pos, R, NH, NKV, hd, Tmax);
+}
+
+static void attn_decode_bf16(float *out, float *att, const float *qkv, const uint16_t *kc,
+                             const uint16_t *vc, const int *slot, const int *pos, int R, int NH,
+                             int NKV, int hd, int Tmax)
+{
+    attn_decode_any(out, att, qkv, kc, vc, 1, slot, pos, R, NH, NKV, hd, Tmax);
 }
 
 /* Picks the vector kernels' copies for this CPU (once, from blas_init_once). */
@@ -1671,6 +1751,8 @@ const mk_backend mk__cpu_backend = {
     .scale = mk_scale,
     .sample_rows = NULL, /* the decoder samples on the host with mk_sample */
     .add_norm_fwd = add_norm_fwd,
+    .kv_store_bf16 = kv_store_bf16,
+    .attn_decode_bf16 = attn_decode_bf16,
 };
 
 const mk_backend *mk_backend_cpu(void)

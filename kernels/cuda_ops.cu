@@ -589,9 +589,30 @@ __device__ static inline size_t q_off(int h, int hd)
     return (size_t)h * hd;
 }
 
-/* one thread per cached float: the NKV key heads, then the NKV value heads, of row r */
-__global__ static void kv_store_k(float *kc, float *vc, const float *qkv, const int *slot,
-                                  const int *pos, int R, int NH, int NKV, int hd, int Tmax)
+/* A cached value as stored and as read: float caches keep the value, bfloat16 ones
+ * (MK_MODEL_BF16_KV) round it to nearest even (f32_to_bf16) and widen it exactly. */
+__device__ static inline void kv_put(float *dst, float x)
+{
+    *dst = x;
+}
+__device__ static inline void kv_put(uint16_t *dst, float x)
+{
+    *dst = f32_to_bf16(x);
+}
+__device__ static inline float kv_get(float x)
+{
+    return x;
+}
+__device__ static inline float kv_get(uint16_t h)
+{
+    return __uint_as_float((unsigned)h << 16);
+}
+
+/* one thread per cached value: the NKV key heads, then the NKV value heads, of row r; KT is
+ * the caches' type (float, or uint16_t bfloat16) */
+template <typename KT>
+__global__ static void kv_store_k(KT *kc, KT *vc, const float *qkv, const int *slot, const int *pos,
+                                  int R, int NH, int NKV, int hd, int Tmax)
 {
     size_t KW = (size_t)NKV * hd, W = (size_t)(NH + 2 * NKV) * hd;
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -600,16 +621,17 @@ __global__ static void kv_store_k(float *kc, float *vc, const float *qkv, const 
     size_t c = i % KW;
     size_t o = ((size_t)slot[r] * Tmax + pos[r]) * KW + c;
     const float *row = qkv + (size_t)r * W + (size_t)NH * hd;
-    kc[o] = row[c];
-    vc[o] = row[KW + c];
+    kv_put(&kc[o], row[c]);
+    kv_put(&vc[o], row[KW + c]);
 }
 
 /* One warp (one block) per (row, query head) over the kv head of its group; the scores in att
  * [R, NH, Tmax] (global memory, so that any context length fits).  Cached positions are
- * KW = NKV hd floats apart. */
-__global__ static void attn_decode_k(float *out, float *att, const float *qkv, const float *kc,
-                                     const float *vc, const int *slot, const int *pos, int NH,
-                                     int NKV, int hd, int Tmax)
+ * KW = NKV hd values apart, of type KT (float, or uint16_t bfloat16 widened by kv_get). */
+template <typename KT>
+__global__ static void attn_decode_k(float *out, float *att, const float *qkv, const KT *kc,
+                                     const KT *vc, const int *slot, const int *pos, int NH, int NKV,
+                                     int hd, int Tmax)
 {
     float *a = att + (size_t)blockIdx.x * Tmax;
     int r = blockIdx.x / NH, h = blockIdx.x % NH, lane = threadIdx.x;
@@ -617,12 +639,12 @@ __global__ static void attn_decode_k(float *out, float *att, const float *qkv, c
     size_t KW = (size_t)NKV * hd, W = (size_t)(NH + 2 * NKV) * hd;
     float scale = 1.0f / sqrtf((float)hd);
     const float *q = qkv + (size_t)r * W + q_off(h, hd);
-    const float *k = kc + (size_t)slot[r] * Tmax * KW + (size_t)kh * hd;
-    const float *v = vc + (size_t)slot[r] * Tmax * KW + (size_t)kh * hd;
+    const KT *k = kc + (size_t)slot[r] * Tmax * KW + (size_t)kh * hd;
+    const KT *v = vc + (size_t)slot[r] * Tmax * KW + (size_t)kh * hd;
     float mx = -INFINITY;
     for (int t2 = lane; t2 < n; t2 += 32) {
         float s = 0.0f;
-        for (int i = 0; i < hd; i++) s += q[i] * k[t2 * KW + i];
+        for (int i = 0; i < hd; i++) s += q[i] * kv_get(k[t2 * KW + i]);
         a[t2] = s * scale;
         mx = fmaxf(mx, a[t2]);
     }
@@ -634,7 +656,7 @@ __global__ static void attn_decode_k(float *out, float *att, const float *qkv, c
     float *y = out + (size_t)r * NH * hd + q_off(h, hd);
     for (int i = lane; i < hd; i += 32) {
         float acc = 0.0f;
-        for (int t2 = 0; t2 < n; t2++) acc += a[t2] * v[t2 * KW + i];
+        for (int t2 = 0; t2 < n; t2++) acc += a[t2] * kv_get(v[t2 * KW + i]);
         y[i] = acc * inv;
     }
 }
@@ -643,7 +665,16 @@ static void kv_store(float *kc, float *vc, const float *qkv, const int *slot, co
                      int NH, int NKV, int hd, int Tmax)
 {
     if (R == 0) return;
-    MK_LAUNCH(blocks((size_t)R * NKV * hd, 256), 256, 0, kv_store_k)
+    MK_LAUNCH(blocks((size_t)R * NKV * hd, 256), 256, 0, kv_store_k<float>)
+    (kc, vc, qkv, slot, pos, R, NH, NKV, hd, Tmax);
+    LAUNCHED();
+}
+
+static void kv_store_bf16(uint16_t *kc, uint16_t *vc, const float *qkv, const int *slot,
+                          const int *pos, int R, int NH, int NKV, int hd, int Tmax)
+{
+    if (R == 0) return;
+    MK_LAUNCH(blocks((size_t)R * NKV * hd, 256), 256, 0, kv_store_k<uint16_t>)
     (kc, vc, qkv, slot, pos, R, NH, NKV, hd, Tmax);
     LAUNCHED();
 }
@@ -653,7 +684,18 @@ static void attn_decode(float *out, float *att, const float *qkv, const float *k
 {
     if (R == 0) return;
     if (R == 0) return;
-    MK_LAUNCH(R * NH, 32, 0, attn_decode_k)(out, att, qkv, kc, vc, slot, pos, NH, NKV, hd, Tmax);
+    MK_LAUNCH(R * NH, 32, 0, attn_decode_k<float>)
+    (out, att, qkv, kc, vc, slot, pos, NH, NKV, hd, Tmax);
+    LAUNCHED();
+}
+
+static void attn_decode_bf16(float *out, float *att, const float *qkv, const uint16_t *kc,
+                             const uint16_t *vc, const int *slot, const int *pos, int R, int NH,
+                             int NKV, int hd, int Tmax)
+{
+    if (R == 0) return;
+    MK_LAUNCH(R * NH, 32, 0, attn_decode_k<uint16_t>)
+    (out, att, qkv, kc, vc, slot, pos, NH, NKV, hd, Tmax);
     LAUNCHED();
 }
 
@@ -894,7 +936,7 @@ static const mk_backend cuda_backend = {
     gelu_bwd,  swiglu_fwd, swiglu_bwd, add,         kv_store,    attn_decode,
     row_stats, row_grad,   adamw,      sumsq,       scale,       mm_fwd_bf16a,
     mk__cuda_sample_rows, /* cuda_sample.cu */
-    set_math,  add_norm_fwd,
+    set_math,  add_norm_fwd, kv_store_bf16, attn_decode_bf16,
 };
 /* clang-format on */
 

@@ -16,7 +16,9 @@
  * weights into the model between calls takes effect at the next call, with
  * the caches left as they were computed.  With MK_MODEL_BF16_WEIGHTS the
  * products use the model's bfloat16 copies of the weights, remade at the start
- * of a call when the parameters were written since the last.
+ * of a call when the parameters were written since the last.  With
+ * MK_MODEL_BF16_KV the caches hold bfloat16s (kv_store_bf16 rounds, and
+ * attn_decode_bf16 widens as it reads), half the bytes of float caches.
  *
  * Sampling: on a back-end with sample_rows (CUDA) a step samples where the
  * logits are; the host draws each row's uniform from the slot's generator
@@ -36,7 +38,8 @@
 struct mk_decoder {
     mk_model *m;
     int S, Tmax, max_rows;
-    float *kc, *vc;              /* back-end [L, S, Tmax, NKV hd] */
+    void *kc, *vc;               /* back-end [L, S, Tmax, NKV hd] floats, or uint16_t bfloat16s
+                                    (MK_MODEL_BF16_KV) */
     float *x, *ln, *qkvr;        /* back-end row buffers: [R,C], [R,C], [R,W] (rotary) */
     float *qkv, *atty;           /* [R,W], [R,A] */
     float *fch, *fcg;            /* [R,F], [R,H] (SwiGLU; GELU works in place in fch) */
@@ -93,6 +96,7 @@ int mk_decoder_new_ctx(mk_decoder **out, mk_model *m, int n_slots, int context)
     d->Tmax = context;
     d->max_rows = n_slots > context ? n_slots : context;
     size_t Rm = d->max_rows, cache = (size_t)c->n_layer * n_slots * d->Tmax * KV;
+    size_t kv_bytes = cache * (m->bf16_kv ? sizeof(uint16_t) : sizeof(float));
     int rc;
     d->len = calloc((size_t)n_slots * 2, sizeof(int));
     d->rng = calloc((size_t)n_slots, sizeof(mk_rng));
@@ -113,8 +117,7 @@ int mk_decoder_new_ctx(mk_decoder **out, mk_model *m, int n_slots, int context)
     d->pending = d->len + n_slots;
     d->h_slot = d->h_tok + Rm;
     d->h_pos = d->h_slot + Rm;
-    if ((rc = be->alloc((void **)&d->kc, cache * sizeof(float))) ||
-        (rc = be->alloc((void **)&d->vc, cache * sizeof(float))) ||
+    if ((rc = be->alloc(&d->kc, kv_bytes)) || (rc = be->alloc(&d->vc, kv_bytes)) ||
         (rc = be->alloc((void **)&d->x, Rm * C * sizeof(float))) ||
         (rc = be->alloc((void **)&d->ln, Rm * C * sizeof(float))) ||
         (rot && (rc = be->alloc((void **)&d->qkvr, Rm * W * sizeof(float)))) ||
@@ -241,16 +244,24 @@ static void run_rows(mk_decoder *d, int R, int want_logits)
     be->upload(d->d_pos, d->h_pos, sizeof(int) * R);
     be->embed_fwd(d->x, d->d_tok, d->d_pos, TP(MK_T_WTE), TP(MK_T_WPE), R, C);
     for (int l = 0; l < L; l++) {
-        float *kc = d->kc + l * layer_cache, *vc = d->vc + l * layer_cache;
+        size_t lc = l * layer_cache;
         if (l == 0) /* later layers' ln1 comes with the residual sum ending the layer before */
             mk__norm_fwd(m, d->ln, NULL, NULL, d->x, LP(l, MK_P_LN1W), LP(l, MK_P_LN1B), R);
         linear(d, rot ? d->qkvr : d->qkv, d->ln, l, MK_P_QKVW, LP(l, MK_P_QKVB), R, C, W);
         if (rot)
             be->qk_fwd(d->qkv, NULL, d->qkvr, LP(l, MK_P_QNW), LP(l, MK_P_KNW), m->rope_cos,
                        m->rope_sin, d->d_pos, R, NH, NKV, hd, c->norm_eps);
-        be->kv_store(kc, vc, d->qkv, d->d_slot, d->d_pos, R, NH, NKV, hd, d->Tmax);
-        be->attn_decode(d->atty, d->att, d->qkv, kc, vc, d->d_slot, d->d_pos, R, NH, NKV, hd,
-                        d->Tmax);
+        if (m->bf16_kv) {
+            uint16_t *kc = (uint16_t *)d->kc + lc, *vc = (uint16_t *)d->vc + lc;
+            be->kv_store_bf16(kc, vc, d->qkv, d->d_slot, d->d_pos, R, NH, NKV, hd, d->Tmax);
+            be->attn_decode_bf16(d->atty, d->att, d->qkv, kc, vc, d->d_slot, d->d_pos, R, NH, NKV,
+                                 hd, d->Tmax);
+        } else {
+            float *kc = (float *)d->kc + lc, *vc = (float *)d->vc + lc;
+            be->kv_store(kc, vc, d->qkv, d->d_slot, d->d_pos, R, NH, NKV, hd, d->Tmax);
+            be->attn_decode(d->atty, d->att, d->qkv, kc, vc, d->d_slot, d->d_pos, R, NH, NKV, hd,
+                            d->Tmax);
+        }
         linear(d, d->ln, d->atty, l, MK_P_PROJW, LP(l, MK_P_PROJB), R, A, C);
         mk__add_norm_fwd(m, d->x, d->ln, NULL, NULL, d->x, d->ln, LP(l, MK_P_LN2W),
                          LP(l, MK_P_LN2B), R);

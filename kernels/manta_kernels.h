@@ -186,6 +186,14 @@ enum {
      * Logits differ from MK_MODEL_BF16_WEIGHTS alone by activation rounding (relative 2^-9
      * per element). CPU and CUDA (cuBLAS bfloat16 GEMMs). */
     MK_MODEL_BF16_PRODUCTS = 4u,
+    /* With MK_MODEL_INFER only (else MK_ERR_ARG): decoders keep their key and value caches in
+     * bfloat16 (half the bytes: twice the context or slots in the same memory, and half the
+     * cache traffic of decoding attention, which dominates a step at long contexts).  Keys and
+     * values are rounded to nearest even (nan kept quiet) as they are stored, and widened
+     * exactly as attention reads them; queries, scores, the softmax, the sums and the output
+     * stay float.  Logits differ from float caches by the rounding of K and V (relative 2^-9
+     * per element).  Independent of the other flags.  CPU and CUDA. */
+    MK_MODEL_BF16_KV = 8u,
 };
 int mk_model_new_ex(mk_model **out, const mk_config *cfg, int max_batch, int max_seq,
                     const mk_backend *be, unsigned flags);

@@ -185,6 +185,16 @@ struct mk__backend {
     void (*add_norm_fwd)(float *res, float *out, float *mean, float *rstd, const float *a,
                          const float *b, const float *w, const float *bias, int R, int C, float eps,
                          int rms);
+
+    /* kv_store and attn_decode over caches in bfloat16 (MK_MODEL_BF16_KV), kc, vc [S, Tmax,
+     * NKV hd] uint16_t: the store rounds each key and value to nearest even (nan kept quiet, as
+     * mk_f32_to_bf16); attention widens them exactly as it reads them and otherwise computes
+     * as attn_decode does (float queries, scores, softmax, sums and output). */
+    void (*kv_store_bf16)(uint16_t *kc, uint16_t *vc, const float *qkv, const int *slot,
+                          const int *pos, int R, int NH, int NKV, int hd, int Tmax);
+    void (*attn_decode_bf16)(float *out, float *att, const float *qkv, const uint16_t *kc,
+                             const uint16_t *vc, const int *slot, const int *pos, int R, int NH,
+                             int NKV, int hd, int Tmax);
 };
 
 extern const mk_backend mk__cpu_backend;
@@ -363,6 +373,7 @@ struct mk_model {
     size_t *b16_off;
     int b16_stale;
     int b16_products; /* MK_MODEL_BF16_PRODUCTS: decoding's products round activations too */
+    int bf16_kv;      /* MK_MODEL_BF16_KV: decoders' caches in bfloat16 (kv_store_bf16) */
     int n_tensors;
     mk_tensor_info *tensors; /* size table, n_tensors entries (host) */
     int gidx[MK_T_N];        /* model-level tensor indices, -1 absent */

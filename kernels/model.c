@@ -584,7 +584,8 @@ int mk_model_new_ex(mk_model **out, const mk_config *cfg_in, int max_batch, int 
     if (max_batch < 1 || max_seq < 1 || max_seq > cfg->block_size)
         return mk__fail(MK_ERR_ARG, "max_batch %d, max_seq %d: need >= 1 and max_seq <= %d",
                         max_batch, max_seq, cfg->block_size);
-    unsigned known = MK_MODEL_INFER | MK_MODEL_BF16_WEIGHTS | MK_MODEL_BF16_PRODUCTS;
+    unsigned known =
+        MK_MODEL_INFER | MK_MODEL_BF16_WEIGHTS | MK_MODEL_BF16_PRODUCTS | MK_MODEL_BF16_KV;
     if (flags & ~known) return mk__fail(MK_ERR_ARG, "unknown model flags 0x%x", flags & ~known);
     if ((flags & MK_MODEL_BF16_WEIGHTS) && !(flags & MK_MODEL_INFER))
         return mk__fail(MK_ERR_ARG, "MK_MODEL_BF16_WEIGHTS needs MK_MODEL_INFER (a trainable "
@@ -592,6 +593,9 @@ int mk_model_new_ex(mk_model **out, const mk_config *cfg_in, int max_batch, int 
     if ((flags & MK_MODEL_BF16_PRODUCTS) && !(flags & MK_MODEL_BF16_WEIGHTS))
         return mk__fail(MK_ERR_ARG, "MK_MODEL_BF16_PRODUCTS needs MK_MODEL_BF16_WEIGHTS (the "
                                     "products multiply the bfloat16 copies)");
+    if ((flags & MK_MODEL_BF16_KV) && !(flags & MK_MODEL_INFER))
+        return mk__fail(MK_ERR_ARG, "MK_MODEL_BF16_KV needs MK_MODEL_INFER (only decoders have "
+                                    "KV caches)");
     if (!be) be = &mk__cpu_backend;
     if ((flags & MK_MODEL_BF16_PRODUCTS) && !be->mm_fwd_bf16a)
         return mk__fail(MK_ERR_UNSUPPORTED, "back-end %s has no bfloat16 products", be->name);
@@ -601,6 +605,7 @@ int mk_model_new_ex(mk_model **out, const mk_config *cfg_in, int max_batch, int 
     m->cfg = *cfg;
     m->infer = (flags & MK_MODEL_INFER) != 0;
     m->b16_products = (flags & MK_MODEL_BF16_PRODUCTS) != 0;
+    m->bf16_kv = (flags & MK_MODEL_BF16_KV) != 0;
     m->be = be;
     m->max_B = max_batch;
     m->max_T = max_seq;

@@ -15,7 +15,7 @@
  *
  * Tolerances (|gpu - cpu| <= atol + rtol |cpu|), float32 on both sides:
  *   elementwise (GELU, SwiGLU, add, embeddings, AdamW)     1e-6 + 1e-5
- *   kv_store (copies)                                      exact
+ *   kv_store (copies), kv_store_bf16 (rounding to bf16)    exact
  *   LayerNorm, RMSNorm forward / backward                  1e-5 + 1e-4
  *     and add_norm_fwd (its residual sum 1e-6 + 1e-5)
  *   q/k norm + rotation forward / backward                 1e-5 + 1e-4
@@ -25,7 +25,8 @@
  *   matmul, head (cuBLAS FP32, no TF32) fwd / bwd          1e-5 + 1e-4
  *     mixed math (mk_backend_set_math) TF32 / BF16          4e-3 / 5e-2 + 1e-2
  *     (dinp 4x: longer sums); bf16 products (mm_fwd_bf16a)  2e-5 + 1e-5
- *   attention fwd / bwd, decode attention                  1e-5 + 1e-4
+ *   attention fwd / bwd, decode attention (float and       1e-5 + 1e-4
+ *     bfloat16 caches, attn_decode_bf16)
  *     fused attention's log-sum-exp (vs a double sum)      1e-5 + 1e-5
  *   softmax rows: log-prob, entropy, their gradient        1e-5 + 1e-4
  *     (the CPU sums in double, the GPU in float)
@@ -41,6 +42,9 @@
  *          tokens, step logits 1e-4 + 1e-4.
  *   Llama/Qwen2/Qwen3 models: logits 1e-4 + 1e-4; loss 1e-5; gradients
  *          1e-5 + 1e-3; greedy decoding as above.
+ *   Decoding with bfloat16 KV caches (MK_MODEL_BF16_KV), GPT-2 fixture and
+ *          the three families: identical greedy tokens, step logits
+ *          1e-4 + 1e-4 (the stored values are bit-equal on both sides).
  * Atomic additions on the GPU (norm, q/k-norm and embedding weight gradients;
  * not attention, whose kernels have none) make some gradients vary in the last
  * bits between runs; the tolerances cover that.
@@ -461,6 +465,29 @@ static void check_attention(const gqa_shape *s, int AT, mk_rng *r)
     cpu->attn_decode(y.h, sc.h, qkv.h, kc.h, vc.h, slot1, pos1, AB, NH, NKV, hd, Tmax);
     gpu->attn_decode(y.d, sc.d, qkv.d, kc.d, vc.d, gs1, gp1, AB, NH, NKV, hd, Tmax);
     cmp(y.d, y.h, (size_t)AB * A, 1e-5, 1e-4, labt(l, sizeof l, "attn_decode step", s, AT));
+
+    /* bfloat16 caches (MK_MODEL_BF16_KV): the stores bit for bit (one rounding on both sides),
+     * from caches that start from the same random bits, then attention over all rows and the
+     * step's rows */
+    uint16_t *kbh = malloc(nc * 2), *vbh = malloc(nc * 2), *kbg = malloc(nc * 2),
+             *vbg = malloc(nc * 2);
+    assert_non_null(kbh), assert_non_null(vbh), assert_non_null(kbg), assert_non_null(vbg);
+    for (size_t i = 0; i < nc; i++)
+        kbh[i] = (uint16_t)mk_rng_next(r), vbh[i] = mk_f32_to_bf16(kc.h[i]);
+    uint16_t *kbd = dev(kbh, nc * 2), *vbd = dev(vbh, nc * 2);
+    cpu->kv_store_bf16(kbh, vbh, qkv.h, slot, pos, n, NH, NKV, hd, Tmax);
+    gpu->kv_store_bf16(kbd, vbd, qkv.d, gs, gp, n, NH, NKV, hd, Tmax);
+    gpu->download(kbg, kbd, nc * 2), gpu->download(vbg, vbd, nc * 2);
+    assert_memory_equal(kbg, kbh, nc * 2);
+    assert_memory_equal(vbg, vbh, nc * 2);
+    cpu->attn_decode_bf16(y.h, sc.h, qkv.h, kbh, vbh, slot, pos, n, NH, NKV, hd, Tmax);
+    gpu->attn_decode_bf16(y.d, sc.d, qkv.d, kbd, vbd, gs, gp, n, NH, NKV, hd, Tmax);
+    CMP(y, 1e-5, 1e-4, labt(l, sizeof l, "attn_decode_bf16", s, AT));
+    cpu->attn_decode_bf16(y.h, sc.h, qkv.h, kbh, vbh, slot1, pos1, AB, NH, NKV, hd, Tmax);
+    gpu->attn_decode_bf16(y.d, sc.d, qkv.d, kbd, vbd, gs1, gp1, AB, NH, NKV, hd, Tmax);
+    cmp(y.d, y.h, (size_t)AB * A, 1e-5, 1e-4, labt(l, sizeof l, "attn_decode_bf16 step", s, AT));
+    free(kbh), free(vbh), free(kbg), free(vbg);
+    gpu->release(kbd), gpu->release(vbd);
     pair *all[] = {&qkv, &dy, &y, &att, &datt, &dqkv, &kc, &vc, &sc};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) pair_free(all[i]);
     free(slot), free(pos);
@@ -529,6 +556,8 @@ static void test_empty(void **state)
         k->add(A, Bf, Cf, 0);
         k->kv_store(A, Bf, Cf, I, I, 0, 2, 2, 8, 4);
         k->attn_decode(A, Bf, Cf, D, E, I, I, 0, 2, 2, 8, 4);
+        k->kv_store_bf16(Hb, Hb + N / 2, Cf, I, I, 0, 2, 2, 8, 4);
+        k->attn_decode_bf16(A, Bf, Cf, Hb, Hb + N / 2, I, I, 0, 2, 2, 8, 4);
         k->row_stats(A, Bf, Cf, I, 0, 16);
         k->row_grad(A, Bf, I, Cf, D, 0, 16);
         k->adamw(A, Bf, Cf, D, 0, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
@@ -538,10 +567,16 @@ static void test_empty(void **state)
         if (k->sample_rows) k->sample_rows(I, A, Bf, Cf, D, E, E, E, 0, 16);
         k->add_norm_fwd(A, Bf, Cf, D, E, E, E, E, 0, 8, 1e-5f, 0);
         k->add_norm_fwd(A, Bf, Cf, D, E, E, E, E, 0, 8, 1e-5f, 1);
+        for (int i = 0; !s && i < N; i++) assert_int_equal(hb[i], 0);
     }
     CMP(a, 0, 0, "zero rows: a");
     CMP(b, 0, 0, "zero rows: b");
     CMP(c, 0, 0, "zero rows: c");
+    {
+        uint16_t hb[N], zero[N] = {0}; /* the bfloat16 buffer: zero on both sides still */
+        gpu->download(hb, gb, sizeof hb);
+        assert_memory_equal(hb, zero, sizeof hb);
+    }
     pair_free(&a), pair_free(&b), pair_free(&c), pair_free(&d), pair_free(&e);
     gpu->release(gi), gpu->release(gb);
 }
@@ -757,6 +792,52 @@ static void check_sampled_decoding(mk_model *mg, int Vv)
 }
 
 /* The GPT-2 model on both back-ends from the PyTorch fixture's weights. */
+/* Greedy decoding with bfloat16 KV caches (MK_MODEL_BF16_KV) on both back-ends, from the
+ * parameters of src (a CPU model): three slots with prompts of different lengths, eight steps;
+ * identical tokens, step logits 1e-4 + 1e-4. */
+static void check_bf16_kv_decoding(const mk_model *src, const char *name)
+{
+    enum { NS = 3 };
+    const mk_config *cfg = mk_model_config(src);
+    int Vv = cfg->vocab_size, ctx = cfg->block_size < 24 ? cfg->block_size : 24;
+    size_t P = mk_model_num_params(src);
+    float *p = malloc(P * 4);
+    assert_non_null(p);
+    assert_mk_ok(mk_model_read_params(src, p, 0, P));
+    mk_model *mc, *mg;
+    assert_mk_ok(mk_model_new_ex(&mc, cfg, 1, 1, cpu, MK_MODEL_INFER | MK_MODEL_BF16_KV));
+    assert_mk_ok(mk_model_new_ex(&mg, cfg, 1, 1, gpu, MK_MODEL_INFER | MK_MODEL_BF16_KV));
+    assert_mk_ok(mk_model_write_params(mc, p, 0, P));
+    assert_mk_ok(mk_model_write_params(mg, p, 0, P));
+    mk_decoder *dc, *dg;
+    assert_mk_ok(mk_decoder_new_ctx(&dc, mc, NS, ctx));
+    assert_mk_ok(mk_decoder_new_ctx(&dg, mg, NS, ctx));
+    int slots[NS] = {1, 2, 0}, prompt[16];
+    float temp[NS] = {0, 0, 0}, topp[NS] = {1, 1, 1};
+    for (int i = 0; i < 16; i++) prompt[i] = (i * 7 + 3) % Vv;
+    for (int s = 0; s < NS; s++) {
+        assert_mk_ok(mk_decoder_reset(dc, s, 9));
+        assert_mk_ok(mk_decoder_reset(dg, s, 9));
+        assert_mk_ok(mk_decoder_append(dc, s, prompt + s, 3 + 4 * s));
+        assert_mk_ok(mk_decoder_append(dg, s, prompt + s, 3 + 4 * s));
+    }
+    char l[96];
+    for (int k = 0; k < 8 && 11 + k < ctx; k++) {
+        int tc[NS], tg[NS];
+        assert_mk_ok(mk_decoder_step(dc, slots, NS, temp, topp, tc, NULL, NULL));
+        assert_mk_ok(mk_decoder_step(dg, slots, NS, temp, topp, tg, NULL, NULL));
+        assert_memory_equal(tc, tg, sizeof tc);
+        for (int s = 0; s < NS; s++) {
+            snprintf(l, sizeof l, "%s bf16 KV decode step %d slot %d logits", name, k, s);
+            check_close(mk_decoder_last_logits(dg, s), mk_decoder_last_logits(dc, s), (size_t)Vv,
+                        1e-4, 1e-4, l);
+        }
+    }
+    mk_decoder_free(dc), mk_decoder_free(dg);
+    mk_model_free(mc), mk_model_free(mg);
+    free(p);
+}
+
 static void test_model_gpt2(void **state)
 {
     (void)state;
@@ -829,6 +910,7 @@ static void test_model_gpt2(void **state)
                         (size_t)ref.cfg.vocab_size, 1e-4, 1e-4, "decode logits");
     }
     mk_decoder_free(dc), mk_decoder_free(dg);
+    check_bf16_kv_decoding(mc, "gpt2");
     check_sampled_decoding(mg, ref.cfg.vocab_size);
     mk_model_free(mc), mk_model_free(mg);
     free(a), free(b), free(la), free(lb), free(ref.mem);
@@ -954,6 +1036,7 @@ static void check_family(const mk_config *cfg)
         }
     }
     mk_decoder_free(dc), mk_decoder_free(dg);
+    check_bf16_kv_decoding(mc, name);
     mk_model_free(mc), mk_model_free(mg);
     free(a), free(b), free(la), free(lb);
 }

@@ -651,12 +651,14 @@ static int g_bw;          /* model.bf16_weights: 0 false, 1 true, 2 the integer 
 static int g_bp;          /* model.bf16_products: 0 absent, 1 true */
 static const char *g_dev; /* model.device */
 static const char *g_mm;  /* model.matmul, or NULL */
+static const char *g_kv;  /* model.kv_cache, or NULL */
 /* model: {n_layer: 2, bf16_weights, bf16_products, device} */
 static void model_opts(msgpack_packer *pk)
 {
     msgpack_pack_map(pk, 1), key(pk, "model");
-    msgpack_pack_map(pk, 2 + (g_bw != 3) + (g_bp != 0) + (g_mm != NULL));
+    msgpack_pack_map(pk, 2 + (g_bw != 3) + (g_bp != 0) + (g_mm != NULL) + (g_kv != NULL));
     if (g_mm) key(pk, "matmul"), key(pk, g_mm);
+    if (g_kv) key(pk, "kv_cache"), key(pk, g_kv);
     key(pk, "n_layer"), msgpack_pack_int(pk, 2);
     if (g_bw != 3) key(pk, "bf16_weights");
     if (g_bw == 2)
@@ -705,6 +707,35 @@ static void test_model_device_bf16(void **st)
     g_bw = 0, g_dev = "tpu";
     assert_int_equal(read_model("rollout", NULL, model_opts, &ms, why, sizeof why), MANTA_EINVAL);
     assert_non_null(strstr(why, "'tpu': expected cpu or cuda"));
+    /* model.kv_cache: f32 (the default) or bf16, which opens (and decodes with) bfloat16
+     * caches; anything else is refused naming the key */
+    g_dev = "cpu", g_bw = 3;
+    assert_int_equal(read_model("rollout", NULL, model_opts, &ms, why, sizeof why), 0);
+    assert_int_equal(ms.bf16_kv, 0);
+    g_kv = "f32";
+    assert_int_equal(read_model("rollout", NULL, model_opts, &ms, why, sizeof why), 0);
+    assert_int_equal(ms.bf16_kv, 0);
+    g_kv = "bf16";
+    assert_int_equal(read_model("rollout", NULL, model_opts, &ms, why, sizeof why), 0);
+    assert_int_equal(ms.bf16_kv, 1);
+    assert_int_equal(ms.bf16_weights, 0);
+    assert_int_equal(rl_model_open(&ms, 1, 8, MK_MODEL_INFER | MK_MODEL_BF16_KV, &m), 0);
+    {
+        mk_decoder *d = NULL;
+        int tok[3] = {1, 2, 3}, slot = 0, out = -1;
+        float t = 0.0f, tp = 1.0f;
+        assert_int_equal(mk_decoder_new_ctx(&d, m, 1, 8), MK_OK);
+        assert_int_equal(mk_decoder_append(d, 0, tok, 3), MK_OK);
+        assert_int_equal(mk_decoder_step(d, &slot, 1, &t, &tp, &out, NULL, NULL), MK_OK);
+        assert_true(out >= 0);
+        mk_decoder_free(d);
+    }
+    mk_model_free(m);
+    g_kv = "fp16";
+    assert_int_equal(read_model("rollout", NULL, model_opts, &ms, why, sizeof why), MANTA_EINVAL);
+    assert_non_null(strstr(why, "model.kv_cache"));
+    assert_non_null(strstr(why, "'fp16': expected f32 or bf16"));
+    g_kv = NULL, g_bw = 0;
     /* model.matmul: tf32 / bf16 need cuda; an unknown value is refused */
     g_dev = "cpu", g_mm = "bf16";
     assert_int_equal(read_model("learner", NULL, model_opts, &ms, why, sizeof why), MANTA_EINVAL);
