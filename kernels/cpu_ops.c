@@ -1279,6 +1279,18 @@ typedef uint16_t v16hu __attribute__((vector_size(32), aligned(2), may_alias));
 #define load16b(p) ((v16)(__builtin_convertvector(*(const v16hu *)(p), v16i) << 16))
 #define load16kv(p, b16, off)                                                                      \
     ((b16) ? load16b((const uint16_t *)(p) + (off)) : (v16)load16((const float *)(p) + (off)))
+/* Vector i of nv (a head of 16 nv values) at element off, in the order the value pass
+ * accumulates: floats in order; bfloat16s by pairs of vectors, as the packed weights (wload_pair):
+ * one 64-byte load of values 32c .. 32c + 31 gives vector 2c, the even ones, by a shift and
+ * vector 2c + 1, the odd ones, by a mask (no shuffle port, which the widening above uses); the
+ * last vector of an odd nv in order.  The pass puts pairs back in order as it stores them; each
+ * value's sum is the same as in order. */
+#define load16v(p, b16, off, i, nv)                                                                \
+    (!(b16)                      ? (v16)load16((const float *)(p) + (off) + 16 * (i))              \
+     : (i) == (nv)-1 && (nv) % 2 ? load16b((const uint16_t *)(p) + (off) + 16 * (i))               \
+     : (i) % 2 ? (v16)(*(const v16iu *)((const uint16_t *)(p) + (off) + 16 * ((i)-1)) &            \
+                       ((v16i){0} + 0xffff0000u))                                                  \
+               : (v16)(*(const v16iu *)((const uint16_t *)(p) + (off) + 16 * (i)) << 16))
 
 /* Sum of the 16 lanes, pairwise. */
 typedef float v8f __attribute__((vector_size(32)));
@@ -1316,12 +1328,13 @@ MK_INLINE void attend_heads(float *y, const float *q, const void *k, const void 
         size_t kt = (size_t)t * KV;
         for (int g = 0; g < ng; g++) {
             size_t kh = kt + (size_t)g * hs;
+            v16 kr[8]; /* the key, read (and widened) once for the group */
+            for (int i = 0; i < nv; i++) kr[i] = load16kv(k, b16, kh + 16 * i);
             for (int j = 0; j < G; j++) {
                 int h = g * G + j;
                 const float *qh = q + h * hs;
-                v16 s = (v16)load16(qh) * load16kv(k, b16, kh);
-                for (int i = 1; i < nv; i++)
-                    s += (v16)load16(qh + 16 * i) * load16kv(k, b16, kh + 16 * i);
+                v16 s = (v16)load16(qh) * kr[0];
+                for (int i = 1; i < nv; i++) s += (v16)load16(qh + 16 * i) * kr[i];
                 a[(size_t)h * Tmax + t] = hsum16(&s) * scale;
             }
         }
@@ -1336,14 +1349,28 @@ MK_INLINE void attend_heads(float *y, const float *q, const void *k, const void 
         for (; t + 2 <= n; t += 2) {
             size_t v0 = vh + (size_t)t * KV, v1 = v0 + KV;
             for (int i = 0; i < nv; i++) {
-                even[i] += p[t] * load16kv(v, b16, v0 + 16 * i);
-                odd[i] += p[t + 1] * load16kv(v, b16, v1 + 16 * i);
+                even[i] += p[t] * load16v(v, b16, v0, i, nv);
+                odd[i] += p[t + 1] * load16v(v, b16, v1, i, nv);
             }
         }
         if (t < n)
             for (int i = 0; i < nv; i++)
-                even[i] += p[t] * load16kv(v, b16, vh + (size_t)t * KV + 16 * i);
-        for (int i = 0; i < nv; i++) store16(y + h * hs + 16 * i, even[i] + odd[i]);
+                even[i] += p[t] * load16v(v, b16, vh + (size_t)t * KV, i, nv);
+        for (int i = 0; i < nv; i++) {
+            v16 yi = even[i] + odd[i];
+            if (b16 && !(i == nv - 1 && nv % 2)) { /* a pair: back in order */
+                v16 hi = even[i + 1] + odd[i + 1];
+                store16(y + h * hs + 16 * i,
+                        __builtin_shufflevector(yi, hi, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6,
+                                                22, 7, 23));
+                store16(y + h * hs + 16 * i + 16,
+                        __builtin_shufflevector(yi, hi, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13,
+                                                29, 14, 30, 15, 31));
+                i++;
+            } else {
+                store16(y + h * hs + 16 * i, yi);
+            }
+        }
     }
 }
 
