@@ -2,6 +2,7 @@
  * bench_gpu.c - the policy on one CUDA device against PyTorch on the same device.
  *
  *   build/tests/bench/bench_gpu [--only-gpt2 | --only-llama] [--quick] [--bf16-weights]
+ *                               [--bf16-kv] [--math fp32|tf32|bf16] [--cpu-tiny]
  *
  * Two models with random weights: GPT-2 124M (12 layers, width 768, 12 heads, vocabulary
  * 50257, context 1024) and the ~0.5B Llama-family configuration of bench_kernels
@@ -27,7 +28,8 @@
  * multiplying as --math says (mk_backend_set_math; default bf16: operands rounded to bfloat16
  * inside cuBLAS for the tensor cores, float sums - the like-for-like of BF16 autocast; fp32 is
  * plain SGEMM; each line names its "math"); decoding on a rollout's model (MK_MODEL_INFER,
- * with --bf16-weights also MK_MODEL_BF16_WEIGHTS).
+ * with --bf16-weights also MK_MODEL_BF16_WEIGHTS, with --bf16-kv also MK_MODEL_BF16_KV:
+ * bfloat16 KV caches).
  *
  * Baseline: tests/bench/bench_gpu_torch.py (transformers' GPT2LMHeadModel /
  * LlamaForCausalLM, eager, SDPA attention) with $MANTA_PYTHON (default python3), run once per
@@ -35,7 +37,9 @@
  * the shapes and the step counts Manta ran.  Every figure is printed twice: against PyTorch
  * with BF16 autocast (float32 master weights and AdamW state: mixed precision) and, name
  * suffixed _vs_fp32, against PyTorch in float32 without TF32.  One JSON object per line:
- *   {"name","value","unit","steps","weights","baseline_dtype","baseline","ratio"[,"target"]}
+ *   {"name","value","unit","steps","weights","kv_cache","math","baseline_dtype","baseline",
+ *    "ratio"[,"target"]}
+ * ("weights" and "kv_cache": what the figure's model stored, f32 or bf16)
  * ratio = value / baseline (higher is better for every figure); baseline and ratio are null
  * when torch, transformers or a CUDA device is missing on the Python side (BENCH_NO_TORCH=1
  * skips it).  "target" is the issue's target ratio (training >= 1.0, top-p decoding >= 3.0
@@ -132,7 +136,7 @@ static const plan full_plan = {2, 8, 1024, 8, 16, 64, 256, 64, 16, 32, 64, 32, 1
 static const plan quick_plan = {1, 8, 1024, 2, 16, 64, 256, 8, 2, 4, 64, 32, 16, 8, 1, 5.0};
 static const plan tiny_plan = {1, 2, 32, 2, 4, 4, 8, 3, 3, 3, 4, 4, 4, 2, 1, 5.0};
 
-static int cpu_tiny = 0, bf16_weights = 0, torch_off = 0;
+static int cpu_tiny = 0, bf16_weights = 0, bf16_kv = 0, torch_off = 0;
 /* --math: how Manta's float products multiply (mk_backend_set_math) */
 static mk_math math = MK_MATH_BF16;
 static int math_given;
@@ -418,12 +422,12 @@ static void torch_run(const bmodel *bm, const plan *p, double base[N_DT][N_FIG])
 
 /* ---- one model ------------------------------------------------------------------------ */
 
-static void report(const char *model, int f, double value, int steps, const char *weights, int d,
-                   double base)
+static void report(const char *model, int f, double value, int steps, const char *weights,
+                   const char *kv, int d, double base)
 {
     printf("{\"name\":\"%s_%s%s\",\"value\":%.1f,\"unit\":\"tokens/s\",\"steps\":%d,"
-           "\"weights\":\"%s\",\"math\":\"%s\",\"baseline_dtype\":\"%s\",",
-           model, fig_name[f], d == D_FP32 ? "_vs_fp32" : "", value, steps, weights,
+           "\"weights\":\"%s\",\"kv_cache\":\"%s\",\"math\":\"%s\",\"baseline_dtype\":\"%s\",",
+           model, fig_name[f], d == D_FP32 ? "_vs_fp32" : "", value, steps, weights, kv,
            math_name[math], dt_name[d]);
     if (isnan(base) || base <= 0)
         printf("\"baseline\":null,\"ratio\":null");
@@ -461,7 +465,8 @@ static void bench_model(const bmodel *bm, plan p)
             bm->name, p.rl_prompts, p.rl_prompt_len, p.rl_gen, rl[0], rl[1], rl[2], cycles);
     mk_model_free(m);
     /* a rollout's model: decoding only */
-    unsigned flags = MK_MODEL_INFER | (bf16_weights ? MK_MODEL_BF16_WEIGHTS : 0u);
+    unsigned flags = MK_MODEL_INFER | (bf16_weights ? MK_MODEL_BF16_WEIGHTS : 0u) |
+                     (bf16_kv ? MK_MODEL_BF16_KV : 0u);
     CHECK(mk_model_new_ex(&m, &bm->cfg, 1, 1, be, flags));
     mk_model_init(m, 1);
     v[F_DEC64] = bench_decode(m, &p, p.slots, p.dec64_steps, 1.0f, 1.0f, &steps[F_DEC64]);
@@ -479,16 +484,16 @@ static void bench_model(const bmodel *bm, plan p)
     double base[N_DT][N_FIG];
     torch_run(bm, &p, base);
     for (int f = 0; f < N_FIG; f++) {
-        const char *w =
-            (f == F_DEC64 || f == F_TOPP || f == F_DEC256) && bf16_weights ? "bf16" : "f32";
-        for (int d = 0; d < N_DT; d++) report(bm->name, f, v[f], steps[f], w, d, base[d][f]);
+        int dec = f == F_DEC64 || f == F_TOPP || f == F_DEC256;
+        const char *w = dec && bf16_weights ? "bf16" : "f32", *kv = dec && bf16_kv ? "bf16" : "f32";
+        for (int d = 0; d < N_DT; d++) report(bm->name, f, v[f], steps[f], w, kv, d, base[d][f]);
     }
 }
 
 static int usage(const char *argv0)
 {
     fprintf(stderr,
-            "usage: %s [--only-gpt2 | --only-llama] [--quick] [--bf16-weights]\n"
+            "usage: %s [--only-gpt2 | --only-llama] [--quick] [--bf16-weights] [--bf16-kv]\n"
             "          [--math fp32|tf32|bf16] [--cpu-tiny]\n"
             "  GPT-2 124M and a 0.5B Llama on one CUDA device against PyTorch (transformers,\n"
             "  eager, SDPA; BF16 autocast and FP32) via $MANTA_PYTHON (default python3).\n"
@@ -509,6 +514,8 @@ int main(int argc, char **argv)
             quick = 1;
         else if (!strcmp(argv[i], "--bf16-weights"))
             bf16_weights = 1;
+        else if (!strcmp(argv[i], "--bf16-kv"))
+            bf16_kv = 1;
         else if (!strcmp(argv[i], "--math") && i + 1 < argc) {
             int k = 0;
             while (k < 3 && strcmp(argv[i + 1], math_name[k])) k++;
