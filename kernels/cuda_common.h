@@ -9,8 +9,9 @@
  * on machines without a GPU.  Two things in CUDA C++ cannot be spelled in plain C++, so the
  * kernels write them through these macros:
  *
- *   MK_LAUNCH(grid, block, smem, kernel)(args...)   kernel<<<grid, block, smem>>>(args...)
- *   MK_DYNAMIC_SMEM(type, name);                    extern __shared__ type name[];
+ *   MK_LAUNCH(grid, block, smem, kernel)(args...)   kernel<<<grid, block, smem,
+ * MK_STREAM>>>(args...) MK_DYNAMIC_SMEM(type, name);                    extern __shared__ type
+ * name[];
  *
  * (kernel may be a template-id with commas, e.g. attn_fwd_k<4, 4, 1>: it is the variadic tail).
  */
@@ -21,12 +22,17 @@
 
 #include "mk_internal.h"
 
+/* Every kernel and every cuBLAS call goes to the calling thread's default stream: a blocking
+ * stream, so the synchronous copies (on the legacy stream) stay ordered after its work as
+ * before, and, unlike the legacy stream, one that a CUDA graph can capture (graph_run). */
+#define MK_STREAM cudaStreamPerThread
+
 #ifdef MK_CUDA_EMU
 #define MK_LAUNCH(grid, block, smem, ...)                                                          \
     mk_emu_launch((grid), (block), (smem), #__VA_ARGS__, __VA_ARGS__)
 #define MK_DYNAMIC_SMEM(type, name) type *name = (type *)mk_emu_dynamic_smem()
 #else
-#define MK_LAUNCH(grid, block, smem, ...) __VA_ARGS__<<<(grid), (block), (smem)>>>
+#define MK_LAUNCH(grid, block, smem, ...) __VA_ARGS__<<<(grid), (block), (smem), MK_STREAM>>>
 #define MK_DYNAMIC_SMEM(type, name)       extern __shared__ type name[]
 #endif
 

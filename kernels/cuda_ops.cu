@@ -24,6 +24,8 @@
  */
 #include <cublas_v2.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda_common.h"
 
@@ -924,6 +926,50 @@ static void scale(float *x, float s, size_t n)
     LAUNCHED();
 }
 
+/* ---- CUDA graphs ---------------------------------------------------------- */
+
+static int graphs_off = -1; /* MANTA_CUDA_GRAPHS=0, or a capture failed */
+
+static void graph_run(void **graph, void (*fn)(void *), void *ctx)
+{
+    if (graphs_off < 0) {
+        const char *e = getenv("MANTA_CUDA_GRAPHS");
+        graphs_off = e && !strcmp(e, "0");
+    }
+    if (graphs_off) {
+        fn(ctx);
+        return;
+    }
+    if (!*graph) {
+        cudaGraph_t g = NULL;
+        cudaGraphExec_t x = NULL;
+        cudaError_t e = cudaStreamBeginCapture(MK_STREAM, cudaStreamCaptureModeThreadLocal);
+        if (e == cudaSuccess) {
+            fn(ctx);
+            e = cudaStreamEndCapture(MK_STREAM, &g);
+        }
+        if (e == cudaSuccess) e = cudaGraphInstantiate(&x, g, 0);
+        if (g) cudaGraphDestroy(g);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError(); /* the failed capture's error is handled here */
+            fprintf(stderr,
+                    "manta kernels: capturing a CUDA graph failed (%s); decoding runs without "
+                    "graphs from now on\n",
+                    cudaGetErrorString(e));
+            graphs_off = 1;
+            fn(ctx); /* nothing captured ran: run it now */
+            return;
+        }
+        *graph = x;
+    }
+    CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)*graph, MK_STREAM));
+}
+
+static void graph_free(void *graph)
+{
+    if (graph) CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)graph));
+}
+
 /* ---- the table ---------------------------------------------------------- */
 
 /* in the order of struct mk__backend (mk_internal.h) */
@@ -937,6 +983,7 @@ static const mk_backend cuda_backend = {
     row_stats, row_grad,   adamw,      sumsq,       scale,       mm_fwd_bf16a,
     mk__cuda_sample_rows, /* cuda_sample.cu */
     set_math,  add_norm_fwd, kv_store_bf16, attn_decode_bf16,
+    graph_run, graph_free,
 };
 /* clang-format on */
 
@@ -956,6 +1003,16 @@ extern "C" const mk_backend *mk_backend_cuda(void)
     cublasStatus_t s = cublasCreate(&blas);
     if (s != CUBLAS_STATUS_SUCCESS) {
         mk__fail(MK_ERR_DEVICE, "cublasCreate: %s", cublasGetStatusString(s));
+        return NULL;
+    }
+    /* cuBLAS on the kernels' stream, with a workspace of its own so that a graph capture
+     * never makes it allocate */
+    void *ws = NULL;
+    size_t ws_bytes = (size_t)32 << 20;
+    if ((s = cublasSetStream(blas, MK_STREAM)) != CUBLAS_STATUS_SUCCESS ||
+        cudaMalloc(&ws, ws_bytes) != cudaSuccess ||
+        (s = cublasSetWorkspace(blas, ws, ws_bytes)) != CUBLAS_STATUS_SUCCESS) {
+        mk__fail(MK_ERR_DEVICE, "cuBLAS stream and workspace: %s", cublasGetStatusString(s));
         return NULL;
     }
     e = cudaMalloc(&sumsq_acc, sizeof(double));

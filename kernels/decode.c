@@ -54,13 +54,14 @@ struct mk_decoder {
     void *sample_scratch;        /* n_scratch x MK_SAMPLE_SCRATCH(V) */
     int n_scratch;
     /* sampling in the back-end (be->sample_rows) */
-    int *lg_row;  /* host [S]: slot s's last logits are row lg_row[s] of d->logits; -1: in
-                     h_logits (or none) */
-    float *swork; /* back-end [S, V] the sampler's scratch */
-    float *d_sp;  /* back-end [3S] a step's temperatures, top-p, uniforms (n each) */
-    int *d_so;    /* back-end [3S] a step's tokens, then logp_sample, logp_policy (floats) */
-    float *h_sp;  /* host [3S] */
-    int *h_so;    /* host [3S] */
+    int *lg_row;   /* host [S]: slot s's last logits are row lg_row[s] of d->logits; -1: in
+                      h_logits (or none) */
+    float *swork;  /* back-end [S, V] the sampler's scratch */
+    float *d_sp;   /* back-end [3S] a step's temperatures, top-p, uniforms (n each) */
+    void **graphs; /* host [S + 1]: the CUDA graph of a step of R rows (be->graph_run), or NULL */
+    int *d_so;     /* back-end [3S] a step's tokens, then logp_sample, logp_policy (floats) */
+    float *h_sp;   /* host [3S] */
+    int *h_so;     /* host [3S] */
 };
 
 int mk_decoder_new(mk_decoder **out, mk_model *m, int n_slots)
@@ -109,8 +110,9 @@ int mk_decoder_new_ctx(mk_decoder **out, mk_model *m, int n_slots, int context)
     d->lg_row = malloc(sizeof(int) * (size_t)n_slots);
     d->h_sp = malloc(sizeof(float) * 3 * (size_t)n_slots);
     d->h_so = malloc(sizeof(int) * 3 * (size_t)n_slots);
+    if (be->graph_run) d->graphs = calloc((size_t)n_slots + 1, sizeof(void *));
     if (!d->len || !d->rng || !d->h_tok || !d->h_logits || !d->sample_scratch || !d->lg_row ||
-        !d->h_sp || !d->h_so) {
+        !d->h_sp || !d->h_so || (be->graph_run && !d->graphs)) {
         mk_decoder_free(d);
         return mk__fail(MK_ERR_NOMEM, "cannot allocate decoder tables");
     }
@@ -160,6 +162,10 @@ void mk_decoder_free(mk_decoder *d)
     free(d->lg_row);
     free(d->h_sp);
     free(d->h_so);
+    if (d->graphs)
+        for (int r = 0; r <= d->S; r++)
+            if (d->graphs[r]) d->m->be->graph_free(d->graphs[r]);
+    free(d->graphs);
     free(d);
 }
 
@@ -227,10 +233,19 @@ static void linear(const mk_decoder *d, float *out, const float *inp, int l, int
         m->be->mm_fwd(out, inp, P(i), bias, R, IC, OC);
 }
 
-/* Runs R rows (host h_tok/h_slot/h_pos) through the model, storing keys and
- * values; with want_logits, leaves logits [R,V] in d->logits. */
-static void run_rows(mk_decoder *d, int R, int want_logits)
+/* what rows_body works on: only values that are the same at every step of R rows, so that a
+ * CUDA graph of it can be replayed (graph_run) */
+typedef struct rows_job {
+    mk_decoder *d;
+    int R, want_logits;
+} rows_job;
+
+/* The model over R rows already uploaded (d_tok, d_slot, d_pos): launches only, no copy */
+static void rows_body(void *job)
 {
+    const rows_job *j = job;
+    mk_decoder *d = j->d;
+    int R = j->R, want_logits = j->want_logits;
     mk_model *m = d->m;
     const mk_backend *be = m->be;
     const mk_config *c = &m->cfg;
@@ -238,10 +253,6 @@ static void run_rows(mk_decoder *d, int R, int want_logits)
     int V = c->vocab_size, W = (int)mk__qkv_width(c), A = (int)mk__att_width(c);
     int F = (int)mk__mlp_in(c), H = (int)mk__mlp_hidden(c), rot = mk__rotary(c);
     size_t RC = (size_t)R * C, layer_cache = (size_t)d->S * d->Tmax * NKV * hd;
-    mk__bf16_sync(m); /* new weights since the last call: remake the bfloat16 copies */
-    be->upload(d->d_tok, d->h_tok, sizeof(int) * R);
-    be->upload(d->d_slot, d->h_slot, sizeof(int) * R);
-    be->upload(d->d_pos, d->h_pos, sizeof(int) * R);
     be->embed_fwd(d->x, d->d_tok, d->d_pos, TP(MK_T_WTE), TP(MK_T_WPE), R, C);
     for (int l = 0; l < L; l++) {
         size_t lc = l * layer_cache;
@@ -292,6 +303,24 @@ static void run_rows(mk_decoder *d, int R, int want_logits)
         else
             be->head_fwd(d->logits, d->ln, P(ht), R, C, V);
     }
+}
+
+/* Runs R rows (host h_tok/h_slot/h_pos) through the model, storing keys and values; with
+ * want_logits, leaves logits [R,V] in d->logits.  A step (want_logits) replays the CUDA graph
+ * of its row count where the back-end has graphs (d->graphs); prompts run as they stand. */
+static void run_rows(mk_decoder *d, int R, int want_logits)
+{
+    mk_model *m = d->m;
+    const mk_backend *be = m->be;
+    mk__bf16_sync(m); /* new weights since the last call: remake the bfloat16 copies */
+    be->upload(d->d_tok, d->h_tok, sizeof(int) * R);
+    be->upload(d->d_slot, d->h_slot, sizeof(int) * R);
+    be->upload(d->d_pos, d->h_pos, sizeof(int) * R);
+    rows_job j = {d, R, want_logits};
+    if (want_logits && d->graphs && R <= d->S)
+        be->graph_run(&d->graphs[R], rows_body, &j);
+    else
+        rows_body(&j);
 }
 
 int mk_decoder_append(mk_decoder *d, int slot, const int *tokens, int n)

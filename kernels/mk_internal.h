@@ -195,6 +195,14 @@ struct mk__backend {
     void (*attn_decode_bf16)(float *out, float *att, const float *qkv, const uint16_t *kc,
                              const uint16_t *vc, const int *slot, const int *pos, int R, int NH,
                              int NKV, int hd, int Tmax);
+    /* Optional (NULL: fn(ctx) runs as it stands).  Runs fn(ctx) - a sequence of this back-end's
+     * ops with no copy and no host synchronisation - as one CUDA graph: captured into *graph
+     * when it is NULL (kept there for the caller to free with graph_free), replayed after.  A
+     * replay repeats the launches as captured: the same pointers and scalars, reading the
+     * arrays' current contents.  A capture that fails (or MANTA_CUDA_GRAPHS=0) runs fn
+     * directly, then and from then on. */
+    void (*graph_run)(void **graph, void (*fn)(void *ctx), void *ctx);
+    void (*graph_free)(void *graph);
 };
 
 extern const mk_backend mk__cpu_backend;

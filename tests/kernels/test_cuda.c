@@ -838,6 +838,56 @@ static void check_bf16_kv_decoding(const mk_model *src, const char *name)
     free(p);
 }
 
+#ifdef MK_CUDA_EMU_TEST
+long mk_emu_graph_launches(void); /* tests/kernels/cuda_emu: graphs launched so far */
+#endif
+
+/* Decoding steps replay a CUDA graph per row count (graph_run): steps of 1, 2, 3, 1, 2, 3
+ * slots after prompts (growing: a graph of fewer rows replayed for more would leave rows out), each
+ * against the CPU, so every row count is captured once and replayed with new tokens, positions and
+ * slots; then a parameter write (mk_model_params), which a replay must read.  On the emulator, the
+ * replays are counted. */
+static void check_graph_decoding(mk_model *mc, mk_model *mg, int Vv)
+{
+    mk_decoder *dc, *dg;
+    assert_mk_ok(mk_decoder_new(&dc, mc, 3));
+    assert_mk_ok(mk_decoder_new(&dg, mg, 3));
+    int prompt[5] = {5, 4, 3, 2, 1}, slots[3] = {2, 0, 1};
+    float temp[3] = {0, 0, 0}, topp[3] = {1, 1, 1};
+    for (int s = 0; s < 3; s++) {
+        mk_decoder_reset(dc, s, 3), mk_decoder_reset(dg, s, 3);
+        assert_mk_ok(mk_decoder_append(dc, s, prompt, 1 + s));
+        assert_mk_ok(mk_decoder_append(dg, s, prompt, 1 + s));
+    }
+#ifdef MK_CUDA_EMU_TEST
+    long g0 = mk_emu_graph_launches();
+#endif
+    for (int k = 0; k < 8; k++) {
+        if (k == 6) { /* new weights between replays: the same arrays, other values */
+            size_t n = mk_model_num_params(mc);
+            float *p = malloc(n * sizeof(float));
+            assert_non_null(p);
+            assert_mk_ok(mk_model_read_params(mc, p, 0, n));
+            for (size_t i = 0; i < n; i += 7) p[i] *= 0.5f;
+            assert_mk_ok(mk_model_write_params(mc, p, 0, n));
+            assert_mk_ok(mk_model_write_params(mg, p, 0, n));
+            free(p);
+        }
+        int n = 1 + k % 3, tc[3], tg[3];
+        assert_mk_ok(mk_decoder_step(dc, slots, n, temp, topp, tc, NULL, NULL));
+        assert_mk_ok(mk_decoder_step(dg, slots, n, temp, topp, tg, NULL, NULL));
+        assert_memory_equal(tc, tg, sizeof(int) * (size_t)n);
+        for (int i = 0; i < n; i++)
+            check_close(mk_decoder_last_logits(dg, slots[i]), mk_decoder_last_logits(dc, slots[i]),
+                        (size_t)Vv, 1e-4, 1e-4, "decode logits, steps of 1, 2 and 3 slots");
+    }
+#ifdef MK_CUDA_EMU_TEST
+    /* 8 steps of 3 row counts: 3 captures (each then launched) and 5 replays */
+    assert_int_equal(mk_emu_graph_launches() - g0, 8);
+#endif
+    mk_decoder_free(dc), mk_decoder_free(dg);
+}
+
 static void test_model_gpt2(void **state)
 {
     (void)state;
@@ -910,6 +960,7 @@ static void test_model_gpt2(void **state)
                         (size_t)ref.cfg.vocab_size, 1e-4, 1e-4, "decode logits");
     }
     mk_decoder_free(dc), mk_decoder_free(dg);
+    check_graph_decoding(mc, mg, ref.cfg.vocab_size);
     check_bf16_kv_decoding(mc, "gpt2");
     check_sampled_decoding(mg, ref.cfg.vocab_size);
     mk_model_free(mc), mk_model_free(mg);

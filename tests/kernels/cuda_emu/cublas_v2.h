@@ -39,6 +39,8 @@ typedef enum {
 typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
 
 cublasStatus_t cublasCreate(cublasHandle_t *handle);
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t s);
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void *workspace, size_t bytes);
 cublasStatus_t cublasDestroy(cublasHandle_t handle);
 const char *cublasGetStatusString(cublasStatus_t s);
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m,

@@ -19,6 +19,7 @@
 
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <vector>
@@ -432,8 +433,88 @@ cudaError_t set_max_dynamic_smem(const void *kernel, int bytes)
     return cudaSuccess;
 }
 
+} /* namespace mk_emu */
+
+namespace
+{
+/* one recorded operation: run(arg), arg owned (free_) */
+struct op {
+    void (*run)(const void *);
+    void *arg;
+    void (*free_)(void *);
+};
+struct launch_rec {
+    const char *name;
+    const void *kernel;
+    dim3 grid, block;
+    size_t smem;
+    void (*run)(const void *);
+    void *closure;
+    void (*free_closure)(void *);
+};
+} /* namespace */
+struct op_list {
+    std::vector<op> ops;
+    ~op_list()
+    {
+        for (op &o : ops) o.free_(o.arg);
+    }
+};
+/* a graph and its instances share the recorded operations */
+struct mk_emu_graph {
+    std::shared_ptr<op_list> list;
+};
+namespace
+{
+mk_emu_graph *capture; /* the graph being captured, or NULL */
+bool capture_broken;   /* a copy or a synchronisation happened during it */
+long graph_launches;
+void launch_now(const char *name, const void *kernel, dim3 grid, dim3 block, size_t smem,
+                void (*run)(const void *), const void *closure);
+} /* namespace */
+
+namespace mk_emu
+{
+
+bool capturing(void)
+{
+    return capture != NULL;
+}
+
+void record(void (*run)(const void *), const void *closure, void *(*copy)(const void *),
+            void (*free_)(void *))
+{
+    capture->list->ops.push_back(op{run, copy(closure), free_});
+}
+
 void launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t smem,
-            void (*run)(const void *), const void *closure)
+            void (*run)(const void *), const void *closure, void *(*copy)(const void *),
+            void (*free_)(void *))
+{
+    if (!capture) {
+        launch_now(name, kernel, grid, block, smem, run, closure);
+        return;
+    }
+    launch_rec *r = new launch_rec{name, kernel, grid, block, smem, run, copy(closure), free_};
+    capture->list->ops.push_back(op{[](const void *p) {
+                                        const launch_rec *l = (const launch_rec *)p;
+                                        launch_now(l->name, l->kernel, l->grid, l->block, l->smem,
+                                                   l->run, l->closure);
+                                    },
+                                    r,
+                                    [](void *p) {
+                                        launch_rec *l = (launch_rec *)p;
+                                        l->free_closure(l->closure);
+                                        delete l;
+                                    }});
+}
+
+} /* namespace mk_emu */
+
+namespace
+{
+void launch_now(const char *name, const void *kernel, dim3 grid, dim3 block, size_t smem,
+                void (*run)(const void *), const void *closure)
 {
     std::lock_guard<std::mutex> g(mu);
     init_once();
@@ -474,7 +555,7 @@ void launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t 
     kname = NULL;
 }
 
-} /* namespace mk_emu */
+} /* namespace */
 
 /* ---- the runtime API ------------------------------------------------------------------- */
 
@@ -504,9 +585,19 @@ cudaError_t cudaFree(void *p)
     return cudaSuccess;
 }
 
+/* a synchronous call during a capture: the capture is broken (cudaStreamEndCapture says so) */
+static bool in_capture(void)
+{
+    if (!capture) return false;
+    capture_broken = true;
+    fail(cudaErrorStreamCaptureUnsupported);
+    return true;
+}
+
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
 {
     std::lock_guard<std::mutex> g(mu);
+    if (in_capture()) return cudaErrorStreamCaptureUnsupported;
     bool dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
     bool sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
     if (kind == cudaMemcpyDefault) dd = device_range(dst, bytes), sd = device_range(src, bytes);
@@ -520,6 +611,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
 cudaError_t cudaMemset(void *p, int value, size_t bytes)
 {
     std::lock_guard<std::mutex> g(mu);
+    if (in_capture()) return cudaErrorStreamCaptureUnsupported;
     if (!device_range(p, bytes)) return fail(cudaErrorInvalidValue);
     memset(p, value, bytes);
     return cudaSuccess;
@@ -554,6 +646,10 @@ const char *cudaGetErrorString(cudaError_t e)
         return "invalid device pointer";
     case cudaErrorNoDevice:
         return "no CUDA-capable device is detected";
+    case cudaErrorStreamCaptureUnsupported:
+        return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+        return "operation failed due to a previous error during capture";
     }
     return "unknown error";
 }
@@ -566,7 +662,71 @@ cudaError_t cudaGetDeviceCount(int *n)
 
 cudaError_t cudaDeviceSynchronize(void)
 {
+    std::lock_guard<std::mutex> g(mu);
+    return in_capture() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    std::lock_guard<std::mutex> g(mu);
+    return in_capture() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode)
+{
+    std::lock_guard<std::mutex> g(mu);
+    if (s != cudaStreamPerThread || capture) return fail(cudaErrorInvalidValue); /* not legacy */
+    capture = new mk_emu_graph{std::make_shared<op_list>()};
+    capture_broken = false;
     return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph)
+{
+    std::lock_guard<std::mutex> g(mu);
+    if (!capture || s != cudaStreamPerThread) return fail(cudaErrorInvalidValue);
+    mk_emu_graph *c = capture;
+    capture = NULL;
+    if (capture_broken) {
+        delete c;
+        *graph = NULL;
+        return fail(cudaErrorStreamCaptureInvalidated);
+    }
+    *graph = c;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags)
+{
+    if (!graph || !exec) return cudaErrorInvalidValue;
+    *exec = new mk_emu_graph{graph->list};
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s)
+{
+    if (!exec || capture) return cudaErrorInvalidValue;
+    for (const op &o : exec->list->ops) o.run(o.arg);
+    graph_launches++;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+    delete graph;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
+{
+    delete exec;
+    return cudaSuccess;
+}
+
+/* graphs launched so far (tests/kernels/test_cuda.c checks that decoding replays them) */
+extern "C" long mk_emu_graph_launches(void)
+{
+    return graph_launches;
 }
 
 /* ---- cuBLAS ---------------------------------------------------------------------------- */
@@ -579,6 +739,16 @@ cublasStatus_t cublasCreate(cublasHandle_t *handle)
 {
     *handle = new cublasContext{0};
     return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t s)
+{
+    return handle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
+}
+
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void *workspace, size_t bytes)
+{
+    return handle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
 }
 
 cublasStatus_t cublasDestroy(cublasHandle_t handle)
@@ -653,17 +823,60 @@ std::vector<float> operand(const void *p, cudaDataType t, int ld, int cols, cubl
 
 } /* namespace */
 
+namespace
+{
+/* a product's arguments, kept by value while a capture records it (alpha and beta are read
+ * when the call is made, as cuBLAS reads host scalars) */
+struct gemm_call {
+    cublasOperation_t ta, tb;
+    int m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    const void *A, *B;
+    cudaDataType type;
+    float *C;
+    cublasComputeType_t compute;
+};
+
+void gemm_run(const void *p)
+{
+    const gemm_call *g = (const gemm_call *)p;
+    if (g->m == 0 || g->n == 0) return;
+    CBLAS_TRANSPOSE ta = g->ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans;
+    CBLAS_TRANSPOSE tb = g->tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans;
+    if (g->type == CUDA_R_32F && g->compute == CUBLAS_COMPUTE_32F) {
+        cblas_sgemm(CblasColMajor, ta, tb, g->m, g->n, g->k, g->alpha, (const float *)g->A, g->lda,
+                    (const float *)g->B, g->ldb, g->beta, g->C, g->ldc);
+        return;
+    }
+    std::vector<float> a =
+        operand(g->A, g->type, g->lda, g->ta == CUBLAS_OP_N ? g->k : g->m, g->compute);
+    std::vector<float> b =
+        operand(g->B, g->type, g->ldb, g->tb == CUBLAS_OP_N ? g->n : g->k, g->compute);
+    cblas_sgemm(CblasColMajor, ta, tb, g->m, g->n, g->k, g->alpha, a.data(), g->lda, b.data(),
+                g->ldb, g->beta, g->C, g->ldc);
+}
+
+cublasStatus_t gemm_call_or_record(const gemm_call &c)
+{
+    if (mk_emu::capturing())
+        mk_emu::record(
+            gemm_run, &c,
+            [](const void *p) -> void * { return new gemm_call(*(const gemm_call *)p); },
+            [](void *p) { delete (gemm_call *)p; });
+    else
+        gemm_run(&c);
+    return CUBLAS_STATUS_SUCCESS;
+}
+} /* namespace */
+
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m,
                            int n, int k, const float *alpha, const float *A, int lda,
                            const float *B, int ldb, const float *beta, float *C, int ldc)
 {
     if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (!gemm_args(ta, tb, m, n, k, lda, ldb, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
-    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-    cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
-                tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, *alpha, A, lda, B, ldb,
-                *beta, C, ldc);
-    return CUBLAS_STATUS_SUCCESS;
+    return gemm_call_or_record(gemm_call{ta, tb, m, n, k, lda, ldb, ldc, *alpha, *beta, A, B,
+                                         CUDA_R_32F, C, CUBLAS_COMPUTE_32F});
 }
 
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb,
@@ -679,11 +892,6 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasO
          compute != CUBLAS_COMPUTE_32F_FAST_TF32) ||
         algo != CUBLAS_GEMM_DEFAULT)
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-    std::vector<float> a = operand(A, Atype, lda, ta == CUBLAS_OP_N ? k : m, compute);
-    std::vector<float> b = operand(B, Btype, ldb, tb == CUBLAS_OP_N ? n : k, compute);
-    cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
-                tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, *(const float *)alpha,
-                a.data(), lda, b.data(), ldb, *(const float *)beta, (float *)C, ldc);
-    return CUBLAS_STATUS_SUCCESS;
+    return gemm_call_or_record(gemm_call{ta, tb, m, n, k, lda, ldb, ldc, *(const float *)alpha,
+                                         *(const float *)beta, A, B, Atype, (float *)C, compute});
 }

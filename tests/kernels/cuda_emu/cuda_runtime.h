@@ -71,6 +71,8 @@ typedef enum cudaError {
     cudaErrorInvalidConfiguration = 9,
     cudaErrorInvalidDevicePointer = 17,
     cudaErrorNoDevice = 100,
+    cudaErrorStreamCaptureUnsupported = 900,
+    cudaErrorStreamCaptureInvalidated = 901,
 } cudaError_t;
 
 enum cudaMemcpyKind {
@@ -84,6 +86,28 @@ enum cudaMemcpyKind {
 enum cudaFuncAttribute {
     cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
 };
+
+/* streams: one queue (work runs at once, in order); cudaStreamPerThread is the only handle
+ * the back-end uses.  Graphs: a capture records every launch and cuBLAS call made while it is
+ * on (arguments copied as a launch copies them) and a launch of the graph replays them; a
+ * copy, a memset or a synchronisation during a capture fails it, as on a device. */
+typedef struct CUstream_st *cudaStream_t;
+#define cudaStreamPerThread ((cudaStream_t)0x2)
+typedef struct mk_emu_graph *cudaGraph_t;
+typedef struct mk_emu_graph *cudaGraphExec_t;
+enum cudaStreamCaptureMode {
+    cudaStreamCaptureModeGlobal = 0,
+    cudaStreamCaptureModeThreadLocal = 1,
+    cudaStreamCaptureModeRelaxed = 2,
+};
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                 unsigned long long flags);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
 
 cudaError_t cudaMalloc(void **p, size_t bytes);
 template <typename T> static inline cudaError_t cudaMalloc(T **p, size_t bytes)
@@ -120,8 +144,15 @@ void sync_block(void);
 enum shfl_kind { SHFL_NONE, SHFL_XOR, SHFL_DOWN, SHFL_UP, SHFL_IDX };
 uint64_t exchange(uint64_t bits, int kind, int arg, int width);
 void *dynamic_smem(void);
+/* run(closure) on every thread of the grid; while a capture is on, copy(closure) is kept
+ * (free_ drops it) and run at each launch of the graph instead */
 void launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t smem,
-            void (*run)(const void *), const void *closure);
+            void (*run)(const void *), const void *closure, void *(*copy)(const void *),
+            void (*free_)(void *));
+/* true while a capture is on: a host call to record (cuBLAS) rather than run */
+bool capturing(void);
+void record(void (*run)(const void *), const void *closure, void *(*copy)(const void *),
+            void (*free_)(void *));
 
 template <typename T> static inline T shfl(T v, int kind, int arg, int width)
 {
@@ -154,7 +185,8 @@ template <typename... P> struct launcher {
                 const closure *cc = (const closure *)p;
                 std::apply(cc->k, cc->args);
             },
-            &c);
+            &c, [](const void *p) -> void * { return new closure(*(const closure *)p); },
+            [](void *p) { delete (closure *)p; });
     }
 };
 } /* namespace mk_emu */
