@@ -11,9 +11,11 @@
  * and embeddings) use atomicAdd, so those results vary in the last bits from
  * run to run;
  * tests/kernels/test_cuda.c states the tolerance for each op.  Matrix
- * products keep full FP32 (cuBLAS default math mode, no TF32).  All work
- * goes to the default stream; uploads and downloads are synchronous, so a
- * download sees every earlier kernel's result.  Nothing here allocates after
+ * products keep full FP32 unless mk_backend_set_math says otherwise.  All
+ * work goes to the calling thread's default stream (MK_STREAM, a blocking
+ * stream); uploads and downloads are synchronous copies on the legacy
+ * stream, so a download sees every earlier kernel's result.  Decoding steps
+ * replay CUDA graphs of that stream (graph_run).  Nothing here allocates after
  * mk_backend_cuda: decoding attention keeps its scores in the decoder's
  * scratch (global memory, any context length).  Every op returns at once
  * when it has no rows or elements: a launch of an empty grid is an error.
