@@ -41,6 +41,7 @@
 #define LAUNCHED() MK_LAUNCHED("a kernel")
 
 static cublasHandle_t blas;
+static void *blas_workspace; /* cuBLAS's, for as long as the handle lives (mk_backend_cuda) */
 
 static inline int blocks(size_t n, int t)
 {
@@ -1009,11 +1010,10 @@ extern "C" const mk_backend *mk_backend_cuda(void)
     }
     /* cuBLAS on the kernels' stream, with a workspace of its own so that a graph capture
      * never makes it allocate */
-    void *ws = NULL;
     size_t ws_bytes = (size_t)32 << 20;
     if ((s = cublasSetStream(blas, MK_STREAM)) != CUBLAS_STATUS_SUCCESS ||
-        cudaMalloc(&ws, ws_bytes) != cudaSuccess ||
-        (s = cublasSetWorkspace(blas, ws, ws_bytes)) != CUBLAS_STATUS_SUCCESS) {
+        cudaMalloc(&blas_workspace, ws_bytes) != cudaSuccess ||
+        (s = cublasSetWorkspace(blas, blas_workspace, ws_bytes)) != CUBLAS_STATUS_SUCCESS) {
         mk__fail(MK_ERR_DEVICE, "cuBLAS stream and workspace: %s", cublasGetStatusString(s));
         return NULL;
     }
