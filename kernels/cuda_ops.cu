@@ -973,6 +973,11 @@ static void graph_free(void *graph)
     if (graph) CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)graph));
 }
 
+static void stream_sync(void)
+{
+    CUDA_CHECK(cudaStreamSynchronize(MK_STREAM));
+}
+
 /* ---- the table ---------------------------------------------------------- */
 
 /* in the order of struct mk__backend (mk_internal.h) */
@@ -986,7 +991,7 @@ static const mk_backend cuda_backend = {
     row_stats, row_grad,   adamw,      sumsq,       scale,       mm_fwd_bf16a,
     mk__cuda_sample_rows, /* cuda_sample.cu */
     set_math,  add_norm_fwd, kv_store_bf16, attn_decode_bf16,
-    graph_run, graph_free,
+    graph_run, graph_free, stream_sync,
 };
 /* clang-format on */
 

@@ -357,6 +357,30 @@ int mk_model_step(mk_model *m, const mk_adamw_params *p, int t, float *grad_norm
 float *mk_model_adam_m(mk_model *m);
 float *mk_model_adam_v(mk_model *m);
 
+/* ---- a shard's slice, in the back-end's memory ----------------------------
+ *
+ * A learner shard (ZeRO style) owns elements [off, off+n) of the flat
+ * vectors.  When its collectives work on the back-end's memory (NCCL between
+ * GPUs on mk_model_grads / mk_model_params), these run its part of the step
+ * there, with no copy to the host.  Each returns MK_ERR_ARG for a range
+ * outside the vector and MK_ERR_STATE on an inference-only model; the same
+ * arithmetic as mk_scale, mk_sumsq and mk_adamw on the CPU back-end (bit-equal
+ * to them there). */
+int mk_model_grad_scale(mk_model *m, size_t off, size_t n, float s);
+int mk_model_grad_sumsq_range(mk_model *m, size_t off, size_t n, double *sumsq);
+/* AdamW step t >= 1 over [off, off+n) with the model's own moments; weight decay p->weight_decay
+ * on the elements of 2-D tensors only, as mk_model_step (which also clips: this does not, scale
+ * first). */
+int mk_model_adamw_range(mk_model *m, size_t off, size_t n, const mk_adamw_params *p, int t);
+/* The moments of [off, off+n) to and from host memory: which 0 is the first (m), 1 the second
+ * (v).  For a shard's checkpoint. */
+int mk_model_read_moments(const mk_model *m, int which, float *dst, size_t off, size_t n);
+int mk_model_write_moments(mk_model *m, int which, const float *src, size_t off, size_t n);
+/* Wait until the work that this thread queued on the model's back-end is done.  Call it before
+ * another library (NCCL, on a stream of its own) reads or writes the model's memory; that
+ * library's calls must be complete before the next kernel call.  Nothing to do on the CPU. */
+int mk_model_sync(mk_model *m);
+
 /* ---- checkpoints (safetensors, Hugging Face names) ----------------------- */
 
 /* Writes the parameters to path as one safetensors file, F32, the checkpoint

@@ -203,6 +203,9 @@ struct mk__backend {
      * directly, then and from then on. */
     void (*graph_run)(void **graph, void (*fn)(void *ctx), void *ctx);
     void (*graph_free)(void *graph);
+    /* Optional (NULL: nothing is ever queued).  Wait until every op this thread queued is done
+     * (mk_model_sync). */
+    void (*sync)(void);
 };
 
 extern const mk_backend mk__cpu_backend;

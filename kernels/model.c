@@ -766,6 +766,76 @@ int mk_model_write_grads(mk_model *m, const float *src, size_t off, size_t n)
     return rc;
 }
 
+/* ---- a shard's slice ------------------------------------------------------ */
+
+static int train_range(const mk_model *m, size_t off, size_t n)
+{
+    if (m && m->infer) return mk__fail(MK_ERR_STATE, "an inference-only model has no gradients");
+    return range_ok(m, m, off, n);
+}
+
+int mk_model_grad_scale(mk_model *m, size_t off, size_t n, float s)
+{
+    int rc = train_range(m, off, n);
+    if (!rc && n) m->be->scale(m->grads + off, s, n);
+    return rc;
+}
+
+int mk_model_grad_sumsq_range(mk_model *m, size_t off, size_t n, double *sumsq)
+{
+    int rc = sumsq ? train_range(m, off, n) : mk__fail(MK_ERR_ARG, "NULL argument");
+    if (!rc) *sumsq = n ? m->be->sumsq(m->grads + off, n) : 0.0;
+    return rc;
+}
+
+int mk_model_adamw_range(mk_model *m, size_t off, size_t n, const mk_adamw_params *p, int t)
+{
+    if (!p || t < 1) return mk__fail(MK_ERR_ARG, "bad AdamW arguments (step %d)", t);
+    int rc = train_range(m, off, n);
+    /* in runs that do not cross a tensor's edge: weight decay is per tensor */
+    for (int i = 0; !rc && i < m->n_tensors; i++) {
+        const mk_tensor_info *ti = &m->tensors[i];
+        size_t lo = ti->offset > off ? ti->offset : off;
+        size_t hi = ti->offset + ti->numel < off + n ? ti->offset + ti->numel : off + n;
+        if (lo >= hi) continue;
+        float wd = ti->ndim == 2 ? p->weight_decay : 0.0f;
+        m->be->adamw(m->params + lo, m->grads + lo, m->m + lo, m->v + lo, hi - lo, p->lr, p->beta1,
+                     p->beta2, p->eps, wd, t);
+    }
+    if (!rc && n) mk__params_changed(m);
+    return rc;
+}
+
+static float *moments(const mk_model *m, int which)
+{
+    return which == 0 ? m->m : which == 1 ? m->v : NULL;
+}
+
+int mk_model_read_moments(const mk_model *m, int which, float *dst, size_t off, size_t n)
+{
+    int rc = train_range(m, off, n);
+    if (!rc && !moments(m, which)) rc = mk__fail(MK_ERR_ARG, "moment %d: 0 or 1", which);
+    if (!rc && !dst && n) rc = mk__fail(MK_ERR_ARG, "NULL argument");
+    if (!rc && n) m->be->download(dst, moments(m, which) + off, n * sizeof(float));
+    return rc;
+}
+
+int mk_model_write_moments(mk_model *m, int which, const float *src, size_t off, size_t n)
+{
+    int rc = train_range(m, off, n);
+    if (!rc && !moments(m, which)) rc = mk__fail(MK_ERR_ARG, "moment %d: 0 or 1", which);
+    if (!rc && !src && n) rc = mk__fail(MK_ERR_ARG, "NULL argument");
+    if (!rc && n) m->be->upload(moments(m, which) + off, src, n * sizeof(float));
+    return rc;
+}
+
+int mk_model_sync(mk_model *m)
+{
+    if (!m) return mk__fail(MK_ERR_ARG, "NULL argument");
+    if (m->be->sync) m->be->sync();
+    return MK_OK;
+}
+
 /* ---- initialisation ----------------------------------------------------- */
 
 void mk_model_init(mk_model *m, uint64_t seed)

@@ -345,6 +345,76 @@ static void test_sumsq_shards_and_clip(void **state)
     free(x);
 }
 
+/* A shard's slice ops (mk_model_grad_scale, _grad_sumsq_range, _adamw_range, the moments) over
+ * S slices, against the whole-model step: bit-equal parameters and moments after three steps
+ * (weight decay on the 2-D tensors only, slices that cut tensors), scaling and norms bit-equal
+ * to mk_scale and mk_sumsq; ranges outside the vector and inference-only models refused. */
+static void test_shard_slices(void **state)
+{
+    mk_config cfg = {.n_layer = 2, .n_head = 2, .n_embd = 8, .block_size = 8, .vocab_size = 11};
+    mk_model *whole, *shard, *inf;
+    assert_mk_ok(mk_model_new(&whole, &cfg, 1, 4, NULL));
+    assert_mk_ok(mk_model_new(&shard, &cfg, 1, 4, NULL));
+    mk_model_init(whole, 3), mk_model_init(shard, 3);
+    size_t P = mk_model_num_params(whole);
+    float *g = malloc(P * sizeof(float)), *a = malloc(P * sizeof(float));
+    float *b = malloc(P * sizeof(float));
+    mk_rng r;
+    mk_rng_seed(&r, 12);
+    mk_adamw_params ap = {
+        .lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f};
+    for (int t = 1; t <= 3; t++) {
+        for (size_t i = 0; i < P; i++) g[i] = mk_rng_uniform(&r) - 0.5f;
+        assert_mk_ok(mk_model_write_grads(whole, g, 0, P));
+        assert_mk_ok(mk_model_write_grads(shard, g, 0, P));
+        assert_mk_ok(mk_model_step(whole, &ap, t, NULL));
+        for (size_t k = 0; k < 3; k++) { /* the first P % 3 slices one longer */
+            size_t n = P / 3 + (k < P % 3), off = k * (P / 3) + (k < P % 3 ? k : P % 3);
+            double ss;
+            assert_mk_ok(mk_model_grad_sumsq_range(shard, off, n, &ss));
+            assert_true(ss == mk_sumsq(g + off, n));
+            assert_mk_ok(mk_model_grad_scale(shard, off, n, 0.5f));
+            assert_mk_ok(mk_model_grad_scale(shard, off, n, 2.0f)); /* exact: powers of 2 */
+            assert_mk_ok(mk_model_adamw_range(shard, off, n, &ap, t));
+        }
+        assert_mk_ok(mk_model_sync(shard));
+    }
+    assert_mk_ok(mk_model_read_params(whole, a, 0, P));
+    assert_mk_ok(mk_model_read_params(shard, b, 0, P));
+    assert_memory_equal(a, b, P * sizeof(float));
+    for (int w = 0; w < 2; w++) {
+        memcpy(a, w ? mk_model_adam_v(whole) : mk_model_adam_m(whole), P * sizeof(float));
+        assert_mk_ok(mk_model_read_moments(shard, w, b, 0, P));
+        assert_memory_equal(a, b, P * sizeof(float));
+    }
+    /* the moments written back are read back; the parameters and the other moment stay */
+    for (size_t i = 0; i < 7; i++) a[i] = (float)i;
+    assert_mk_ok(mk_model_write_moments(shard, 1, a, P - 7, 7));
+    assert_mk_ok(mk_model_read_moments(shard, 1, b, P - 7, 7));
+    assert_memory_equal(a, b, 7 * sizeof(float));
+    assert_memory_equal(mk_model_adam_m(whole), mk_model_adam_m(shard), P * sizeof(float));
+    /* a scale is x *= s element by element */
+    memcpy(a, mk_model_grads(shard), P * sizeof(float));
+    assert_mk_ok(mk_model_grad_scale(shard, 5, 9, 0.3f));
+    mk_scale(a + 5, 0.3f, 9);
+    assert_memory_equal(a, mk_model_grads(shard), P * sizeof(float));
+    /* refused */
+    double ss;
+    assert_int_equal(mk_model_grad_scale(shard, P - 1, 2, 1.0f), MK_ERR_ARG);
+    assert_int_equal(mk_model_grad_sumsq_range(shard, P + 1, 0, &ss), MK_ERR_ARG);
+    assert_int_equal(mk_model_grad_sumsq_range(shard, 0, 1, NULL), MK_ERR_ARG);
+    assert_int_equal(mk_model_adamw_range(shard, 0, P, &ap, 0), MK_ERR_ARG);
+    assert_int_equal(mk_model_adamw_range(shard, 0, P + 1, &ap, 1), MK_ERR_ARG);
+    assert_int_equal(mk_model_read_moments(shard, 2, b, 0, 1), MK_ERR_ARG);
+    assert_int_equal(mk_model_write_moments(shard, 0, NULL, 0, 1), MK_ERR_ARG);
+    assert_mk_ok(mk_model_new_ex(&inf, &cfg, 1, 4, NULL, MK_MODEL_INFER));
+    assert_int_equal(mk_model_grad_scale(inf, 0, 1, 1.0f), MK_ERR_STATE);
+    assert_int_equal(mk_model_adamw_range(inf, 0, 1, &ap, 1), MK_ERR_STATE);
+    assert_int_equal(mk_model_read_moments(inf, 0, b, 0, 1), MK_ERR_STATE);
+    mk_model_free(inf), mk_model_free(whole), mk_model_free(shard);
+    free(g), free(a), free(b);
+}
+
 /* ---- the whole model against finite differences of its loss ------------- */
 
 static mk_model *fm;
@@ -465,12 +535,19 @@ static void test_model_gradients_families(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layernorm),       cmocka_unit_test(test_add_norm),
-        cmocka_unit_test(test_matmul),          cmocka_unit_test(test_head),
-        cmocka_unit_test(test_attention),       cmocka_unit_test(test_gelu),
-        cmocka_unit_test(test_embedding),       cmocka_unit_test(test_row_stats_and_grad),
-        cmocka_unit_test(test_adamw_by_hand),   cmocka_unit_test(test_sumsq_shards_and_clip),
-        cmocka_unit_test(test_model_gradients), cmocka_unit_test(test_model_gradients_families),
+        cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_add_norm),
+        cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_head),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_gelu),
+        cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_row_stats_and_grad),
+        cmocka_unit_test(test_adamw_by_hand),
+        cmocka_unit_test(test_sumsq_shards_and_clip),
+        cmocka_unit_test(test_shard_slices),
+        cmocka_unit_test(test_model_gradients),
+        cmocka_unit_test(test_model_gradients_families),
     };
     mk_set_threads(2);
     return cmocka_run_group_tests(tests, NULL, NULL);
