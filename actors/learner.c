@@ -14,16 +14,27 @@
  *      every token of the batch, whatever the split);
  *   3. reduce-scatter of the gradients: each shard gets the sum for its slice;
  *   4. all-reduce of the slices' squared norms: the global norm, for clipping;
- *   5. AdamW on the owned slice (weight decay on matrices only);
- *   6. all-gather of the parameters, written back into the local model;
+ *   5. AdamW on the owned slice (weight decay on matrices only), with the
+ *      model's own moments;
+ *   6. all-gather of the parameters into the local model;
  *   7. the owned slice is published as weight buckets of at most
  *      rl.bucket_mb MiB each (manta_put, served zero-copy by this process),
  *      each with its CRC32C; the reply lists them.
  *
- * The collectives are the runtime's (manta_collective.h, ZeroMQ backend);
- * the group "learn" is joined on the first step, when every shard is in the
- * call. The buckets of the last 8 versions stay alive; older ones are
- * released.
+ * The collectives are the runtime's (manta_collective.h). The group "learn"
+ * (ZeroMQ) is joined on the first step, when every shard is in the call; it
+ * sums the statistics and norms (host floats). Steps 3-6 run on the model's
+ * own memory (mk_model_grads, mk_model_params and the slice ops of
+ * manta_kernels.h), never copied:
+ *   - CPU model: over "learn" itself;
+ *   - CUDA model, rl.collective nccl (auto's choice with 2 or more shards
+ *     and libmanta_nccl.so): over a second group, "learn.nccl", the NCCL
+ *     back-end on device memory (mk_model_sync before each of its calls:
+ *     NCCL works on a stream of its own);
+ *   - CUDA model, rl.collective host: staged through host copies (the
+ *     gradients down, the slice up; the slice down, every parameter up) and
+ *     summed over "learn".
+ * The buckets of the last 8 versions stay alive; older ones are released.
  *
  * The step argument and reply are rl_step_req and rl_step_reply (msgs.c):
  * {mode: "ppo"|"sft", version, lr, items: [{tok, logp, mask, adv}]} and
@@ -76,16 +87,18 @@ typedef struct learner_state {
     int micro; /* sequences per forward/backward (rl.micro_batch; max_batch when 0) */
     int rank, world;
     size_t n_params, off, len;
-    float *params;  /* full vector, host */
-    float *grads;   /* full vector, host */
-    float *am, *av; /* AdamW moments of the owned slice */
-    uint8_t *decay; /* per owned element: weight decay applies */
+    float *params;  /* full vector, host: the slice to publish, checkpoints, staging */
+    float *grads;   /* full vector, host: staging (rl.collective host on CUDA) */
+    float *am, *av; /* host copies of the slice's AdamW moments, for checkpoints */
     mk_adamw_params opt;
     mk_ppo_params ppo;
     int t;
-    manta_coll_group *coll;
-    size_t bucket_elems; /* floats per bucket */
-    rl_buckets *pubs;    /* the buckets of the last KEEP_VERSIONS versions, a ring */
+    manta_coll_group *coll;         /* "learn": statistics, norms (and tensors unless ncoll) */
+    manta_coll_group *ncoll;        /* "learn.nccl": tensors on the devices, or NULL */
+    const manta_coll_backend *nccl; /* rl.collective's NCCL back-end, or NULL */
+    int staged;                     /* tensors through host copies (CUDA, no NCCL) */
+    size_t bucket_elems;            /* floats per bucket */
+    rl_buckets *pubs;               /* the buckets of the last KEEP_VERSIONS versions, a ring */
     int pub_next;
     int32_t *x, *y;
     float *blp, *adv, *mask;
@@ -98,7 +111,7 @@ typedef struct learner_state {
 
 /* The settings (README.md "Spec sections read"); 0 or MANTA_EINVAL. */
 static int read_settings(learner_state *s, manta_ctx *m, const void *args, size_t len, int *threads,
-                         double *bucket_mb)
+                         double *bucket_mb, char *collective, size_t cap)
 {
     rl_args a;
     rl_args_open(&a, args, len);
@@ -124,6 +137,10 @@ static int read_settings(learner_state *s, manta_ctx *m, const void *args, size_
     *threads = (int)rl_arg_int(&a, NULL, "threads", 1, 0, 4096);
     *bucket_mb = rl_arg_num(&a, "rl", "bucket_mb", 4.0, 1e-3, 1 << 20);
     s->coll_timeout_ms = (int)(1000 * rl_arg_num(&a, "rl", "collective_timeout_s", 60, 0.1, 86400));
+    rl_arg_str(&a, "rl", "collective", collective, cap, "auto");
+    if (strcmp(collective, "auto") && strcmp(collective, "host") && strcmp(collective, "nccl") &&
+        !a.rc)
+        rl_arg_error(&a, "rl", "collective", "'%s': expected auto, host or nccl", collective);
     rl_run_dir_read(&a, s->run_dir, sizeof s->run_dir);
     const msgpack_object *resume = rl_arg_get(&a, "rl", "resume");
     if (resume && resume->type == MSGPACK_OBJECT_STR)
@@ -133,17 +150,19 @@ static int read_settings(learner_state *s, manta_ctx *m, const void *args, size_
     return rl_args_close(&a, m);
 }
 
-/* Weight decay applies to the matrices (2-D tensors) of the owned slice. */
-static void mark_decay(learner_state *s)
+/* rl.collective: where the tensors of steps 3-6 are summed (the file's header). */
+static int choose_collective(learner_state *s, const char *how)
 {
-    for (int i = 0; i < mk_model_num_tensors(s->model); i++) {
-        mk_tensor_info ti;
-        mk_model_tensor(s->model, i, &ti);
-        if (ti.ndim != 2) continue;
-        size_t lo = ti.offset > s->off ? ti.offset : s->off;
-        size_t hi = ti.offset + ti.numel < s->off + s->len ? ti.offset + ti.numel : s->off + s->len;
-        for (size_t k = lo; k < hi; k++) s->decay[k - s->off] = 1;
+    int cuda = mk_model_backend(s->model) != mk_backend_cpu();
+    int want = !strcmp(how, "nccl") || (!strcmp(how, "auto") && cuda && s->world > 1);
+    if (want && !cuda)
+        return rl_fail(MANTA_EINVAL, "rl.collective is nccl, but model.device is not cuda");
+    if (want && !(s->nccl = rl_nccl_backend())) {
+        if (strcmp(how, "auto")) return MANTA_EINVAL; /* asked for: the reason is the error */
+        rl_log(s->m, "learner %d: rl.collective auto: host, as %s", s->rank, rl_last_error());
     }
+    s->staged = cuda && !s->nccl;
+    return 0;
 }
 
 static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
@@ -152,7 +171,8 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
     s->m = m;
     int threads;
     double bucket_mb;
-    int rc = read_settings(s, m, args, len, &threads, &bucket_mb);
+    char collective[16];
+    int rc = read_settings(s, m, args, len, &threads, &bucket_mb, collective, sizeof collective);
     if (rc) return rc;
     mk_set_threads(threads);
     s->bucket_elems = (size_t)(bucket_mb * (1 << 20) / sizeof(float));
@@ -162,25 +182,27 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
         rl_log(m, "learner: %s", rl_last_error());
         return rc;
     }
+    if ((rc = choose_collective(s, collective))) {
+        rl_log(m, "learner: %s", rl_last_error());
+        return rc;
+    }
     s->n_params = mk_model_num_params(s->model);
     manta_coll_slice(s->n_params, s->world, s->rank, &s->off, &s->len);
     size_t bt = (size_t)s->max_batch * s->block;
     s->params = calloc(s->n_params, sizeof(float));
-    s->grads = calloc(s->n_params, sizeof(float));
+    s->grads = calloc(s->staged ? s->n_params : 1, sizeof(float));
     s->am = calloc(s->len + 1, sizeof(float));
     s->av = calloc(s->len + 1, sizeof(float));
-    s->decay = calloc(s->len + 1, 1);
     s->x = calloc(bt, sizeof(int32_t)), s->y = calloc(bt, sizeof(int32_t));
     s->blp = calloc(bt, sizeof(float)), s->adv = calloc(bt, sizeof(float));
     s->mask = calloc(bt, sizeof(float));
     s->pubs = calloc(KEEP_VERSIONS, sizeof *s->pubs);
-    if (!s->pubs || !s->params || !s->grads || !s->am || !s->av || !s->decay || !s->x || !s->y ||
-        !s->blp || !s->adv || !s->mask) {
+    if (!s->pubs || !s->params || !s->grads || !s->am || !s->av || !s->x || !s->y || !s->blp ||
+        !s->adv || !s->mask) {
         rl_log(m, "learner: out of memory for %zu parameters", s->n_params);
         return MANTA_ENOMEM;
     }
     mk_model_read_params(s->model, s->params, 0, s->n_params);
-    mark_decay(s);
     const char *inc = getenv("MANTA_INCARNATION"); /* set by the node agent, as log.c reads it */
     s->incarnation = inc ? atoi(inc) : 1;
     s->needs_restore = s->incarnation > 1;
@@ -192,10 +214,21 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
     char what[600];
     rl_log(m,
            "learner %d/%d: %s, %zu params, slice [%zu, %zu), batch %d x %d in micro-batches of "
-           "%d, checkpoints %s",
+           "%d, checkpoints %s, collective %s",
            s->rank, s->world, rl_model_describe(&s->ms, what, sizeof what), s->n_params, s->off,
-           s->off + s->len, s->max_batch, s->block, s->micro, rl_dtype_name(s->ms.dtype));
+           s->off + s->len, s->max_batch, s->block, s->micro, rl_dtype_name(s->ms.dtype),
+           s->nccl     ? "nccl (gradients and parameters on the devices)"
+           : s->staged ? "host (gradients and parameters staged through host memory)"
+                       : "host");
     return 0;
+}
+
+/* Leave both groups (after a failed collective, a restore, or at the end). */
+static void leave_groups(learner_state *s)
+{
+    manta_coll_free(s->ncoll);
+    manta_coll_free(s->coll);
+    s->ncoll = s->coll = NULL;
 }
 
 static void release_version(manta_ctx *m, rl_buckets *b)
@@ -212,9 +245,9 @@ static void learner_fini(manta_ctx *m, void *state)
         rl_buckets_destroy(&s->pubs[v]);
     }
     free(s->pubs);
-    manta_coll_free(s->coll);
+    leave_groups(s);
     mk_model_free(s->model);
-    free(s->params), free(s->grads), free(s->am), free(s->av), free(s->decay);
+    free(s->params), free(s->grads), free(s->am), free(s->av);
     free(s->x), free(s->y), free(s->blp), free(s->adv), free(s->mask);
 }
 
@@ -222,6 +255,8 @@ static void learner_fini(manta_ctx *m, void *state)
  * (borrowed from the ring, which keeps the last KEEP_VERSIONS versions). */
 static int publish(learner_state *s, const rl_buckets **out)
 {
+    int rc = mk_model_read_params(s->model, s->params + s->off, s->off, s->len);
+    if (rc) return rl_fail(MANTA_EINVAL, "kernels: %s", mk_last_error());
     rl_buckets *pub = &s->pubs[s->pub_next];
     release_version(s->m, pub);
     s->pub_next = (s->pub_next + 1) % KEEP_VERSIONS;
@@ -230,7 +265,7 @@ static int publish(learner_state *s, const rl_buckets **out)
         size_t n = s->len - o < s->bucket_elems ? s->len - o : s->bucket_elems;
         const float *p = s->params + s->off + o;
         rl_bucket b = {.offset = (int64_t)(s->off + o), .count = (int64_t)n};
-        int rc = manta_put(s->m, n ? (const void *)p : "", n * sizeof(float), &b.id);
+        rc = manta_put(s->m, n ? (const void *)p : "", n * sizeof(float), &b.id);
         if (rc) return rc;
         b.crc = manta_crc32c(0, p, n * sizeof(float));
         if ((rc = rl_buckets_push(pub, &b))) {
@@ -245,9 +280,11 @@ static int publish(learner_state *s, const rl_buckets **out)
 
 static int join_group(learner_state *s)
 {
-    if (s->coll) return 0;
     manta_coll_options o = {.timeout_ms = s->coll_timeout_ms};
-    int rc = manta_coll_create(s->m, "learn", s->world, s->rank, &o, &s->coll);
+    int rc = s->coll ? 0 : manta_coll_create(s->m, "learn", s->world, s->rank, &o, &s->coll);
+    o.backend = s->nccl;
+    if (!rc && s->nccl && !s->ncoll)
+        rc = manta_coll_create(s->m, "learn.nccl", s->world, s->rank, &o, &s->ncoll);
     if (rc) rl_log(s->m, "learner: join group: %s", manta_last_error());
     return rc;
 }
@@ -355,41 +392,48 @@ static int reduce_grads(learner_state *s, float st[N_ST], float *gnorm)
     float local_tokens = st[0];
     int rc = manta_coll_all_reduce(s->coll, st, N_ST, s->coll_timeout_ms);
     if (rc) return rc;
-    mk_model_read_grads(s->model, s->grads, 0, s->n_params);
-    mk_scale(s->grads, st[0] > 0 ? local_tokens / st[0] : 0, s->n_params);
-    rc = manta_coll_reduce_scatter(s->coll, s->grads, s->grads + s->off, s->n_params,
-                                   s->coll_timeout_ms);
+    float share = st[0] > 0 ? local_tokens / st[0] : 0;
+    mk_model *md = s->model;
+    if (s->staged) { /* through host memory: the whole gradient down, the slice up */
+        mk_model_read_grads(md, s->grads, 0, s->n_params);
+        mk_scale(s->grads, share, s->n_params);
+        rc = manta_coll_reduce_scatter(s->coll, s->grads, s->grads + s->off, s->n_params,
+                                       s->coll_timeout_ms);
+        if (!rc) mk_model_write_grads(md, s->grads + s->off, s->off, s->len);
+    } else { /* on the model's own memory: host (CPU) or device (NCCL) */
+        float *g = mk_model_grads(md);
+        mk_model_grad_scale(md, 0, s->n_params, share);
+        mk_model_sync(md);
+        rc = manta_coll_reduce_scatter(s->ncoll ? s->ncoll : s->coll, g, g + s->off, s->n_params,
+                                       s->coll_timeout_ms);
+    }
     if (rc) return rc;
-    float sq = (float)mk_sumsq(s->grads + s->off, s->len);
+    double sum;
+    mk_model_grad_sumsq_range(md, s->off, s->len, &sum);
+    float sq = (float)sum;
     rc = manta_coll_all_reduce(s->coll, &sq, 1, s->coll_timeout_ms);
     if (rc) return rc;
     *gnorm = sqrtf(sq);
     if (s->opt.grad_clip > 0)
-        mk_scale(s->grads + s->off, mk_clip_factor(sq, s->opt.grad_clip), s->len);
+        mk_model_grad_scale(md, s->off, s->len, mk_clip_factor(sq, s->opt.grad_clip));
     return 0;
 }
 
-/* Step 5: AdamW on the owned slice, in runs of equal weight-decay flag. */
-static void adamw_slice(learner_state *s, float lr)
-{
-    s->t++;
-    for (size_t k = 0; k < s->len;) {
-        size_t e = k;
-        while (e < s->len && s->decay[e] == s->decay[k]) e++;
-        mk_adamw(s->params + s->off + k, s->grads + s->off + k, s->am + k, s->av + k, e - k, lr,
-                 s->opt.beta1, s->opt.beta2, s->opt.eps, s->decay[k] ? s->opt.weight_decay : 0.0f,
-                 s->t);
-        k = e;
-    }
-}
-
-/* Step 6: every shard's slice into the full vector and the local model. */
+/* Step 6: every shard's slice into the local model. */
 static int gather_params(learner_state *s)
 {
-    int rc = manta_coll_all_gather(s->coll, s->params + s->off, s->params, s->n_params,
-                                   MANTA_COLL_FLOAT32, s->coll_timeout_ms);
-    if (!rc) mk_model_write_params(s->model, s->params, 0, s->n_params);
-    return rc;
+    mk_model *md = s->model;
+    if (s->staged) { /* the slice down, every parameter up */
+        mk_model_read_params(md, s->params + s->off, s->off, s->len);
+        int rc = manta_coll_all_gather(s->coll, s->params + s->off, s->params, s->n_params,
+                                       MANTA_COLL_FLOAT32, s->coll_timeout_ms);
+        if (!rc) mk_model_write_params(md, s->params, 0, s->n_params);
+        return rc;
+    }
+    float *p = mk_model_params(md);
+    mk_model_sync(md);
+    return manta_coll_all_gather(s->ncoll ? s->ncoll : s->coll, p + s->off, p, s->n_params,
+                                 MANTA_COLL_FLOAT32, s->coll_timeout_ms);
 }
 
 /* Answer with the published buckets and the statistics. */
@@ -435,7 +479,9 @@ static int learner_step(manta_req *req, void *state, const void *arg, size_t len
     if ((rc = local_pass(s, mode, B, T, st)))
         return manta_reply_error(req, rc, "step: %s", rl_last_error());
     if ((rc = reduce_grads(s, st, &gnorm))) goto coll_fail;
-    adamw_slice(s, lr);
+    mk_adamw_params opt = s->opt; /* step 5 */
+    opt.lr = lr;
+    mk_model_adamw_range(s->model, s->off, s->len, &opt, ++s->t);
     if ((rc = gather_params(s))) goto coll_fail;
     const rl_buckets *pub;
     double tp = rl_now_s();
@@ -452,8 +498,7 @@ static int learner_step(manta_req *req, void *state, const void *arg, size_t len
     return reply_step(req, &out, pub);
 coll_fail:
     rl_log(s->m, "learner: collective failed: %s", manta_last_error());
-    manta_coll_free(s->coll);
-    s->coll = NULL;
+    leave_groups(s);
     return manta_reply_error(req, rc, "step: collective: %s", manta_last_error());
 }
 
@@ -633,6 +678,9 @@ static int learner_checkpoint(manta_req *req, void *state, const void *arg, size
             rc = rl_fail(MANTA_ESYS, "checkpoint: cannot create folder %s", dir);
         if (rc) return manta_reply_error(req, rc, "%s", rl_last_error());
     }
+    mk_model_read_moments(s->model, 0, s->am, s->off, s->len);
+    mk_model_read_moments(s->model, 1, s->av, s->off, s->len);
+    mk_model_read_params(s->model, s->params + s->off, s->off, s->len);
     rc = write_state(s, dir);
     if (!rc && s->rank == 0) {
         snprintf(model, sizeof model, "%s/model", dir);
@@ -760,6 +808,8 @@ static int restore_from(learner_state *s, const char *dir)
     } else {
         mk_model_write_params(s->model, s->params, 0, s->n_params);
     }
+    mk_model_write_moments(s->model, 0, s->am, s->off, s->len);
+    mk_model_write_moments(s->model, 1, s->av, s->off, s->len);
     s->t = (int)t;
     return 0;
 }
@@ -786,8 +836,7 @@ static int learner_restore(manta_req *req, void *state, const void *arg, size_t 
     if (!rc && have < strlen(dir)) rc = rl_fail(MANTA_EINVAL, "restore: %s: no such folder", dir);
     if (rc) return refuse_path(req, s, "restore", rc);
     rc = restore_from(s, dir);
-    manta_coll_free(s->coll);
-    s->coll = NULL;
+    leave_groups(s);
     if (rc) {
         s->needs_restore = 1; /* half-read: never step on it */
         rl_log(s->m, "learner %d: restore %s: %s", s->rank, dir, rl_last_error());

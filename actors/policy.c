@@ -35,6 +35,7 @@
 #include <cjson/cJSON.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <manta_collective.h>
 #include <manta_tok.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -370,10 +371,10 @@ void rl_model_read(rl_args *a, rl_model_spec *ms)
     ms->max_seq = read_length(a, "max_seq", ms->context, 2, block);
 }
 
-/* Where libmanta_cuda.so may be: beside this program (the build folder),
- * then the installed lib/manta. Absolute paths only: the library search
- * path is never asked. */
-static int cuda_module_path(int which, char *out, size_t cap)
+/* Where a module (libmanta_cuda.so, libmanta_nccl.so) may be: beside this program (the build
+ * folder), then the installed lib/manta. Absolute paths only: the library search path is never
+ * asked. */
+static int module_path(int which, const char *file, const char *installed, char *out, size_t cap)
 {
     if (which == 0) {
         char self[4096];
@@ -383,28 +384,21 @@ static int cuda_module_path(int which, char *out, size_t cap)
         char *slash = strrchr(self, '/');
         if (!slash) return -1;
         *slash = 0;
-        return snprintf(out, cap, "%s/libmanta_cuda.so", self) < (int)cap ? 0 : -1;
+        return snprintf(out, cap, "%s/%s", self, file) < (int)cap ? 0 : -1;
     }
-#ifdef MANTA_CUDA_MODULE_INSTALLED
-    if (which == 1)
-        return snprintf(out, cap, "%s", MANTA_CUDA_MODULE_INSTALLED) < (int)cap ? 0 : -1;
-#endif
+    if (which == 1 && installed) return snprintf(out, cap, "%s", installed) < (int)cap ? 0 : -1;
     return -1;
 }
 
-const struct mk__backend *rl_cuda_backend(void)
+/* dlopen the first of module_path's places that exists and dlsym `sym` in it; NULL with the
+ * reason in why[cap] ("what" starts it: "model.device is cuda"). */
+static void *load_module(const char *what, const char *file, const char *installed, const char *sym,
+                         char *why, size_t cap)
 {
-    static const mk_backend *be;
-    static char why[1024];
-    if (be) return be;
-    if (why[0]) {
-        rl_fail(MANTA_EINVAL, "%s", why);
-        return NULL;
-    }
     char path[4200] = "", tried[2200] = "", err[600] = "";
     void *h = NULL;
     for (int w = 0; w < 2 && !h; w++) {
-        if (cuda_module_path(w, path, sizeof path) != 0 || access(path, R_OK) != 0) {
+        if (module_path(w, file, installed, path, sizeof path) != 0 || access(path, R_OK) != 0) {
             size_t u = strlen(tried);
             if (path[0] && u < sizeof tried - 1)
                 snprintf(tried + u, sizeof tried - u, "%s%s", u ? ", " : "", path);
@@ -415,18 +409,36 @@ const struct mk__backend *rl_cuda_backend(void)
         if (!h) snprintf(err, sizeof err, "%s", dlerror());
     }
     if (!h && !err[0])
-        snprintf(why, sizeof why,
-                 "model.device is cuda, but this manta has no CUDA back-end: no "
-                 "libmanta_cuda.so (looked for %s; it is built when nvcc is found at build time)",
-                 tried[0] ? tried : "none");
+        snprintf(why, cap,
+                 "%s, but this manta has no %s (looked for %s; it is built when nvcc is found at "
+                 "build time)",
+                 what, file, tried[0] ? tried : "none");
     else if (!h)
-        snprintf(why, sizeof why, "model.device is cuda, but %s does not load: %s", path, err);
-    const mk_backend *(*get)(void) = NULL;
-    if (h) {
-        *(void **)&get = dlsym(h, "mk_backend_cuda");
-        if (!get)
-            snprintf(why, sizeof why, "model.device is cuda, but %s has no mk_backend_cuda", path);
+        snprintf(why, cap, "%s, but %s does not load: %s", what, path, err);
+    void *f = h ? dlsym(h, sym) : NULL;
+    if (h && !f) snprintf(why, cap, "%s, but %s has no %s", what, path, sym);
+    return f;
+}
+
+#ifndef MANTA_CUDA_MODULE_INSTALLED
+#define MANTA_CUDA_MODULE_INSTALLED NULL
+#endif
+#ifndef MANTA_NCCL_MODULE_INSTALLED
+#define MANTA_NCCL_MODULE_INSTALLED NULL
+#endif
+
+const struct mk__backend *rl_cuda_backend(void)
+{
+    static const mk_backend *be;
+    static char why[1024];
+    if (be) return be;
+    if (why[0]) {
+        rl_fail(MANTA_EINVAL, "%s", why);
+        return NULL;
     }
+    const mk_backend *(*get)(void) = NULL;
+    *(void **)&get = load_module("model.device is cuda", "libmanta_cuda.so",
+                                 MANTA_CUDA_MODULE_INSTALLED, "mk_backend_cuda", why, sizeof why);
     if (get && !(be = get())) {
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
         snprintf(why, sizeof why,
@@ -437,6 +449,24 @@ const struct mk__backend *rl_cuda_backend(void)
                  mk_last_error());
     }
     if (be) return be;
+    rl_fail(MANTA_EINVAL, "%s", why);
+    return NULL;
+}
+
+const struct manta_coll_backend *rl_nccl_backend(void)
+{
+    static const manta_coll_backend *nb;
+    static char why[1024];
+    if (nb) return nb;
+    if (why[0]) {
+        rl_fail(MANTA_EINVAL, "%s", why);
+        return NULL;
+    }
+    const manta_coll_backend *(*get)(void) = NULL;
+    *(void **)&get = load_module("rl.collective is nccl", "libmanta_nccl.so",
+                                 MANTA_NCCL_MODULE_INSTALLED, "manta_coll_nccl", why, sizeof why);
+    if (get) nb = get();
+    if (nb) return nb;
     rl_fail(MANTA_EINVAL, "%s", why);
     return NULL;
 }

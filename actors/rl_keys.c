@@ -187,6 +187,12 @@ static const manta_spec_key rl_keys[] = {
      "fail the run when more than this share of a window of 4 x batch_episodes training "
      "episodes is dropped for errors",
      NULL, NULL, 0},
+    {"collective", S, 0, 0, "auto",
+     "how learner shards sum gradients and gather parameters: host (ZeroMQ, host memory; "
+     "parameters and gradients on a GPU go through the host), nccl (NCCL on the GPUs' memory: "
+     "needs model.device cuda and libmanta_nccl.so), auto (nccl when the learners run on cuda, "
+     "there are 2 or more and libmanta_nccl.so loads; host otherwise)",
+     NULL, NULL, 0},
     {"collective_timeout_s", N, 0.1, 86400, "60",
      "a learner shard later than this in a collective (or in joining the group) has failed: the "
      "step fails",

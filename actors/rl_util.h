@@ -191,6 +191,11 @@ int rl_tok_load(const char *path, struct mtok **out);
  * the last error (rl_fail): not built, not loadable, or no device visible. */
 struct mk__backend;
 const struct mk__backend *rl_cuda_backend(void);
+/* The NCCL collective back-end (manta_coll_nccl), from libmanta_nccl.so found as
+ * libmanta_cuda.so is, loaded on first use; NULL with the reason in the last
+ * error: not built or not loadable. */
+struct manta_coll_backend;
+const struct manta_coll_backend *rl_nccl_backend(void);
 int rl_model_open(const rl_model_spec *ms, int max_batch, int max_seq, unsigned flags,
                   mk_model **out);
 /* Write m as a Hugging Face folder DIR (created if missing) of its family,
