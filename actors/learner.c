@@ -96,6 +96,7 @@ typedef struct learner_state {
     manta_coll_group *coll;         /* "learn": statistics, norms (and tensors unless ncoll) */
     manta_coll_group *ncoll;        /* "learn.nccl": tensors on the devices, or NULL */
     const manta_coll_backend *nccl; /* rl.collective's NCCL back-end, or NULL */
+    int nccl_asked;                 /* rl.collective is nccl (not auto) */
     int staged;                     /* tensors through host copies (CUDA, no NCCL) */
     size_t bucket_elems;            /* floats per bucket */
     rl_buckets *pubs;               /* the buckets of the last KEEP_VERSIONS versions, a ring */
@@ -154,7 +155,8 @@ static int read_settings(learner_state *s, manta_ctx *m, const void *args, size_
 static int choose_collective(learner_state *s, const char *how)
 {
     int cuda = mk_model_backend(s->model) != mk_backend_cpu();
-    int want = !strcmp(how, "nccl") || (!strcmp(how, "auto") && cuda && s->world > 1);
+    s->nccl_asked = !strcmp(how, "nccl");
+    int want = s->nccl_asked || (!strcmp(how, "auto") && cuda && s->world > 1);
     if (want && !cuda)
         return rl_fail(MANTA_EINVAL, "rl.collective is nccl, but model.device is not cuda");
     if (want && !(s->nccl = rl_nccl_backend())) {
@@ -278,14 +280,65 @@ static int publish(learner_state *s, const rl_buckets **out)
     return 0;
 }
 
-static int join_group(learner_state *s)
+#define DEVICE_ID 128 /* bytes of a shard's device name: HOST/CUDA_VISIBLE_DEVICES */
+
+/* NCCL takes one GPU per rank: every shard's device name over "learn" (the
+ * host and the CUDA_VISIBLE_DEVICES its node agent gave it). Two shards on
+ * one device: rl.collective nccl fails the step, naming them; auto goes on
+ * through the host, said once. 0 or an error code, the reason in rl_last_error(). */
+static int check_devices(learner_state *s)
+{
+    char *ids = calloc((size_t)s->world, DEVICE_ID), host[64] = "?";
+    if (!ids) return rl_fail(MANTA_ENOMEM, "out of memory");
+    gethostname(host, sizeof host - 1);
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    char *mine = ids + (size_t)s->rank * DEVICE_ID;
+    snprintf(mine, DEVICE_ID, "%s/%s", host, vis ? vis : "(every device)");
+    int rc = manta_coll_all_gather(s->coll, mine, ids, (size_t)s->world * DEVICE_ID,
+                                   MANTA_COLL_BYTE, s->coll_timeout_ms);
+    if (rc) rl_fail(rc, "collective group: %s", manta_last_error());
+    int a = -1, b = -1;
+    for (int i = 0; !rc && a < 0 && i < s->world; i++)
+        for (int j = i + 1; a < 0 && j < s->world; j++)
+            if (!strncmp(ids + (size_t)i * DEVICE_ID, ids + (size_t)j * DEVICE_ID, DEVICE_ID))
+                a = i, b = j;
+    if (a >= 0) {
+        rl_fail(MANTA_EINVAL,
+                "rl.collective is nccl, but learner shards %d and %d share one GPU (%.*s): NCCL "
+                "needs a GPU per shard (give the learner group resources: {gpu: 1}, or set "
+                "rl.collective host)",
+                a, b, DEVICE_ID, ids + (size_t)a * DEVICE_ID);
+        if (s->nccl_asked) {
+            rc = MANTA_EINVAL;
+        } else {
+            rl_log(s->m, "learner %d: rl.collective auto: host, as %s", s->rank, rl_last_error());
+            float *g = calloc(s->n_params, sizeof(float));
+            if (!g)
+                rc = rl_fail(MANTA_ENOMEM, "out of memory for %zu gradients", s->n_params);
+            else
+                free(s->grads), s->grads = g, s->nccl = NULL, s->staged = 1;
+        }
+    }
+    free(ids);
+    return rc;
+}
+
+/* Join "learn" (and "learn.nccl"); on failure why[cap] says what failed. */
+static int join_group(learner_state *s, char *why, size_t cap)
 {
     manta_coll_options o = {.timeout_ms = s->coll_timeout_ms};
     int rc = s->coll ? 0 : manta_coll_create(s->m, "learn", s->world, s->rank, &o, &s->coll);
+    if (rc) snprintf(why, cap, "collective group: %s", manta_last_error());
+    if (!rc && s->nccl && !s->ncoll && (rc = check_devices(s)))
+        snprintf(why, cap, "%s", rl_last_error());
     o.backend = s->nccl;
-    if (!rc && s->nccl && !s->ncoll)
-        rc = manta_coll_create(s->m, "learn.nccl", s->world, s->rank, &o, &s->ncoll);
-    if (rc) rl_log(s->m, "learner: join group: %s", manta_last_error());
+    if (!rc && s->nccl && !s->ncoll &&
+        (rc = manta_coll_create(s->m, "learn.nccl", s->world, s->rank, &o, &s->ncoll)))
+        snprintf(why, cap, "collective group: %s", manta_last_error());
+    if (rc) {
+        rl_log(s->m, "learner: %s", why);
+        leave_groups(s); /* met afresh at the next step */
+    }
     return rc;
 }
 
@@ -473,8 +526,8 @@ static int learner_step(manta_req *req, void *state, const void *arg, size_t len
     rl_step_reply out = {.version = r.version};
     rl_step_req_destroy(&r);
     if (rc) return manta_reply_error(req, rc, "step: %s", rl_last_error());
-    if ((rc = join_group(s)))
-        return manta_reply_error(req, rc, "step: collective group: %s", manta_last_error());
+    char why[600];
+    if ((rc = join_group(s, why, sizeof why))) return manta_reply_error(req, rc, "step: %s", why);
     float st[N_ST], gnorm = 0;
     if ((rc = local_pass(s, mode, B, T, st)))
         return manta_reply_error(req, rc, "step: %s", rl_last_error());
