@@ -303,15 +303,17 @@ static int check_devices(learner_state *s)
             if (!strncmp(ids + (size_t)i * DEVICE_ID, ids + (size_t)j * DEVICE_ID, DEVICE_ID))
                 a = i, b = j;
     if (a >= 0) {
-        rl_fail(MANTA_EINVAL,
-                "rl.collective is nccl, but learner shards %d and %d share one GPU (%.*s): NCCL "
-                "needs a GPU per shard (give the learner group resources: {gpu: 1}, or set "
-                "rl.collective host)",
-                a, b, DEVICE_ID, ids + (size_t)a * DEVICE_ID);
+        char shared[300];
+        snprintf(shared, sizeof shared,
+                 "learner shards %d and %d share one GPU (%.*s): NCCL needs a GPU per shard", a, b,
+                 DEVICE_ID, ids + (size_t)a * DEVICE_ID);
         if (s->nccl_asked) {
-            rc = MANTA_EINVAL;
+            rc = rl_fail(MANTA_EINVAL,
+                         "rl.collective is nccl, but %s (give the learner group resources: {gpu: "
+                         "1}, or set rl.collective host)",
+                         shared);
         } else {
-            rl_log(s->m, "learner %d: rl.collective auto: host, as %s", s->rank, rl_last_error());
+            rl_log(s->m, "learner %d: rl.collective auto: host, as %s", s->rank, shared);
             float *g = calloc(s->n_params, sizeof(float));
             if (!g)
                 rc = rl_fail(MANTA_ENOMEM, "out of memory for %zu gradients", s->n_params);

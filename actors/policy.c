@@ -463,7 +463,7 @@ const struct manta_coll_backend *rl_nccl_backend(void)
         return NULL;
     }
     const manta_coll_backend *(*get)(void) = NULL;
-    *(void **)&get = load_module("rl.collective is nccl", "libmanta_nccl.so",
+    *(void **)&get = load_module("the learner shards would sum over NCCL", "libmanta_nccl.so",
                                  MANTA_NCCL_MODULE_INSTALLED, "manta_coll_nccl", why, sizeof why);
     if (get) nb = get();
     if (nb) return nb;

@@ -21,7 +21,13 @@
 #     learners on the CPU: the emulator trains about 100x slower than the
 #     CPU back-end): device sampling, weights uploaded from the learners'
 #     checkpoints, the rollouts' half of one GPU each; it exits 0 with its
-#     ledger balanced, and both rollouts' logs say the emulator ran.
+#     ledger balanced, and both rollouts' logs say the emulator ran;
+#  6. with the learners on the emulated back-end too (beside it,
+#     libmanta_nccl.so is the NCCL back-end on the NCCL emulator of
+#     tests/collective/nccl_emu), short runs: rl.collective nccl with a GPU
+#     per learner sums over NCCL and exits 0; the default (auto) with both
+#     learners on one GPU goes through the host, saying why; nccl there
+#     fails naming the shared GPU; nccl with learners on the CPU is refused.
 # usage: test_rl_device.sh MANTA SOURCE_DIR [EMU_MANTA]
 set -u
 MANTA=$1
@@ -63,6 +69,10 @@ expect() { # NAME TEXT
 said="groups.learner.resources.gpu 0.25 and groups.rollout.resources.gpu 0.25 are defaults \
 (model.device is cuda: the 4 replicas of learner, rollout share one GPU): set them in the spec or \
 with --set to choose others"
+learner_log() { # NAME RANK TEXT: the latest run's learner-RANK.log says TEXT
+    grep -qF -- "$3" "$tmp/logs"/*/logs/latest/learner-$2.log ||
+        { echo "FAIL: $1: learner-$2.log does not say: $3"; fail=1; }
+}
 unexpect() { # NAME TEXT
     if grep -qF -- "$2" "$tmp/$1.out"; then echo "FAIL: $1: the output says: $2"; fail=1; fi
 }
@@ -116,6 +126,27 @@ if [ -n "$EMU_MANTA" ]; then
     done
     ! grep -qF "cuda emulator" "$tmp/logs"/*/logs/latest/learner-0.log ||
         { echo "FAIL: emulated: learner-0 loaded the CUDA module"; fail=1; }
+    # the learners on the emulated CUDA back-end too, a short run each (2 warm-up steps, 1
+    # version, every batch trained), the rollouts on the CPU to keep it short
+    short=(--set groups.rollout.settings.device=cpu --set "rl.warmup={max_steps: 2}"
+           --set rl.max_versions=1 --set rl.dynamic_sampling=false)
+    own=(--set groups.learner.resources.gpu=1)
+    PROGRAM=$EMU_MANTA run learners-nccl 0 MANTA_NODE_GPU=2 -- "${short[@]}" "${own[@]}" \
+        --set rl.collective=nccl
+    expect learners-nccl "ledger balanced"
+    learner_log learners-nccl 0 "collective nccl (gradients and parameters on the devices)"
+    learner_log learners-nccl 1 "collective nccl (gradients and parameters on the devices)"
+    learner_log learners-nccl 0 "cuda emulator: the CUDA kernels run on the CPU"
+    PROGRAM=$EMU_MANTA run learners-shared 0 MANTA_NODE_GPU=1 -- "${short[@]}"
+    expect learners-shared "ledger balanced"
+    learner_log learners-shared 1 "rl.collective auto: host, as learner shards 0 and 1 share one GPU ("
+    learner_log learners-shared 0 "collective host (gradients and parameters staged through host"
+    PROGRAM=$EMU_MANTA run shared-nccl nonzero MANTA_NODE_GPU=1 -- "${short[@]}" \
+        --set rl.collective=nccl
+    expect shared-nccl "NCCL needs a GPU per shard (give the learner group resources: {gpu: 1}"
+    PROGRAM=$EMU_MANTA run cpu-nccl nonzero MANTA_NODE_GPU=1 -- "${short[@]}" \
+        --set groups.learner.settings.device=cpu --set rl.collective=nccl
+    expect cpu-nccl "rl.collective is nccl, but model.device is not cuda"
 else
     echo "== emulated: skipped (no build/cuda-emu/manta: no C++ compiler)"
 fi
