@@ -140,7 +140,6 @@ if [ -n "$EMU_MANTA" ]; then
     PROGRAM=$EMU_MANTA run learners-shared 0 MANTA_NODE_GPU=1 -- "${short[@]}"
     expect learners-shared "ledger balanced"
     learner_log learners-shared 1 "rl.collective auto: host, as learner shards 0 and 1 share one GPU ("
-    learner_log learners-shared 0 "collective host (gradients and parameters staged through host"
     PROGRAM=$EMU_MANTA run shared-nccl nonzero MANTA_NODE_GPU=1 -- "${short[@]}" \
         --set rl.collective=nccl
     expect shared-nccl "NCCL needs a GPU per shard (give the learner group resources: {gpu: 1}"
