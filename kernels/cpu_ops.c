@@ -1080,14 +1080,6 @@ static inline float fast_tanhf(float u)
     return (e - 1.0f) / (e + 1.0f);
 }
 
-static inline float dot(const float *a, const float *b, int n)
-{
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
 /* Softmax of x[0..n) in place. */
 MK_CLONES static void softmax_inplace(float *x, int n)
 {
@@ -1232,45 +1224,47 @@ static void kv_store_bf16(uint16_t *kc, uint16_t *vc, const float *qkv, const in
     }
 }
 
-/* One row's attention for one head of any size over its slot's cache (positions KV floats
- * apart), in plain loops that the compiler vectorises: the fallback for head sizes that are not
- * 16, 32, ..., 128.  a: scratch [n]. */
-MK_CLONES static void attend_one_head(float *y, const float *q, const float *k, const float *v,
-                                      int n, int KV, int hs, float scale, float *a)
+/* Element i of a cache of floats or (b16) bfloat16s, widened exactly as it is read */
+static inline float kv_at(const void *p, int b16, size_t i)
 {
-    for (int t = 0; t < n; t++) a[t] = dot(q, k + (size_t)t * KV, hs) * scale;
-    softmax_inplace(a, n);
-    for (int i = 0; i < hs; i++) y[i] = 0.0f;
-    for (int t = 0; t < n; t++) {
-        const float *vt = v + (size_t)t * KV;
-        float p = a[t];
-#pragma omp simd
-        for (int i = 0; i < hs; i++) y[i] += p * vt[i];
-    }
+    return b16 ? mk__bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 
-static inline float dot_b16(const float *a, const uint16_t *b, int n)
+/* a . b[off .. off + n) with b a cache of floats or (b16) bfloat16s */
+static inline float dot_kv(const float *a, const void *b, int b16, size_t off, int n)
 {
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-    for (int i = 0; i < n; i++) s += a[i] * mk__bf16_to_f32(b[i]);
+    for (int i = 0; i < n; i++) s += a[i] * kv_at(b, b16, off + i);
     return s;
 }
 
-/* attend_one_head over bfloat16 caches, each value widened exactly as it is read */
-MK_CLONES static void attend_one_head_b16(float *y, const float *q, const uint16_t *k,
-                                          const uint16_t *v, int n, int KV, int hs, float scale,
-                                          float *a)
+/* One row's attention for one head of any size over its slot's cache (positions KV values apart;
+ * floats, or with b16 bfloat16s widened as they are read - a constant in each inlined copy), in
+ * plain loops that the compiler vectorises.  a: scratch [n]. */
+MK_INLINE void attend_one_head_kv(float *y, const float *q, const void *k, const void *v, int b16,
+                                  int n, int KV, int hs, float scale, float *a)
 {
-    for (int t = 0; t < n; t++) a[t] = dot_b16(q, k + (size_t)t * KV, hs) * scale;
+    for (int t = 0; t < n; t++) a[t] = dot_kv(q, k, b16, (size_t)t * KV, hs) * scale;
     softmax_inplace(a, n);
     for (int i = 0; i < hs; i++) y[i] = 0.0f;
     for (int t = 0; t < n; t++) {
-        const uint16_t *vt = v + (size_t)t * KV;
+        size_t vt = (size_t)t * KV;
         float p = a[t];
 #pragma omp simd
-        for (int i = 0; i < hs; i++) y[i] += p * mk__bf16_to_f32(vt[i]);
+        for (int i = 0; i < hs; i++) y[i] += p * kv_at(v, b16, vt + i);
     }
+}
+
+/* attend_one_head_kv for the head sizes that are not 16, 32, ..., 128 (the fallback of the
+ * vector path), one copy for each kind of cache. */
+MK_CLONES static void attend_one_head(float *y, const float *q, const void *k, const void *v,
+                                      int b16, int n, int KV, int hs, float scale, float *a)
+{
+    if (b16)
+        attend_one_head_kv(y, q, k, v, 1, n, KV, hs, scale, a);
+    else
+        attend_one_head_kv(y, q, k, v, 0, n, KV, hs, scale, a);
 }
 
 /* 16 bfloat16s widened (exactly: a bfloat16 is the top half of a float) to 16 floats, and the
@@ -1493,10 +1487,8 @@ static void attn_decode_any(float *out, float *att, const float *qkv, const void
                             : (const void *)((const float *)kc + base);
         const void *v = b16 ? (const void *)((const uint16_t *)vc + base)
                             : (const void *)((const float *)vc + base);
-        if (!vec && b16)
-            attend_one_head_b16(y, q, k, v, pos[r] + 1, KV, hd, scale, a);
-        else if (!vec)
-            attend_one_head(y, q, k, v, pos[r] + 1, KV, hd, scale, a);
+        if (!vec)
+            attend_one_head(y, q, k, v, b16, pos[r] + 1, KV, hd, scale, a);
         else if (ng)
             attend_vector(y, q, k, v, b16, pos[r] + 1, KV, ng, G, hd, scale, a, Tmax);
         else

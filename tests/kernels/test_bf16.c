@@ -324,28 +324,28 @@ static void check_family(const mk_config *cfg, const char *name)
     free(p), free(pr), free(lf), free(lb);
 }
 
+/* The random models of test_models and test_kv_models: gpt2; llama, with grouped queries; qwen2
+ * untied, llama's but for C 128, heads of 32 and an untied head.  Column tails: C 160 and 96 (not
+ * multiples of 64), F 400, V 300; IC over one k-block. */
+enum { N_RAND = 3 };
+static const char *const rand_names[N_RAND] = {"gpt2", "llama", "qwen2 untied"};
+static mk_config rand_cfg(int k)
+{
+    mk_config c = {.n_layer = 2, .n_head = 4, .n_embd = 96, .block_size = CTX, .vocab_size = 300};
+    if (k == 0) return c;
+    c.n_embd = 160, c.arch = MK_ARCH_LLAMA, c.n_kv_head = 2, c.n_inner = 200;
+    if (k == 1) return c;
+    c.arch = MK_ARCH_QWEN2, c.untied_head = 1, c.n_embd = 128, c.head_dim = 32;
+    return c;
+}
+
 static void test_models(void **state)
 {
     (void)state;
-    /* column tails: C 160 and 96 (not multiples of 64), F 400, V 300; IC over one k-block */
-    mk_config gpt2 = {
-        .n_layer = 2, .n_head = 4, .n_embd = 96, .block_size = CTX, .vocab_size = 300};
-    mk_config llama = {.n_layer = 2,
-                       .n_head = 4,
-                       .n_embd = 160,
-                       .block_size = CTX,
-                       .vocab_size = 300,
-                       .arch = MK_ARCH_LLAMA,
-                       .n_kv_head = 2,
-                       .n_inner = 200};
-    mk_config qwen2 = llama;
-    qwen2.arch = MK_ARCH_QWEN2;
-    qwen2.untied_head = 1;
-    qwen2.n_embd = 128;
-    qwen2.head_dim = 32;
-    check_family(&gpt2, "gpt2");
-    check_family(&llama, "llama");
-    check_family(&qwen2, "qwen2 untied");
+    for (int k = 0; k < N_RAND; k++) {
+        mk_config c = rand_cfg(k);
+        check_family(&c, rand_names[k]);
+    }
 }
 
 /* A BF16 folder: its weights are bfloat16 values, so both decoders agree to the sums' order. */
@@ -553,33 +553,17 @@ static void check_kv_model(mk_model *mf, mk_model *mk, const char *name)
 static void test_kv_models(void **state)
 {
     (void)state;
-    mk_config gpt2 = {
-        .n_layer = 2, .n_head = 4, .n_embd = 96, .block_size = CTX, .vocab_size = 300};
-    mk_config llama = {.n_layer = 2,
-                       .n_head = 4,
-                       .n_embd = 160,
-                       .block_size = CTX,
-                       .vocab_size = 300,
-                       .arch = MK_ARCH_LLAMA,
-                       .n_kv_head = 2,
-                       .n_inner = 200};
-    mk_config qwen2 = llama;
-    qwen2.arch = MK_ARCH_QWEN2;
-    qwen2.untied_head = 1;
-    qwen2.n_embd = 128;
-    qwen2.head_dim = 32;
-    const mk_config *cfgs[] = {&gpt2, &llama, &qwen2};
-    const char *names[] = {"gpt2", "llama", "qwen2 untied"};
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < N_RAND; k++) {
+        mk_config c = rand_cfg(k);
         mk_model *mf, *mk;
-        assert_mk_ok(mk_model_new_ex(&mf, cfgs[k], 1, 1, NULL, MK_MODEL_INFER));
-        assert_mk_ok(mk_model_new_ex(&mk, cfgs[k], 1, 1, NULL, MK_MODEL_INFER | MK_MODEL_BF16_KV));
+        assert_mk_ok(mk_model_new_ex(&mf, &c, 1, 1, NULL, MK_MODEL_INFER));
+        assert_mk_ok(mk_model_new_ex(&mk, &c, 1, 1, NULL, MK_MODEL_INFER | MK_MODEL_BF16_KV));
         size_t P = mk_model_num_params(mf);
         float *p = malloc(sizeof(float) * P);
         random_params(p, P, 5);
         assert_mk_ok(mk_model_write_params(mf, p, 0, P));
         assert_mk_ok(mk_model_write_params(mk, p, 0, P));
-        check_kv_model(mf, mk, names[k]);
+        check_kv_model(mf, mk, rand_names[k]);
         mk_model_free(mf), mk_model_free(mk);
         free(p);
     }

@@ -791,7 +791,38 @@ static void check_sampled_decoding(mk_model *mg, int Vv)
     mk_decoder_free(dg);
 }
 
-/* The GPT-2 model on both back-ends from the PyTorch fixture's weights. */
+/* Slot s of the CPU's decoder dc and the device's dg reset with seed, then given the n tokens at
+ * prompt. */
+static void prompt_both(mk_decoder *dc, mk_decoder *dg, int s, uint64_t seed, const int *prompt,
+                        int n)
+{
+    assert_mk_ok(mk_decoder_reset(dc, s, seed));
+    assert_mk_ok(mk_decoder_reset(dg, s, seed));
+    assert_mk_ok(mk_decoder_append(dc, s, prompt, n));
+    assert_mk_ok(mk_decoder_append(dg, s, prompt, n));
+}
+
+/* One greedy step of the n slots on dc and dg: the same tokens, and each slot's step logits (Vv)
+ * within 1e-4 + 1e-4; a failure's label is "<what> step <k> slot <s> logits". */
+static void step_both(mk_decoder *dc, mk_decoder *dg, const int *slots, int n, int Vv,
+                      const char *what, int k)
+{
+    enum { MAXN = 8 };
+    assert_true(n >= 1 && n <= MAXN);
+    float temp[MAXN] = {0}, topp[MAXN];
+    int tc[MAXN], tg[MAXN];
+    for (int i = 0; i < n; i++) topp[i] = 1.0f;
+    assert_mk_ok(mk_decoder_step(dc, slots, n, temp, topp, tc, NULL, NULL));
+    assert_mk_ok(mk_decoder_step(dg, slots, n, temp, topp, tg, NULL, NULL));
+    assert_memory_equal(tc, tg, sizeof(int) * (size_t)n);
+    char l[128];
+    for (int i = 0; i < n; i++) {
+        snprintf(l, sizeof l, "%s step %d slot %d logits", what, k, slots[i]);
+        check_close(mk_decoder_last_logits(dg, slots[i]), mk_decoder_last_logits(dc, slots[i]),
+                    (size_t)Vv, 1e-4, 1e-4, l);
+    }
+}
+
 /* Greedy decoding with bfloat16 KV caches (MK_MODEL_BF16_KV) on both back-ends, from the
  * parameters of src (a CPU model): three slots with prompts of different lengths, eight steps;
  * identical tokens, step logits 1e-4 + 1e-4. */
@@ -813,26 +844,11 @@ static void check_bf16_kv_decoding(const mk_model *src, const char *name)
     assert_mk_ok(mk_decoder_new_ctx(&dc, mc, NS, ctx));
     assert_mk_ok(mk_decoder_new_ctx(&dg, mg, NS, ctx));
     int slots[NS] = {1, 2, 0}, prompt[16];
-    float temp[NS] = {0, 0, 0}, topp[NS] = {1, 1, 1};
     for (int i = 0; i < 16; i++) prompt[i] = (i * 7 + 3) % Vv;
-    for (int s = 0; s < NS; s++) {
-        assert_mk_ok(mk_decoder_reset(dc, s, 9));
-        assert_mk_ok(mk_decoder_reset(dg, s, 9));
-        assert_mk_ok(mk_decoder_append(dc, s, prompt + s, 3 + 4 * s));
-        assert_mk_ok(mk_decoder_append(dg, s, prompt + s, 3 + 4 * s));
-    }
-    char l[96];
-    for (int k = 0; k < 8 && 11 + k < ctx; k++) {
-        int tc[NS], tg[NS];
-        assert_mk_ok(mk_decoder_step(dc, slots, NS, temp, topp, tc, NULL, NULL));
-        assert_mk_ok(mk_decoder_step(dg, slots, NS, temp, topp, tg, NULL, NULL));
-        assert_memory_equal(tc, tg, sizeof tc);
-        for (int s = 0; s < NS; s++) {
-            snprintf(l, sizeof l, "%s bf16 KV decode step %d slot %d logits", name, k, s);
-            check_close(mk_decoder_last_logits(dg, s), mk_decoder_last_logits(dc, s), (size_t)Vv,
-                        1e-4, 1e-4, l);
-        }
-    }
+    for (int s = 0; s < NS; s++) prompt_both(dc, dg, s, 9, prompt + s, 3 + 4 * s);
+    char what[64];
+    snprintf(what, sizeof what, "%s bf16 KV decode", name);
+    for (int k = 0; k < 8 && 11 + k < ctx; k++) step_both(dc, dg, slots, NS, Vv, what, k);
     mk_decoder_free(dc), mk_decoder_free(dg);
     mk_model_free(mc), mk_model_free(mg);
     free(p);
@@ -853,12 +869,7 @@ static void check_graph_decoding(mk_model *mc, mk_model *mg, int Vv)
     assert_mk_ok(mk_decoder_new(&dc, mc, 3));
     assert_mk_ok(mk_decoder_new(&dg, mg, 3));
     int prompt[5] = {5, 4, 3, 2, 1}, slots[3] = {2, 0, 1};
-    float temp[3] = {0, 0, 0}, topp[3] = {1, 1, 1};
-    for (int s = 0; s < 3; s++) {
-        mk_decoder_reset(dc, s, 3), mk_decoder_reset(dg, s, 3);
-        assert_mk_ok(mk_decoder_append(dc, s, prompt, 1 + s));
-        assert_mk_ok(mk_decoder_append(dg, s, prompt, 1 + s));
-    }
+    for (int s = 0; s < 3; s++) prompt_both(dc, dg, s, 3, prompt, 1 + s);
 #ifdef MK_CUDA_EMU_TEST
     long g0 = mk_emu_graph_launches();
 #endif
@@ -873,13 +884,7 @@ static void check_graph_decoding(mk_model *mc, mk_model *mg, int Vv)
             assert_mk_ok(mk_model_write_params(mg, p, 0, n));
             free(p);
         }
-        int n = 1 + k % 3, tc[3], tg[3];
-        assert_mk_ok(mk_decoder_step(dc, slots, n, temp, topp, tc, NULL, NULL));
-        assert_mk_ok(mk_decoder_step(dg, slots, n, temp, topp, tg, NULL, NULL));
-        assert_memory_equal(tc, tg, sizeof(int) * (size_t)n);
-        for (int i = 0; i < n; i++)
-            check_close(mk_decoder_last_logits(dg, slots[i]), mk_decoder_last_logits(dc, slots[i]),
-                        (size_t)Vv, 1e-4, 1e-4, "decode logits, steps of 1, 2 and 3 slots");
+        step_both(dc, dg, slots, 1 + k % 3, Vv, "decode (steps of 1, 2 and 3 slots)", k);
     }
 #ifdef MK_CUDA_EMU_TEST
     /* 8 steps of 3 row counts: 3 captures (each then launched) and 5 replays */
@@ -888,6 +893,7 @@ static void check_graph_decoding(mk_model *mc, mk_model *mg, int Vv)
     mk_decoder_free(dc), mk_decoder_free(dg);
 }
 
+/* The GPT-2 model on both back-ends from the PyTorch fixture's weights. */
 static void test_model_gpt2(void **state)
 {
     (void)state;
@@ -944,21 +950,8 @@ static void test_model_gpt2(void **state)
     assert_mk_ok(mk_decoder_new(&dc, mc, 3));
     assert_mk_ok(mk_decoder_new(&dg, mg, 3));
     int prompt[5] = {1, 2, 3, 4, 5}, slots[3] = {0, 1, 2};
-    float temp[3] = {0, 0, 0}, topp[3] = {1, 1, 1};
-    for (int s = 0; s < 3; s++) {
-        mk_decoder_reset(dc, s, 9), mk_decoder_reset(dg, s, 9);
-        assert_mk_ok(mk_decoder_append(dc, s, prompt, 2 + s));
-        assert_mk_ok(mk_decoder_append(dg, s, prompt, 2 + s));
-    }
-    for (int k = 0; k < 6; k++) {
-        int tc[3], tg[3];
-        assert_mk_ok(mk_decoder_step(dc, slots, 3, temp, topp, tc, NULL, NULL));
-        assert_mk_ok(mk_decoder_step(dg, slots, 3, temp, topp, tg, NULL, NULL));
-        assert_memory_equal(tc, tg, sizeof tc);
-        for (int s = 0; s < 3; s++)
-            check_close(mk_decoder_last_logits(dg, s), mk_decoder_last_logits(dc, s),
-                        (size_t)ref.cfg.vocab_size, 1e-4, 1e-4, "decode logits");
-    }
+    for (int s = 0; s < 3; s++) prompt_both(dc, dg, s, 9, prompt, 2 + s);
+    for (int k = 0; k < 6; k++) step_both(dc, dg, slots, 3, ref.cfg.vocab_size, "gpt2 decode", k);
     mk_decoder_free(dc), mk_decoder_free(dg);
     check_graph_decoding(mc, mg, ref.cfg.vocab_size);
     check_bf16_kv_decoding(mc, "gpt2");
@@ -1068,24 +1061,9 @@ static void check_family(const mk_config *cfg)
     assert_mk_ok(mk_decoder_new_ctx(&dc, mc, NS, 24));
     assert_mk_ok(mk_decoder_new_ctx(&dg, mg, NS, 24));
     int slots[NS] = {2, 0, 1};
-    float temp[NS] = {0, 0, 0}, topp[NS] = {1, 1, 1};
-    for (int s = 0; s < NS; s++) {
-        assert_mk_ok(mk_decoder_reset(dc, s, 9));
-        assert_mk_ok(mk_decoder_reset(dg, s, 9));
-        assert_mk_ok(mk_decoder_append(dc, s, tokens + 3 * s, 3 + 4 * s));
-        assert_mk_ok(mk_decoder_append(dg, s, tokens + 3 * s, 3 + 4 * s));
-    }
-    for (int k = 0; k < 8; k++) {
-        int tc[NS], tg[NS];
-        assert_mk_ok(mk_decoder_step(dc, slots, NS, temp, topp, tc, NULL, NULL));
-        assert_mk_ok(mk_decoder_step(dg, slots, NS, temp, topp, tg, NULL, NULL));
-        assert_memory_equal(tc, tg, sizeof tc);
-        for (int s = 0; s < NS; s++) {
-            snprintf(l, sizeof l, "%s decode step %d slot %d logits", name, k, s);
-            check_close(mk_decoder_last_logits(dg, s), mk_decoder_last_logits(dc, s), (size_t)Vv,
-                        1e-4, 1e-4, l);
-        }
-    }
+    for (int s = 0; s < NS; s++) prompt_both(dc, dg, s, 9, tokens + 3 * s, 3 + 4 * s);
+    snprintf(l, sizeof l, "%s decode", name);
+    for (int k = 0; k < 8; k++) step_both(dc, dg, slots, NS, Vv, l, k);
     mk_decoder_free(dc), mk_decoder_free(dg);
     check_bf16_kv_decoding(mc, name);
     mk_model_free(mc), mk_model_free(mg);
