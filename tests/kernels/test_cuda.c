@@ -619,6 +619,57 @@ static void test_rows_and_optimiser(void **state)
     free(z), free(ct), free(ch), free(d), free(p), free(g), free(m), free(v);
 }
 
+/* A learner shard's slice ops on the model's device memory (mk_model_grad_scale,
+ * _grad_sumsq_range, _adamw_range, the moments, mk_model_sync) against the CPU back-end: three
+ * steps of three slices that cut tensors, weight decay on the 2-D tensors only. */
+static void test_shard_slices(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    mk_config cfg = {.n_layer = 2, .n_head = 2, .n_embd = 16, .block_size = 8, .vocab_size = 37};
+    mk_model *mc, *mg;
+    assert_mk_ok(mk_model_new(&mc, &cfg, 1, 4, cpu));
+    assert_mk_ok(mk_model_new(&mg, &cfg, 1, 4, gpu));
+    mk_model_init(mc, 9), mk_model_init(mg, 9);
+    size_t P = mk_model_num_params(mc);
+    float *g = malloc(P * sizeof(float)), *a = malloc(P * sizeof(float));
+    float *b = malloc(P * sizeof(float));
+    mk_rng r;
+    mk_rng_seed(&r, 10);
+    mk_adamw_params ap = {
+        .lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0.1f};
+    for (int t = 1; t <= 3; t++) {
+        fill_uniform(g, P, -0.5f, 0.5f, &r);
+        assert_mk_ok(mk_model_write_grads(mc, g, 0, P));
+        assert_mk_ok(mk_model_write_grads(mg, g, 0, P));
+        for (size_t k = 0; k < 3; k++) { /* the first P % 3 slices one longer */
+            size_t n = P / 3 + (k < P % 3), off = k * (P / 3) + (k < P % 3 ? k : P % 3);
+            double sc, sg;
+            assert_mk_ok(mk_model_grad_sumsq_range(mc, off, n, &sc));
+            assert_mk_ok(mk_model_grad_sumsq_range(mg, off, n, &sg));
+            assert_near(sg, sc, 1e-9 * sc);
+            assert_mk_ok(mk_model_grad_scale(mc, off, n, 0.7f));
+            assert_mk_ok(mk_model_grad_scale(mg, off, n, 0.7f));
+            assert_mk_ok(mk_model_adamw_range(mc, off, n, &ap, t));
+            assert_mk_ok(mk_model_adamw_range(mg, off, n, &ap, t));
+        }
+        assert_mk_ok(mk_model_sync(mg));
+    }
+    assert_mk_ok(mk_model_read_params(mc, a, 0, P));
+    cmp(mk_model_params(mg), a, P, 1e-6, 1e-5, "slices: parameters");
+    for (int w = 0; w < 2; w++) {
+        assert_mk_ok(mk_model_read_moments(mc, w, a, 0, P));
+        assert_mk_ok(mk_model_read_moments(mg, w, b, 0, P));
+        check_close(b, a, P, 1e-7, 1e-5, w ? "slices: second moments" : "slices: first moments");
+    }
+    for (size_t i = 0; i < 5; i++) a[i] = (float)i - 2;
+    assert_mk_ok(mk_model_write_moments(mg, 0, a, 11, 5));
+    assert_mk_ok(mk_model_read_moments(mg, 0, b, 11, 5));
+    assert_memory_equal(a, b, 5 * sizeof(float));
+    mk_model_free(mc), mk_model_free(mg);
+    free(g), free(a), free(b);
+}
+
 /* Whether the reference's token for (u, top_p) stays when u and top_p move by 1e-6: a device
  * sampler that agrees up to the order of its double sums must then pick the same token. */
 static int ref_stable(const float *z, int Vv, float t, float tp, float u, void *scr)
@@ -1086,6 +1137,7 @@ int main(void)
         cmocka_unit_test(test_qk),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_rows_and_optimiser),
+        cmocka_unit_test(test_shard_slices),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_sample_rows),
         cmocka_unit_test(test_model_gpt2),
