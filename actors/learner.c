@@ -15,7 +15,8 @@
  *   3. reduce-scatter of the gradients: each shard gets the sum for its slice;
  *   4. all-reduce of the slices' squared norms: the global norm, for clipping;
  *   5. AdamW on the owned slice (weight decay on matrices only), with the
- *      model's own moments;
+ *      model's own moments, which cover that slice only (ZeRO stage 1:
+ *      mk_model_shard_moments);
  *   6. all-gather of the parameters into the local model;
  *   7. the owned slice is published as weight buckets of at most
  *      rl.bucket_mb MiB each (manta_put, served zero-copy by this process),
@@ -190,6 +191,10 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
     }
     s->n_params = mk_model_num_params(s->model);
     manta_coll_slice(s->n_params, s->world, s->rank, &s->off, &s->len);
+    if (mk_model_shard_moments(s->model, s->off, s->len) != MK_OK) { /* ZeRO stage 1 */
+        rl_log(m, "learner: moments of the slice: %s", mk_last_error());
+        return MANTA_ENOMEM;
+    }
     size_t bt = (size_t)s->max_batch * s->block;
     s->params = calloc(s->n_params, sizeof(float));
     s->grads = calloc(s->staged ? s->n_params : 1, sizeof(float));

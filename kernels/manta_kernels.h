@@ -353,7 +353,7 @@ double mk_model_grad_sumsq(mk_model *m);
  * every tensor.  *grad_norm (may be NULL) receives the norm before clipping.
  * Does not zero the gradients. */
 int mk_model_step(mk_model *m, const mk_adamw_params *p, int t, float *grad_norm);
-/* The AdamW moments [n_params] each (back-end pointers), for shards. */
+/* The AdamW moments [n_params] each (back-end pointers; see mk_model_shard_moments). */
 float *mk_model_adam_m(mk_model *m);
 float *mk_model_adam_v(mk_model *m);
 
@@ -372,6 +372,11 @@ int mk_model_grad_sumsq_range(mk_model *m, size_t off, size_t n, double *sumsq);
  * on the elements of 2-D tensors only, as mk_model_step (which also clips: this does not, scale
  * first). */
 int mk_model_adamw_range(mk_model *m, size_t off, size_t n, const mk_adamw_params *p, int t);
+/* ZeRO stage 1: keep the moments of [off, off+n) only (zero: call it before the first step),
+ * freeing the whole vector's.  Then mk_model_adamw_range and the moments' copies take ranges
+ * inside [off, off+n) only (MK_ERR_ARG otherwise), mk_model_step is refused (MK_ERR_STATE) and
+ * mk_model_adam_m/_v point at element off's moments. */
+int mk_model_shard_moments(mk_model *m, size_t off, size_t n);
 /* The moments of [off, off+n) to and from host memory: which 0 is the first (m), 1 the second
  * (v).  For a shard's checkpoint. */
 int mk_model_read_moments(const mk_model *m, int which, float *dst, size_t off, size_t n);

@@ -392,8 +392,10 @@ struct mk_model {
     int n_hf;
     mk__hf_map *hf; /* the checkpoint's tensors, in the order transformers saves them */
     size_t n_params;
-    float *params, *grads, *m, *v; /* back-end memory, n_params each */
-    float *rope_cos, *rope_sin;    /* back-end [block_size, hd/2] (rotary families; else NULL) */
+    float *params, *grads;      /* back-end memory, n_params each */
+    float *m, *v;               /* back-end memory: the moments of [m_off, m_off + m_len) */
+    size_t m_off, m_len;        /* [0, n_params) unless mk_model_shard_moments */
+    float *rope_cos, *rope_sin; /* back-end [block_size, hd/2] (rotary families; else NULL) */
     size_t act_size[MK_ACT_N];
     float *acts_mem; /* one allocation */
     float *act[MK_ACT_N];

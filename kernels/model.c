@@ -628,6 +628,7 @@ int mk_model_new_ex(mk_model **out, const mk_config *cfg_in, int max_batch, int 
     table tb = {.t = m->tensors, .gidx = m->gidx, .lidx = m->lidx, .hf = m->hf};
     build_table(cfg, &tb);
     m->n_params = tb.off;
+    m->m_off = 0, m->m_len = m->n_params;
     act_sizes(cfg, max_batch, max_seq, m->act_size);
     size_t gsz[MK_G_N];
     gact_sizes(cfg, max_batch, max_seq, gsz);
@@ -774,6 +775,30 @@ static int train_range(const mk_model *m, size_t off, size_t n)
     return range_ok(m, m, off, n);
 }
 
+/* [off, off+n) inside the range the moments cover */
+static int moment_range(const mk_model *m, size_t off, size_t n)
+{
+    int rc = train_range(m, off, n);
+    if (!rc && n && (off < m->m_off || off + n > m->m_off + m->m_len))
+        rc = mk__fail(MK_ERR_ARG, "range [%zu, %zu) outside the moments' [%zu, %zu)", off, off + n,
+                      m->m_off, m->m_off + m->m_len);
+    return rc;
+}
+
+int mk_model_shard_moments(mk_model *m, size_t off, size_t n)
+{
+    int rc = train_range(m, off, n);
+    float *nm = NULL, *nv = NULL;
+    size_t bytes = (n ? n : 1) * sizeof(float);
+    if (!rc && (rc = m->be->alloc((void **)&nm, bytes)) == MK_OK &&
+        (rc = m->be->alloc((void **)&nv, bytes)) != MK_OK)
+        m->be->release(nm);
+    if (rc) return rc;
+    m->be->release(m->m), m->be->release(m->v);
+    m->m = nm, m->v = nv, m->m_off = off, m->m_len = n;
+    return MK_OK;
+}
+
 int mk_model_grad_scale(mk_model *m, size_t off, size_t n, float s)
 {
     int rc = train_range(m, off, n);
@@ -791,7 +816,7 @@ int mk_model_grad_sumsq_range(mk_model *m, size_t off, size_t n, double *sumsq)
 int mk_model_adamw_range(mk_model *m, size_t off, size_t n, const mk_adamw_params *p, int t)
 {
     if (!p || t < 1) return mk__fail(MK_ERR_ARG, "bad AdamW arguments (step %d)", t);
-    int rc = train_range(m, off, n);
+    int rc = moment_range(m, off, n);
     /* in runs that do not cross a tensor's edge: weight decay is per tensor */
     for (int i = 0; !rc && i < m->n_tensors; i++) {
         const mk_tensor_info *ti = &m->tensors[i];
@@ -799,7 +824,8 @@ int mk_model_adamw_range(mk_model *m, size_t off, size_t n, const mk_adamw_param
         size_t hi = ti->offset + ti->numel < off + n ? ti->offset + ti->numel : off + n;
         if (lo >= hi) continue;
         float wd = ti->ndim == 2 ? p->weight_decay : 0.0f;
-        m->be->adamw(m->params + lo, m->grads + lo, m->m + lo, m->v + lo, hi - lo, p->lr, p->beta1,
+        size_t k = lo - m->m_off;
+        m->be->adamw(m->params + lo, m->grads + lo, m->m + k, m->v + k, hi - lo, p->lr, p->beta1,
                      p->beta2, p->eps, wd, t);
     }
     if (!rc && n) mk__params_changed(m);
@@ -813,19 +839,19 @@ static float *moments(const mk_model *m, int which)
 
 int mk_model_read_moments(const mk_model *m, int which, float *dst, size_t off, size_t n)
 {
-    int rc = train_range(m, off, n);
+    int rc = moment_range(m, off, n);
     if (!rc && !moments(m, which)) rc = mk__fail(MK_ERR_ARG, "moment %d: 0 or 1", which);
     if (!rc && !dst && n) rc = mk__fail(MK_ERR_ARG, "NULL argument");
-    if (!rc && n) m->be->download(dst, moments(m, which) + off, n * sizeof(float));
+    if (!rc && n) m->be->download(dst, moments(m, which) + (off - m->m_off), n * sizeof(float));
     return rc;
 }
 
 int mk_model_write_moments(mk_model *m, int which, const float *src, size_t off, size_t n)
 {
-    int rc = train_range(m, off, n);
+    int rc = moment_range(m, off, n);
     if (!rc && !moments(m, which)) rc = mk__fail(MK_ERR_ARG, "moment %d: 0 or 1", which);
     if (!rc && !src && n) rc = mk__fail(MK_ERR_ARG, "NULL argument");
-    if (!rc && n) m->be->upload(moments(m, which) + off, src, n * sizeof(float));
+    if (!rc && n) m->be->upload(moments(m, which) + (off - m->m_off), src, n * sizeof(float));
     return rc;
 }
 
@@ -873,8 +899,8 @@ void mk_model_init(mk_model *m, uint64_t seed)
     mk__params_changed(m);
     mk__bf16_sync(m);
     if (!m->infer) {
-        m->be->zero(m->m, sizeof(float) * m->n_params);
-        m->be->zero(m->v, sizeof(float) * m->n_params);
+        m->be->zero(m->m, sizeof(float) * m->m_len);
+        m->be->zero(m->v, sizeof(float) * m->m_len);
     }
 }
 
@@ -1238,6 +1264,9 @@ int mk_model_step(mk_model *m, const mk_adamw_params *p, int t, float *grad_norm
 {
     if (!m || !p || t < 1) return mk__fail(MK_ERR_ARG, "bad AdamW arguments (step %d)", t);
     if (m->infer) return mk__fail(MK_ERR_STATE, "mk_model_step on an inference-only model");
+    if (m->m_len != m->n_params)
+        return mk__fail(MK_ERR_STATE, "mk_model_step: the moments cover only [%zu, %zu)", m->m_off,
+                        m->m_off + m->m_len);
     double ss = m->be->sumsq(m->grads, m->n_params);
     if (grad_norm) *grad_norm = (float)sqrt(ss);
     float f = mk_clip_factor(ss, p->grad_clip);

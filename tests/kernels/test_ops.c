@@ -415,6 +415,57 @@ static void test_shard_slices(void **state)
     free(g), free(a), free(b);
 }
 
+/* ZeRO stage 1: three models that keep only their slice's moments (mk_model_shard_moments),
+ * each stepping its slice, against the whole-model step: bit-equal parameters and moments of
+ * each slice; ranges outside a shard's moments and the whole-model step refused. */
+static void test_shard_moments(void **state)
+{
+    mk_config cfg = {.n_layer = 1, .n_head = 2, .n_embd = 8, .block_size = 8, .vocab_size = 13};
+    mk_model *whole, *sh[3];
+    assert_mk_ok(mk_model_new(&whole, &cfg, 1, 4, NULL));
+    mk_model_init(whole, 4);
+    size_t P = mk_model_num_params(whole), off[3], len[3];
+    for (size_t k = 0; k < 3; k++) {
+        len[k] = P / 3 + (k < P % 3), off[k] = k * (P / 3) + (k < P % 3 ? k : P % 3);
+        assert_mk_ok(mk_model_new(&sh[k], &cfg, 1, 4, NULL));
+        mk_model_init(sh[k], 4);
+        assert_mk_ok(mk_model_shard_moments(sh[k], off[k], len[k]));
+    }
+    float *g = malloc(P * sizeof(float)), *a = malloc(P * sizeof(float));
+    float *b = malloc(P * sizeof(float));
+    mk_rng r;
+    mk_rng_seed(&r, 14);
+    mk_adamw_params ap = {
+        .lr = 0.02f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.2f};
+    for (int t = 1; t <= 3; t++) {
+        fill_uniform(g, P, -1, 1, &r);
+        assert_mk_ok(mk_model_write_grads(whole, g, 0, P));
+        assert_mk_ok(mk_model_step(whole, &ap, t, NULL));
+        for (int k = 0; k < 3; k++) {
+            assert_mk_ok(mk_model_write_grads(sh[k], g, 0, P));
+            assert_mk_ok(mk_model_adamw_range(sh[k], off[k], len[k], &ap, t));
+        }
+    }
+    for (int k = 0; k < 3; k++) {
+        assert_mk_ok(mk_model_read_params(sh[k], b, off[k], len[k]));
+        assert_memory_equal(mk_model_params(whole) + off[k], b, len[k] * sizeof(float));
+        assert_mk_ok(mk_model_read_moments(sh[k], 1, b, off[k], len[k]));
+        assert_memory_equal(mk_model_adam_v(whole) + off[k], b, len[k] * sizeof(float));
+        assert_memory_equal(mk_model_adam_m(whole) + off[k], mk_model_adam_m(sh[k]),
+                            len[k] * sizeof(float));
+    }
+    assert_int_equal(mk_model_adamw_range(sh[1], off[1] - 1, 2, &ap, 4), MK_ERR_ARG);
+    assert_int_equal(mk_model_read_moments(sh[1], 0, a, off[2], 1), MK_ERR_ARG);
+    assert_int_equal(mk_model_write_moments(sh[0], 0, a, 0, len[0] + 1), MK_ERR_ARG);
+    assert_int_equal(mk_model_step(sh[0], &ap, 4, NULL), MK_ERR_STATE);
+    assert_int_equal(mk_model_shard_moments(sh[0], P, 1), MK_ERR_ARG);
+    assert_mk_ok(mk_model_shard_moments(sh[2], P, 0)); /* an empty slice */
+    assert_mk_ok(mk_model_adamw_range(sh[2], P, 0, &ap, 4));
+    mk_model_free(whole);
+    for (int k = 0; k < 3; k++) mk_model_free(sh[k]);
+    free(g), free(a), free(b);
+}
+
 /* ---- the whole model against finite differences of its loss ------------- */
 
 static mk_model *fm;
@@ -535,19 +586,13 @@ static void test_model_gradients_families(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layernorm),
-        cmocka_unit_test(test_add_norm),
-        cmocka_unit_test(test_matmul),
-        cmocka_unit_test(test_head),
-        cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_gelu),
-        cmocka_unit_test(test_embedding),
-        cmocka_unit_test(test_row_stats_and_grad),
-        cmocka_unit_test(test_adamw_by_hand),
-        cmocka_unit_test(test_sumsq_shards_and_clip),
-        cmocka_unit_test(test_shard_slices),
-        cmocka_unit_test(test_model_gradients),
-        cmocka_unit_test(test_model_gradients_families),
+        cmocka_unit_test(test_layernorm),       cmocka_unit_test(test_add_norm),
+        cmocka_unit_test(test_matmul),          cmocka_unit_test(test_head),
+        cmocka_unit_test(test_attention),       cmocka_unit_test(test_gelu),
+        cmocka_unit_test(test_embedding),       cmocka_unit_test(test_row_stats_and_grad),
+        cmocka_unit_test(test_adamw_by_hand),   cmocka_unit_test(test_sumsq_shards_and_clip),
+        cmocka_unit_test(test_shard_slices),    cmocka_unit_test(test_shard_moments),
+        cmocka_unit_test(test_model_gradients), cmocka_unit_test(test_model_gradients_families),
     };
     mk_set_threads(2);
     return cmocka_run_group_tests(tests, NULL, NULL);
