@@ -7,8 +7,9 @@
  * What it models (nccl_emu.cpp):
  *   - a communicator is a shared-memory segment that its ranks map, in one process (threads)
  *     or many: the unique id carries the segment's random name (/manta-nccl-emu-<32 hex>);
- *     the segment is unlinked once every rank mapped it (and by the last rank to leave), so
- *     nothing stays in /dev/shm;
+ *     the segment is unlinked once every rank mapped it, or when a rank leaves (aborts or
+ *     destroys its communicator) before that, so nothing stays in /dev/shm unless a process
+ *     dies before all ranks joined and no other rank leaves;
  *   - each communicator has a worker thread that runs its queued operations in order; an
  *     operation keeps its stream "not ready" (cudaStreamQuery: cudaErrorNotReady) until the
  *     worker finished it; calls between ncclGroupStart and ncclGroupEnd are queued at

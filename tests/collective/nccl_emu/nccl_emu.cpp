@@ -1,7 +1,7 @@
 /*
  * nccl_emu.cpp - the NCCL emulator behind nccl.h (read its head for what it models).
  *
- * The segment: a header (magic, world size, ranks joined, ranks still mapping it, whether the
+ * The segment: a header (magic, world size, ranks joined, ranks in it, whether the
  * name is unlinked; per rank: barriers passed, present, the operation it runs) and one slot of
  * SLOT bytes per rank.  Its size is fixed (SEG_BYTES) and every bound below comes from this
  * rank's own arguments, never from a word a peer wrote: a peer's operation is only compared.
@@ -64,7 +64,7 @@ struct segment {
     uint64_t magic;   /* 0 in a new segment, then SEG_MAGIC */
     int32_t nranks;   /* 0, then the first rank's world size */
     int32_t joined;   /* ranks that joined */
-    int32_t refs;     /* ranks that still map it */
+    int32_t refs;     /* ranks that joined and have not left */
     int32_t unlinked; /* the name is gone */
     rank_area r[MAX_RANKS];
 };
@@ -307,7 +307,10 @@ void leave(ncclComm *c)
         c->cv.notify_all();
     }
     if (c->worker.joinable()) c->worker.join();
-    if (__atomic_sub_fetch(&c->seg->refs, 1, __ATOMIC_ACQ_REL) == 0) unlink_once(c->seg, c->name);
+    /* a communicator a rank has left can never complete: a rank that comes later makes a
+     * segment of its own (and times out) rather than joining this one */
+    __atomic_sub_fetch(&c->seg->refs, 1, __ATOMIC_ACQ_REL);
+    unlink_once(c->seg, c->name);
     munmap(c->seg, SEG_BYTES);
     delete c;
 }
