@@ -44,3 +44,6 @@ install(TARGETS manta_exe RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 if(MANTA_HAVE_CUDA)
   install(TARGETS manta_cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/manta)
 endif()
+if(TARGET manta_nccl_module) # libmanta_nccl.so, the NCCL back-end `manta` loads
+  install(TARGETS manta_nccl_module LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/manta)
+endif()

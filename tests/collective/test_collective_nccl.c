@@ -2,8 +2,15 @@
  * test_collective_nccl.c -- the NCCL backend on real devices: one actor
  * per CUDA device (up to 4), each joining a group with cuda_device set,
  * running every operation on device buffers of uneven sizes and comparing
- * with the serial sum on the host. Exits 77 (ctest: skipped) when there is
- * no CUDA device.
+ * with the serial sum on the host, for S = 1 .. min(devices, 4) ranks; and
+ * a rank that joins but never enters an operation: the others get
+ * ETIMEDOUT (NCCL, the deadline) within the timeout and a little, then
+ * ECLOSED. Exits 77 (ctest: skipped) when there is no CUDA device.
+ *
+ * The same file runs on the CPU emulators (tests/kernels/cuda_emu,
+ * nccl_emu/: MK_CUDA_EMU_DEVICES=4), linked with the back-end or, with
+ * NCCL_MODULE defined, taking it from that module (dlopen, as `manta`
+ * does).
  */
 #include <manta.h>
 #include <manta_collective.h>
@@ -11,6 +18,7 @@
 #include "testutil.h"
 
 #include <cuda_runtime_api.h>
+#include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -19,8 +27,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
+
+#ifdef NCCL_MODULE
+#include <dlfcn.h>
+#endif
 
 #define MAXR 4
 
@@ -33,7 +46,35 @@ typedef struct job {
     char group[64];
     int world, rank;
     uint64_t count;
+    int mode; /* JOB_OPS, JOB_TIMEOUT (enter an all-reduce), JOB_ABSENT (never enter it) */
 } job;
+
+enum { JOB_OPS, JOB_TIMEOUT, JOB_ABSENT };
+#define OP_TIMEOUT_MS 1500
+
+/* the back-end: linked in, or from the module (NCCL_MODULE), as `manta` loads it */
+static const manta_coll_backend *nccl_backend(void)
+{
+#ifdef NCCL_MODULE
+    static const manta_coll_backend *b;
+    if (!b) {
+        void *h = dlopen(NCCL_MODULE, RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+            fprintf(stderr, "dlopen %s: %s\n", NCCL_MODULE, dlerror());
+            exit(1);
+        }
+        const manta_coll_backend *(*get)(void);
+        *(void **)&get = dlsym(h, "manta_coll_nccl");
+        if (!get || !(b = get()) || strcmp(b->name, "nccl") != 0) {
+            fprintf(stderr, "%s: no manta_coll_nccl\n", NCCL_MODULE);
+            exit(1);
+        }
+    }
+    return b;
+#else
+    return manta_coll_nccl();
+#endif
+}
 
 typedef struct result {
     int rc;
@@ -134,6 +175,50 @@ out:
     return rc;
 }
 
+/* JOB_TIMEOUT: an all-reduce that a rank never enters times out, naming NCCL and the deadline,
+ * within its timeout and a little; the group is broken after it. JOB_ABSENT: that rank, which
+ * waits until the others are done (they have no use for it), then leaves. */
+static int run_timeout(manta_coll_group *g, const job *j, result *res)
+{
+    float *d = NULL;
+    if (cudaMalloc((void **)&d, 64 * sizeof(float)) != cudaSuccess)
+        return rfail(res, MANTA_ENOMEM, "out of memory");
+    int rc = 0;
+    if (j->mode == JOB_ABSENT) {
+        int ms = OP_TIMEOUT_MS + 500;
+        struct timespec ts = {ms / 1000, ms % 1000 * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+        goto out;
+    }
+    int64_t t0 = manta_coll_now_ms();
+    rc = manta_coll_all_reduce(g, d, 64, OP_TIMEOUT_MS);
+    int64_t took = manta_coll_now_ms() - t0;
+    const char *msg = manta_last_error();
+    if (rc != MANTA_ETIMEDOUT || !strstr(msg, "NCCL") || !strstr(msg, "deadline")) {
+        rc = rfail(res, -100,
+                   "all_reduce without rank %d: %s (%s), expected ETIMEDOUT naming "
+                   "NCCL and the deadline",
+                   j->world - 1, manta_strerror(rc), msg);
+        goto out;
+    }
+    if (took < OP_TIMEOUT_MS - 50 || took > OP_TIMEOUT_MS + 2500) {
+        rc = rfail(res, -100, "all_reduce timed out after %lld ms (timeout %d ms)", (long long)took,
+                   OP_TIMEOUT_MS);
+        goto out;
+    }
+    rc = manta_coll_barrier(g, OP_TIMEOUT_MS);
+    if (rc != MANTA_ECLOSED) {
+        rc = rfail(res, -100, "barrier after the time-out: %s, expected ECLOSED",
+                   manta_strerror(rc));
+        goto out;
+    }
+    rc = 0;
+out:
+    cudaFree(d);
+    return rc;
+}
+
 static int m_run(manta_req *c, void *st, const void *arg, size_t alen)
 {
     result res = {0};
@@ -142,12 +227,14 @@ static int m_run(manta_req *c, void *st, const void *arg, size_t alen)
     memcpy(&j, arg, sizeof j);
     manta_coll_group *g = NULL;
     manta_coll_options o = {
-        .backend = manta_coll_nccl(), .timeout_ms = 30000, .cuda_device = j.rank + 1};
+        .backend = nccl_backend(), .timeout_ms = 30000, .cuda_device = j.rank + 1};
     int rc = manta_coll_create(manta_req_ctx(c), j.group, j.world, j.rank, &o, &g);
     if (rc)
         rfail(&res, rc, "%s", manta_last_error());
-    else
+    else if (j.mode == JOB_OPS)
         run_ops(g, &j, &res);
+    else
+        run_timeout(g, &j, &res);
     manta_coll_free(g);
     return manta_reply(c, &res, sizeof res);
 }
@@ -156,29 +243,48 @@ static const manta_method rank_methods[] = {{"run", m_run}, {NULL, NULL}};
 static const manta_class rank_class = {"nrank", 0, NULL, NULL, rank_methods};
 static const manta_class *const classes[] = {&rank_class, NULL};
 
+/* every rank of S runs j (its rank filled in; rank S-1 with mode last_mode) */
+static void run_group(int S, job j, int last_mode)
+{
+    manta_future *f[MAXR];
+    for (int r = 0; r < S; r++) {
+        j.world = S, j.rank = r;
+        if (r == S - 1 && S > 1) j.mode = last_mode;
+        f[r] = manta_call_timeout(drv, ranks[r], "run", &j, sizeof j, 120000);
+    }
+    for (int r = 0; r < S; r++) {
+        const void *data;
+        size_t len;
+        int rc = manta_get(f[r], -1, &data, &len);
+        if (rc) fail_msg("rank %d: %s %s", r, manta_strerror(rc), manta_future_error(f[r]));
+        result res;
+        memcpy(&res, data, sizeof res);
+        manta_future_free(f[r]);
+        if (res.rc)
+            fail_msg("%s: S=%d n=%llu rank %d: %s", j.group, S, (unsigned long long)j.count, r,
+                     res.msg);
+    }
+}
+
 static void test_nccl_ops(void **st)
 {
     static const uint64_t sizes[] = {1, 7, 1000003};
+    int smax = ndev < MAXR ? ndev : MAXR;
+    for (int S = 1; S <= smax; S++)
+        for (size_t k = 0; k < 3; k++) {
+            job j = {.count = sizes[k], .mode = JOB_OPS};
+            snprintf(j.group, sizeof j.group, "nccl-%d-%llu", S, (unsigned long long)sizes[k]);
+            run_group(S, j, JOB_OPS);
+        }
+}
+
+static void test_nccl_timeout(void **st)
+{
     int S = ndev < MAXR ? ndev : MAXR;
-    for (size_t k = 0; k < 3; k++) {
-        manta_future *f[MAXR];
-        for (int r = 0; r < S; r++) {
-            job j = {.world = S, .rank = r, .count = sizes[k]};
-            snprintf(j.group, sizeof j.group, "nccl-%llu", (unsigned long long)sizes[k]);
-            f[r] = manta_call_timeout(drv, ranks[r], "run", &j, sizeof j, 120000);
-        }
-        for (int r = 0; r < S; r++) {
-            const void *data;
-            size_t len;
-            int rc = manta_get(f[r], -1, &data, &len);
-            if (rc) fail_msg("rank %d: %s %s", r, manta_strerror(rc), manta_future_error(f[r]));
-            result res;
-            memcpy(&res, data, sizeof res);
-            manta_future_free(f[r]);
-            if (res.rc)
-                fail_msg("S=%d n=%llu rank %d: %s", S, (unsigned long long)sizes[k], r, res.msg);
-        }
-    }
+    if (S < 2) skip();
+    job j = {.count = 64, .mode = JOB_TIMEOUT};
+    snprintf(j.group, sizeof j.group, "nccl-timeout-%d", S);
+    run_group(S, j, JOB_ABSENT);
 }
 
 int main(void)
@@ -212,7 +318,8 @@ int main(void)
             return 1;
         }
     }
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_nccl_ops)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_nccl_ops),
+                                       cmocka_unit_test(test_nccl_timeout)};
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     manta_shutdown(drv);
     test_redis_stop(&redis);

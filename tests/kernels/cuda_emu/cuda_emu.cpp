@@ -10,6 +10,12 @@
  * block when every live thread waits at __syncthreads; if neither can move, the kernel is
  * stuck and the program stops saying who waits where.  Under AddressSanitizer every switch is
  * announced to it (__sanitizer_start_switch_fiber / _finish_switch_fiber).
+ *
+ * Built with MK_CUDA_EMU_NO_CUBLAS=1: no cuBLAS (and no BLAS to link).  Built with
+ * MK_CUDA_EMU_FOREIGN_MEMORY=1 (a module beside another copy of the emulator, such as
+ * libmanta_nccl.so beside libmanta_cuda.so, each with its own copy): device memory may come
+ * from the other copy, so a pointer this copy did not allocate passes as device memory where
+ * the copy expects one (only its own allocations are checked for bounds).
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -17,14 +23,18 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <vector>
 
+#if !MK_CUDA_EMU_NO_CUBLAS
 #include <cblas.h>
+#endif
 
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
@@ -82,6 +92,24 @@ bool device_range(const void *p, size_t n)
     --it;
     return a >= it->first && a - it->first <= it->second && n <= it->second - (a - it->first);
 }
+
+#if MK_CUDA_EMU_FOREIGN_MEMORY
+/* where device memory is expected: inside one of ours, or not ours at all (the other copy's) */
+bool device_side(const void *p, size_t n)
+{
+    uintptr_t a = (uintptr_t)p;
+    auto it = allocs.upper_bound(a);
+    if (it == allocs.begin()) return true;
+    --it;
+    if (a - it->first >= std::max<size_t>(it->second, 1)) return true;
+    return device_range(p, n);
+}
+#else
+bool device_side(const void *p, size_t n)
+{
+    return device_range(p, n);
+}
+#endif
 
 /* ---- coroutines ------------------------------------------------------------------------ */
 
@@ -601,7 +629,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
     bool dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
     bool sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
     if (kind == cudaMemcpyDefault) dd = device_range(dst, bytes), sd = device_range(src, bytes);
-    if ((dd && !device_range(dst, bytes)) || (sd && !device_range(src, bytes)) ||
+    if ((dd && !device_side(dst, bytes)) || (sd && !device_side(src, bytes)) ||
         (!dd && device_range(dst, 1)) || (!sd && device_range(src, 1)))
         return fail(cudaErrorInvalidValue);
     if (bytes) memmove(dst, src, bytes);
@@ -612,7 +640,7 @@ cudaError_t cudaMemset(void *p, int value, size_t bytes)
 {
     std::lock_guard<std::mutex> g(mu);
     if (in_capture()) return cudaErrorStreamCaptureUnsupported;
-    if (!device_range(p, bytes)) return fail(cudaErrorInvalidValue);
+    if (!device_side(p, bytes)) return fail(cudaErrorInvalidValue);
     memset(p, value, bytes);
     return cudaSuccess;
 }
@@ -650,26 +678,227 @@ const char *cudaGetErrorString(cudaError_t e)
         return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated:
         return "operation failed due to a previous error during capture";
+    case cudaErrorInvalidDevice:
+        return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle:
+        return "invalid resource handle";
+    case cudaErrorNotReady:
+        return "device not ready";
     }
     return "unknown error";
 }
 
+const char *cudaGetErrorName(cudaError_t e)
+{
+    switch (e) {
+    case cudaSuccess:
+        return "cudaSuccess";
+    case cudaErrorInvalidValue:
+        return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+        return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+        return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevicePointer:
+        return "cudaErrorInvalidDevicePointer";
+    case cudaErrorNoDevice:
+        return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice:
+        return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle:
+        return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady:
+        return "cudaErrorNotReady";
+    case cudaErrorStreamCaptureUnsupported:
+        return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated:
+        return "cudaErrorStreamCaptureInvalidated";
+    }
+    return "cudaErrorUnknown";
+}
+
+/* MK_CUDA_EMU_DEVICES devices (default 1), read once */
+static int device_count(void)
+{
+    static int n = [] {
+        const char *e = getenv("MK_CUDA_EMU_DEVICES");
+        if (!e || !*e) return 1;
+        char *end;
+        long v = strtol(e, &end, 10);
+        if (*end || v < 0 || v > 64) die("MK_CUDA_EMU_DEVICES='%s': expected 0 to 64", e);
+        return (int)v;
+    }();
+    return n;
+}
+
+static thread_local int current_device;
+
 cudaError_t cudaGetDeviceCount(int *n)
 {
-    *n = 1;
+    if (!n) return fail(cudaErrorInvalidValue);
+    *n = device_count();
+    return device_count() ? cudaSuccess : fail(cudaErrorNoDevice);
+}
+
+cudaError_t cudaSetDevice(int device)
+{
+    if (device_count() == 0) return fail(cudaErrorNoDevice);
+    if (device < 0 || device >= device_count()) return fail(cudaErrorInvalidDevice);
+    current_device = device;
     return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void)
+cudaError_t cudaGetDevice(int *device)
+{
+    if (!device) return fail(cudaErrorInvalidValue);
+    if (device_count() == 0) return fail(cudaErrorNoDevice);
+    *device = current_device;
+    return cudaSuccess;
+}
+
+/* ---- host memory, streams -------------------------------------------------------------- */
+
+static std::set<void *> host_allocs; /* cudaMallocHost, under mu */
+
+cudaError_t cudaMallocHost(void **p, size_t bytes)
 {
     std::lock_guard<std::mutex> g(mu);
-    return in_capture() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+    if (!p) return fail(cudaErrorInvalidValue);
+    void *m = NULL;
+    if (posix_memalign(&m, 4096, bytes ? bytes : 1) != 0) {
+        *p = NULL;
+        return fail(cudaErrorMemoryAllocation);
+    }
+    host_allocs.insert(m);
+    *p = m;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *p)
+{
+    std::lock_guard<std::mutex> g(mu);
+    if (!p) return cudaSuccess;
+    if (!host_allocs.erase(p)) return fail(cudaErrorInvalidValue);
+    free(p);
+    return cudaSuccess;
+}
+
+/* work pending on a stream: operations another emulator queued (stream_hold) and not yet
+ * finished (stream_release) */
+struct CUstream_st {
+    std::mutex m;
+    std::condition_variable cv;
+    long pending = 0;
+};
+
+namespace
+{
+std::mutex streams_mu;
+std::set<CUstream_st *> streams; /* made by cudaStreamCreate*, not destroyed */
+CUstream_st builtin_stream;      /* 0, cudaStreamLegacy, cudaStreamPerThread */
+
+CUstream_st *stream_of(cudaStream_t s)
+{
+    if (s == NULL || s == cudaStreamLegacy || s == cudaStreamPerThread) return &builtin_stream;
+    std::lock_guard<std::mutex> g(streams_mu);
+    return streams.count(s) ? s : NULL;
+}
+
+void stream_idle(CUstream_st *st)
+{
+    std::unique_lock<std::mutex> g(st->m);
+    st->cv.wait(g, [st] { return st->pending == 0; });
+}
+} // namespace
+
+namespace mk_emu
+{
+bool stream_hold(cudaStream_t s)
+{
+    CUstream_st *st = stream_of(s);
+    if (!st) return false;
+    std::lock_guard<std::mutex> g(st->m);
+    st->pending++;
+    return true;
+}
+
+void stream_release(cudaStream_t s)
+{
+    CUstream_st *st = stream_of(s);
+    if (!st) die("stream_release: %p is not a stream", (void *)s);
+    std::lock_guard<std::mutex> g(st->m);
+    if (st->pending <= 0) die("stream_release: nothing pending on stream %p", (void *)s);
+    if (--st->pending == 0) st->cv.notify_all();
+}
+} // namespace mk_emu
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
+{
+    if (!s || (flags & ~1u)) return fail(cudaErrorInvalidValue);
+    CUstream_st *st = new CUstream_st;
+    std::lock_guard<std::mutex> g(streams_mu);
+    streams.insert(st);
+    *s = st;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *s)
+{
+    return cudaStreamCreateWithFlags(s, cudaStreamDefault);
+}
+
+/* as CUDA: the stream goes once its pending work is done (here: waits for it) */
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    CUstream_st *st = stream_of(s);
+    if (!st || st == &builtin_stream) return fail(cudaErrorInvalidResourceHandle);
+    stream_idle(st);
+    {
+        std::lock_guard<std::mutex> g(streams_mu);
+        streams.erase(st);
+    }
+    delete st;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t s)
+{
+    CUstream_st *st = stream_of(s);
+    if (!st) return fail(cudaErrorInvalidResourceHandle);
+    std::lock_guard<std::mutex> g(st->m);
+    return st->pending ? cudaErrorNotReady : cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t s)
+{
+    CUstream_st *st = stream_of(s);
+    if (!st) return fail(cudaErrorInvalidResourceHandle);
+    stream_idle(st); /* after the work queued before it */
+    return cudaMemcpy(dst, src, bytes, kind);
+}
+
+/* waits for the shared default stream only, not for streams made by cudaStreamCreate* */
+cudaError_t cudaDeviceSynchronize(void)
+{
+    {
+        std::lock_guard<std::mutex> g(mu);
+        if (in_capture()) return cudaErrorStreamCaptureUnsupported;
+    }
+    stream_idle(&builtin_stream);
+    return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
-    std::lock_guard<std::mutex> g(mu);
-    return in_capture() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+    {
+        std::lock_guard<std::mutex> g(mu);
+        if (in_capture()) return cudaErrorStreamCaptureUnsupported;
+    }
+    CUstream_st *st = stream_of(s);
+    if (!st) return fail(cudaErrorInvalidResourceHandle);
+    stream_idle(st);
+    return cudaSuccess;
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode)
@@ -730,6 +959,7 @@ extern "C" long mk_emu_graph_launches(void)
 }
 
 /* ---- cuBLAS ---------------------------------------------------------------------------- */
+#if !MK_CUDA_EMU_NO_CUBLAS
 
 struct cublasContext {
     int unused;
@@ -895,3 +1125,4 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasO
     return gemm_call_or_record(gemm_call{ta, tb, m, n, k, lda, ldb, ldc, *(const float *)alpha,
                                          *(const float *)beta, A, B, Atype, (float *)C, compute});
 }
+#endif /* !MK_CUDA_EMU_NO_CUBLAS */

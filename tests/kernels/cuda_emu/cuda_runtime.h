@@ -40,6 +40,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "cuda_runtime_api.h"
+
 #define MK_CUDA_EMU 1
 
 #define __global__
@@ -64,64 +66,27 @@ struct alignas(8) float2 {
     float x, y;
 };
 
-typedef enum cudaError {
-    cudaSuccess = 0,
-    cudaErrorInvalidValue = 1,
-    cudaErrorMemoryAllocation = 2,
-    cudaErrorInvalidConfiguration = 9,
-    cudaErrorInvalidDevicePointer = 17,
-    cudaErrorNoDevice = 100,
-    cudaErrorStreamCaptureUnsupported = 900,
-    cudaErrorStreamCaptureInvalidated = 901,
-} cudaError_t;
-
-enum cudaMemcpyKind {
-    cudaMemcpyHostToHost = 0,
-    cudaMemcpyHostToDevice = 1,
-    cudaMemcpyDeviceToHost = 2,
-    cudaMemcpyDeviceToDevice = 3,
-    cudaMemcpyDefault = 4,
-};
-
 enum cudaFuncAttribute {
     cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
 };
 
-/* streams: one queue (work runs at once, in order); cudaStreamPerThread is the only handle
- * the back-end uses.  Graphs: a capture records every launch and cuBLAS call made while it is
- * on (arguments copied as a launch copies them) and a launch of the graph replays them; a
- * copy, a memset or a synchronisation during a capture fails it, as on a device. */
-typedef struct CUstream_st *cudaStream_t;
-#define cudaStreamPerThread ((cudaStream_t)0x2)
-typedef struct mk_emu_graph *cudaGraph_t;
-typedef struct mk_emu_graph *cudaGraphExec_t;
-enum cudaStreamCaptureMode {
-    cudaStreamCaptureModeGlobal = 0,
-    cudaStreamCaptureModeThreadLocal = 1,
-    cudaStreamCaptureModeRelaxed = 2,
-};
-cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
-cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph);
-cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
-                                 unsigned long long flags);
-cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s);
-cudaError_t cudaGraphDestroy(cudaGraph_t graph);
-cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
-cudaError_t cudaStreamSynchronize(cudaStream_t s);
-
-cudaError_t cudaMalloc(void **p, size_t bytes);
+/* streams: see cuda_runtime_api.h.  cudaStreamPerThread is the only handle the back-end uses.
+ * Graphs: a capture records every launch and cuBLAS call made while it is on (arguments copied
+ * as a launch copies them) and a launch of the graph replays them; a copy, a memset or a
+ * synchronisation during a capture fails it, as on a device. */
 template <typename T> static inline cudaError_t cudaMalloc(T **p, size_t bytes)
 {
     return cudaMalloc((void **)p, bytes);
 }
-cudaError_t cudaFree(void *p);
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
-cudaError_t cudaMemset(void *p, int value, size_t bytes);
-cudaError_t cudaGetLastError(void);
-cudaError_t cudaPeekAtLastError(void);
-const char *cudaGetErrorString(cudaError_t e);
-cudaError_t cudaGetDeviceCount(int *n);
-cudaError_t cudaDeviceSynchronize(void);
+
+/* For another emulator that queues work on a stream (tests/collective/nccl_emu): stream_hold
+ * marks one operation pending on s (cudaStreamQuery: cudaErrorNotReady), stream_release ends
+ * it.  false: s is not a stream. */
+namespace mk_emu
+{
+bool stream_hold(cudaStream_t s);
+void stream_release(cudaStream_t s);
+} // namespace mk_emu
 
 namespace mk_emu
 {
