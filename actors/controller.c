@@ -1334,14 +1334,17 @@ static int call_learners(ctl_state *s, const char *method, char **args, size_t *
     for (int i = 0; i < s->S; i++) {
         const void *d;
         size_t n;
+        char why[700] = "";
         int r = manta_get(f[i], 0, &d, &n);
         if (r)
-            rl_log(s->m, "controller: learner %d %s: %s", i, method, manta_future_error(f[i]));
+            snprintf(why, sizeof why, "%s", manta_future_error(f[i]));
         else if ((r = rl_step_reply_decode(&out[i], d, n)) == 0)
             r = rl_buckets_append(buckets, &out[i].buckets);
         else
-            rl_log(s->m, "controller: learner %d: %s", i, rl_last_error());
-        if (r && !rc) rc = rl_fail(r, "learner %d %s failed", i, method);
+            snprintf(why, sizeof why, "%s", rl_last_error());
+        if (why[0]) rl_log(s->m, "controller: learner %d %s: %s", i, method, why);
+        if (r && !rc)
+            rc = rl_fail(r, "learner %d %s failed%s%s", i, method, why[0] ? ": " : "", why);
         manta_future_free(f[i]);
     }
     free(f);
