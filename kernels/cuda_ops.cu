@@ -369,8 +369,11 @@ struct lt_plan {
     cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulAlgo_t algo;
 };
-/* kept, not freed: a model's products have a few shapes (decoding: one per row count) */
-enum { LT_PLANS = 64 };
+/* Kept, not freed: a model's products have a few shapes (decoding: a few per row count, and
+ * graphs replay them without asking again).  A plan's descriptors are host memory that cuBLASLt
+ * allocates the first time a key is seen; no device memory is allocated after mk_backend_cuda.
+ * When all are used, the oldest slot is remade. */
+enum { LT_PLANS = 256 };
 static lt_plan lt_plans[LT_PLANS];
 static int lt_next;         /* the slot a new plan takes when all are used (round robin) */
 static std::mutex lt_mutex; /* plans are shared by the threads that use the back-end */
