@@ -22,8 +22,15 @@
  *
  * cuBLAS is row-major-agnostic: a row-major matrix is its transpose in
  * column-major, so C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T by
- * swapping the operands (gemm_rm below).
+ * swapping the operands (gemm_rm below).  Products with a bias, GPT-2's c_fc
+ * with its GELU (mm_gelu_fwd) and c_proj's input gradient with the GELU's
+ * derivative (mm_gelu_bwd) go through cuBLASLt with the bias and GELU in the
+ * product's epilogue (lt_gemm), where its heuristic offers an algorithm; else
+ * through cuBLAS and the separate kernels as before.
  */
+#include <mutex>
+
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -330,10 +337,193 @@ __global__ static void colsum_add_k(float *dst, const float *src, int R, int OC)
     dst[c] += s;
 }
 
+/* ---- products with fused epilogues (cuBLASLt) ----------------------------- */
+
+/* cuBLASLt's handle and a workspace of its own, made with the cuBLAS handle (mk_backend_cuda);
+ * lt is NULL when cuBLASLt could not start, and every product then takes the cuBLAS path */
+static cublasLtHandle_t lt;
+static void *lt_workspace;
+static const size_t LT_WORKSPACE = (size_t)32 << 20;
+
+/* the largest power of two up to 256 that divides the address */
+static unsigned align_of(const void *p)
+{
+    uintptr_t u = (uintptr_t)p;
+    unsigned a = 256;
+    while (a > 1 && u % a) a >>= 1;
+    return a;
+}
+
+/* What a heuristic's answer depends on: the shapes, the math, the epilogue and the alignment of
+ * every pointer (cuBLASLt picks algorithms for the alignments it is told, so a plan serves only
+ * pointers aligned as its own were). */
+struct lt_key {
+    int ta, tb, m, n, k, lda, ldb, ldd, auxld, epi, compute;
+    unsigned align[5]; /* A, B, D, bias, aux */
+};
+/* A plan: descriptors and the heuristic's algorithm (ok), or the answer that there is none. */
+struct lt_plan {
+    lt_key key;
+    bool used, ok;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, d;
+    cublasLtMatmulAlgo_t algo;
+};
+/* Kept, not freed: a model's products have a few shapes (decoding: a few per row count, and
+ * graphs replay them without asking again).  A plan's descriptors are host memory that cuBLASLt
+ * allocates the first time a key is seen; no device memory is allocated after mk_backend_cuda.
+ * When all are used, the oldest slot is remade. */
+enum { LT_PLANS = 256 };
+static lt_plan lt_plans[LT_PLANS];
+static int lt_next;         /* the slot a new plan takes when all are used (round robin) */
+static std::mutex lt_mutex; /* plans are shared by the threads that use the back-end */
+
+static void lt_plan_free(lt_plan *p)
+{
+    if (p->used && p->ok) {
+        cublasLtMatrixLayoutDestroy(p->a);
+        cublasLtMatrixLayoutDestroy(p->b);
+        cublasLtMatrixLayoutDestroy(p->d);
+        cublasLtMatmulDescDestroy(p->op);
+    }
+    p->used = p->ok = false;
+}
+
+#define LT_TRY(call)                                                                               \
+    do {                                                                                           \
+        if ((call) != CUBLAS_STATUS_SUCCESS) return false;                                         \
+    } while (0)
+
+/* descriptors for key k with the pointers bias and aux, and the heuristic's algorithm */
+static bool lt_plan_make(lt_plan *p, const lt_key *k, const void *bias, const void *aux)
+{
+    p->a = p->b = p->d = NULL;
+    p->op = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    bool ok = false;
+    do {
+        int32_t ta = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+        uint32_t epi = (uint32_t)k->epi;
+        int64_t auxld = k->auxld;
+        uint64_t ws = LT_WORKSPACE;
+        if (cublasLtMatmulDescCreate(&p->op, (cublasComputeType_t)k->compute, CUDA_R_32F) !=
+                CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) !=
+                CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) !=
+                CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                           sizeof epi) != CUBLAS_STATUS_SUCCESS)
+            break;
+        if (bias && cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                   sizeof bias) != CUBLAS_STATUS_SUCCESS)
+            break;
+        if (aux && (cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                   &aux, sizeof aux) != CUBLAS_STATUS_SUCCESS ||
+                    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                   &auxld, sizeof auxld) != CUBLAS_STATUS_SUCCESS))
+            break;
+        /* stored shapes: A is [m,k] (or [k,m] transposed), B [k,n] (or [n,k]), D [m,n] */
+        if (cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, k->ta ? k->k : k->m, k->ta ? k->m : k->k,
+                                       k->lda) != CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, k->tb ? k->n : k->k, k->tb ? k->k : k->n,
+                                       k->ldb) != CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, k->m, k->n, k->ldd) !=
+                CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws, sizeof ws) != CUBLAS_STATUS_SUCCESS)
+            break;
+        const cublasLtMatmulPreferenceAttributes_t al[4] = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        const unsigned av[4] = {k->align[0], k->align[1], k->align[2], k->align[2]};
+        bool set = true;
+        for (int i = 0; i < 4 && set; i++) {
+            uint32_t v = av[i];
+            set = cublasLtMatmulPreferenceSetAttribute(pref, al[i], &v, sizeof v) ==
+                  CUBLAS_STATUS_SUCCESS;
+        }
+        if (!set) break;
+        cublasLtMatmulHeuristicResult_t res;
+        int n = 0;
+        if (cublasLtMatmulAlgoGetHeuristic(lt, p->op, p->a, p->b, p->d, p->d, pref, 1, &res, &n) !=
+                CUBLAS_STATUS_SUCCESS ||
+            n < 1 || res.workspaceSize > LT_WORKSPACE)
+            break;
+        p->algo = res.algo;
+        ok = true;
+    } while (0);
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (!ok) {
+        if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+        if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+        if (p->d) cublasLtMatrixLayoutDestroy(p->d);
+        if (p->op) cublasLtMatmulDescDestroy(p->op);
+    }
+    return ok;
+}
+
+/* Column-major D[m,n] = op(A) op(B) (no beta), then the epilogue epi: the bias [m] added to
+ * every column (BIAS), GELU (GELU_BIAS, GELU_AUX_BIAS: aux [m,n] with leading dimension auxld
+ * keeps the GELU's input), or D times GELU's derivative at aux (DGELU).  In the math mode of
+ * set_math, on MK_STREAM.  false: cuBLASLt offers no algorithm for it (or failed to start), and
+ * nothing ran; the caller takes the unfused path. */
+static bool lt_gemm(bool ta, bool tb, int m, int n, int k, const float *A, int lda, const float *B,
+                    int ldb, float *D, int ldd, cublasLtEpilogue_t epi, const float *bias,
+                    float *aux, int auxld)
+{
+    if (!lt || m == 0 || n == 0 || k == 0) return false;
+    lt_key key;
+    memset(&key, 0, sizeof key); /* compared with memcmp */
+    key.ta = ta, key.tb = tb, key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb;
+    key.ldd = ldd, key.auxld = aux ? auxld : 0, key.epi = (int)epi, key.compute = (int)gemm_math;
+    key.align[0] = align_of(A), key.align[1] = align_of(B), key.align[2] = align_of(D);
+    key.align[3] = bias ? align_of(bias) : 0, key.align[4] = aux ? align_of(aux) : 0;
+    std::lock_guard<std::mutex> g(lt_mutex);
+    lt_plan *p = NULL;
+    for (int i = 0; i < LT_PLANS && !p; i++)
+        if (lt_plans[i].used && !memcmp(&lt_plans[i].key, &key, sizeof key)) p = &lt_plans[i];
+    if (!p) {
+        for (int i = 0; i < LT_PLANS && !p; i++)
+            if (!lt_plans[i].used) p = &lt_plans[i];
+        if (!p) {
+            p = &lt_plans[lt_next];
+            lt_next = (lt_next + 1) % LT_PLANS;
+            lt_plan_free(p);
+        }
+        p->key = key;
+        p->used = true;
+        p->ok = lt_plan_make(p, &key, bias, aux);
+    }
+    if (!p->ok) return false;
+    /* the plan's own pointers were aligned as these: point its descriptor at these */
+    LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                          sizeof bias));
+    LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                          sizeof aux));
+    const float one = 1.0f, zero = 0.0f;
+    cublasStatus_t s = cublasLtMatmul(lt, p->op, &one, A, p->a, B, p->b, &zero, D, p->d, D, p->d,
+                                      &p->algo, lt_workspace, LT_WORKSPACE, MK_STREAM);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) {
+        /* the heuristic's algorithm refused these operands after all: never again this plan */
+        lt_plan_free(p);
+        p->key = key;
+        p->used = true;
+        return false;
+    }
+    CUBLAS_CHECK(s);
+    return true;
+}
+
 static void mm_fwd(float *out, const float *inp, const float *w, const float *bias, int R, int IC,
                    int OC)
 {
     if (R == 0 || OC == 0) return;
+    /* out^T [OC,R] = w^T [OC,IC] inp^T [IC,R] + bias, in cuBLASLt's epilogue */
+    if (bias && lt_gemm(false, false, OC, R, IC, w, OC, inp, IC, out, OC, CUBLASLT_EPILOGUE_BIAS,
+                        bias, NULL, 0))
+        return;
     float beta = 0.0f;
     if (bias) {
         MK_LAUNCH(blocks((size_t)R * OC, 256), 256, 0, bias_rows_k)(out, bias, R, OC);
@@ -348,6 +538,48 @@ static void mm_bwd(float *dinp, float *dw, float *dbias, const float *dout, cons
 {
     if (R == 0) return;
     gemm_rm(false, true, R, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dinp, IC);
+    gemm_rm(true, false, IC, OC, R, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
+    if (dbias) {
+        MK_LAUNCH(blocks((size_t)OC, 128), 128, 0, colsum_add_k)(dbias, dout, R, OC);
+        LAUNCHED();
+    }
+}
+
+static void gelu_fwd(float *out, const float *inp, size_t n);
+static void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n);
+
+/* GPT-2's c_fc and its GELU: pre = inp w + bias, out = gelu(pre), in one cuBLASLt product with
+ * the GELU_AUX_BIAS epilogue (GELU_BIAS when pre is NULL: not kept).  cuBLASLt's GELU is the
+ * tanh form gelu_fwd_k computes, by its own code (test_cuda.c states the tolerance).  Its aux
+ * matrix needs a leading dimension divisible by 8: other widths, and shapes without an
+ * algorithm, take mm_fwd then gelu_fwd. */
+static void mm_gelu_fwd(float *out, float *pre, const float *inp, const float *w, const float *bias,
+                        int R, int IC, int OC)
+{
+    if (R == 0 || OC == 0) return;
+    cublasLtEpilogue_t epi =
+        pre ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+            : (bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
+    if (lt_gemm(false, false, OC, R, IC, w, OC, inp, IC, out, OC, epi, bias, pre, OC)) return;
+    float *h = pre ? pre : out;
+    mm_fwd(h, inp, w, bias, R, IC, OC);
+    gelu_fwd(out, h, (size_t)R * OC);
+}
+
+/* c_proj's backward with the GELU before it: mm_bwd's dw and dbias, and its input gradient
+ * times gelu'(pre) into dpre [R, IC] (the gradient at c_fc's output), the latter in one
+ * cuBLASLt product with the DGELU epilogue: dpre^T [IC,R] = w [IC,OC] dout^T [OC,R], then
+ * times gelu'(pre^T), pre^T's leading dimension IC.  Unfused (no algorithm, IC not divisible by
+ * 8): the input gradient into dpre, then gelu_bwd in place. */
+static void mm_gelu_bwd(float *dpre, float *dw, float *dbias, const float *dout, const float *inp,
+                        const float *w, const float *pre, int R, int IC, int OC)
+{
+    if (R == 0) return;
+    if (!lt_gemm(true, false, IC, R, OC, w, OC, dout, OC, dpre, IC, CUBLASLT_EPILOGUE_DGELU, NULL,
+                 (float *)pre, IC)) {
+        gemm_rm(false, true, R, IC, OC, 1.0f, dout, OC, w, OC, 0.0f, dpre, IC);
+        gelu_bwd(dpre, pre, dpre, (size_t)R * IC);
+    }
     gemm_rm(true, false, IC, OC, R, 1.0f, inp, IC, dout, OC, 1.0f, dw, OC);
     if (dbias) {
         MK_LAUNCH(blocks((size_t)OC, 128), 128, 0, colsum_add_k)(dbias, dout, R, OC);
@@ -992,6 +1224,7 @@ static const mk_backend cuda_backend = {
     mk__cuda_sample_rows, /* cuda_sample.cu */
     set_math,  add_norm_fwd, kv_store_bf16, attn_decode_bf16,
     graph_run, graph_free, stream_sync,
+    mm_gelu_fwd, mm_gelu_bwd,
 };
 /* clang-format on */
 
@@ -1021,6 +1254,15 @@ extern "C" const mk_backend *mk_backend_cuda(void)
         (s = cublasSetWorkspace(blas, blas_workspace, ws_bytes)) != CUBLAS_STATUS_SUCCESS) {
         mk__fail(MK_ERR_DEVICE, "cuBLAS stream and workspace: %s", cublasGetStatusString(s));
         return NULL;
+    }
+    /* cuBLASLt for the products with epilogues, on the same stream with a workspace of its
+     * own; without it every product takes the cuBLAS path */
+    if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
+        lt = NULL;
+    } else if (cudaMalloc(&lt_workspace, LT_WORKSPACE) != cudaSuccess) {
+        (void)cudaGetLastError();
+        cublasLtDestroy(lt);
+        lt = NULL;
     }
     e = cudaMalloc(&sumsq_acc, sizeof(double));
     if (e != cudaSuccess) {

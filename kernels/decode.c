@@ -276,13 +276,17 @@ static void rows_body(void *job)
         linear(d, d->ln, d->atty, l, MK_P_PROJW, LP(l, MK_P_PROJB), R, A, C);
         mk__add_norm_fwd(m, d->x, d->ln, NULL, NULL, d->x, d->ln, LP(l, MK_P_LN2W),
                          LP(l, MK_P_LN2B), R);
-        linear(d, d->fch, d->ln, l, MK_P_FCW, LP(l, MK_P_FCB), R, C, F);
         float *hid = d->fch;
-        if (rot) {
-            be->swiglu_fwd(d->fcg, d->fch, R, H);
-            hid = d->fcg;
+        if (!rot && !m->wb16) { /* float weights: c_fc and the GELU, fused where the back-end can */
+            mk__mm_gelu_fwd(be, d->fch, NULL, d->ln, LP(l, MK_P_FCW), LP(l, MK_P_FCB), R, C, F);
         } else {
-            be->gelu_fwd(d->fch, d->fch, (size_t)R * F);
+            linear(d, d->fch, d->ln, l, MK_P_FCW, LP(l, MK_P_FCB), R, C, F);
+            if (rot) {
+                be->swiglu_fwd(d->fcg, d->fch, R, H);
+                hid = d->fcg;
+            } else {
+                be->gelu_fwd(d->fch, d->fch, (size_t)R * F);
+            }
         }
         linear(d, d->ln, hid, l, MK_P_FCPW, LP(l, MK_P_FCPB), R, H, C);
         /* the residual sum, and the norm of it that comes next: the next layer's ln1, or the

@@ -206,6 +206,17 @@ struct mk__backend {
     /* Optional (NULL: nothing is ever queued).  Wait until every op this thread queued is done
      * (mk_model_sync). */
     void (*sync)(void);
+    /* Optional (NULL: mm_fwd, then gelu_fwd; mk__mm_gelu_fwd does either).  GPT-2's c_fc and
+     * its GELU: pre = inp w + bias ([R,OC]; bias may be NULL), out = gelu_fwd's tanh GELU of
+     * pre.  pre may be NULL (not kept: the decoder); out and pre do not overlap otherwise. */
+    void (*mm_gelu_fwd)(float *out, float *pre, const float *inp, const float *w, const float *bias,
+                        int R, int IC, int OC);
+    /* Optional (NULL: mm_bwd into dpre, then gelu_bwd in place; mk__mm_gelu_bwd does either).
+     * c_proj's backward with the GELU before it: as mm_bwd(dpre, dw, dbias, dout, inp, w, R, IC,
+     * OC) (dw, dbias added into) with its input gradient then multiplied by gelu'(pre)
+     * (gelu_bwd), so that dpre [R,IC] is the gradient at pre (inp = gelu(pre)). */
+    void (*mm_gelu_bwd)(float *dpre, float *dw, float *dbias, const float *dout, const float *inp,
+                        const float *w, const float *pre, int R, int IC, int OC);
 };
 
 extern const mk_backend mk__cpu_backend;
@@ -467,6 +478,12 @@ void mk__add_norm_fwd(const mk_model *m, float *res, float *out, float *mean, fl
                       const float *a, const float *b, const float *w, const float *bias, int R);
 void mk__norm_fwd(const mk_model *m, float *out, float *mean, float *rstd, const float *inp,
                   const float *w, const float *b, int R);
+/* The back-end's mm_gelu_fwd / mm_gelu_bwd where it has them, else the ops they fuse (bit-equal
+ * to those ops on a back-end without them) */
+void mk__mm_gelu_fwd(const mk_backend *be, float *out, float *pre, const float *inp, const float *w,
+                     const float *bias, int R, int IC, int OC);
+void mk__mm_gelu_bwd(const mk_backend *be, float *dpre, float *dw, float *dbias, const float *dout,
+                     const float *inp, const float *w, const float *pre, int R, int IC, int OC);
 
 /* Marks the bfloat16 weight copies stale (the parameters were or may be written), and
  * remakes stale copies from the parameters; both nothing without MK_MODEL_BF16_WEIGHTS.

@@ -930,6 +930,29 @@ void mk__add_norm_fwd(const mk_model *m, float *res, float *out, float *mean, fl
     mk__norm_fwd(m, out, mean, rstd, res, w, bias, R);
 }
 
+void mk__mm_gelu_fwd(const mk_backend *be, float *out, float *pre, const float *inp, const float *w,
+                     const float *bias, int R, int IC, int OC)
+{
+    if (be->mm_gelu_fwd) {
+        be->mm_gelu_fwd(out, pre, inp, w, bias, R, IC, OC);
+        return;
+    }
+    float *h = pre ? pre : out;
+    be->mm_fwd(h, inp, w, bias, R, IC, OC);
+    be->gelu_fwd(out, h, (size_t)R * OC);
+}
+
+void mk__mm_gelu_bwd(const mk_backend *be, float *dpre, float *dw, float *dbias, const float *dout,
+                     const float *inp, const float *w, const float *pre, int R, int IC, int OC)
+{
+    if (be->mm_gelu_bwd) {
+        be->mm_gelu_bwd(dpre, dw, dbias, dout, inp, w, pre, R, IC, OC);
+        return;
+    }
+    be->mm_bwd(dpre, dw, dbias, dout, inp, w, R, IC, OC);
+    be->gelu_bwd(dpre, pre, dpre, (size_t)R * IC);
+}
+
 static void norm_bwd(const mk_model *m, float *dinp, float *dw, float *db, const float *dout,
                      const float *inp, const float *w, const float *mean, const float *rstd, int R)
 {
@@ -1014,11 +1037,13 @@ int mk_forward(mk_model *m, const int *tokens, int B, int T)
         be->mm_fwd(x.res2, x.atty, LP(l, MK_P_PROJW), LP(l, MK_P_PROJB), (int)R, A, C);
         mk__add_norm_fwd(m, x.res2, x.ln2, x.ln2m, x.ln2r, x.res2, x.res, LP(l, MK_P_LN2W),
                          LP(l, MK_P_LN2B), (int)R);
-        be->mm_fwd(x.fch, x.ln2, LP(l, MK_P_FCW), LP(l, MK_P_FCB), (int)R, C, F);
-        if (rot)
+        if (rot) {
+            be->mm_fwd(x.fch, x.ln2, LP(l, MK_P_FCW), LP(l, MK_P_FCB), (int)R, C, F);
             be->swiglu_fwd(x.fcg, x.fch, (int)R, H);
-        else
-            be->gelu_fwd(x.fcg, x.fch, R * F);
+        } else { /* c_fc and the GELU, fused where the back-end can */
+            mk__mm_gelu_fwd(be, x.fcg, x.fch, x.ln2, LP(l, MK_P_FCW), LP(l, MK_P_FCB), (int)R, C,
+                            F);
+        }
         be->mm_fwd(x.res3, x.fcg, LP(l, MK_P_FCPW), LP(l, MK_P_FCPB), (int)R, H, C);
         if (l + 1 < L) { /* the residual sum, and the next layer's ln1 of it */
             layer_acts n = acts_of(m, l + 1, B, T);
@@ -1226,12 +1251,14 @@ int mk_backward(mk_model *m)
     for (int l = L - 1; l >= 0; l--) {
         layer_acts x = acts_of(m, l, B, T);
         /* MLP branch: res3 = res2 + down(act(fc(norm2(res2)))) */
-        be->mm_bwd(g[MK_G_FCG], LG(l, MK_P_FCPW), LG(l, MK_P_FCPB), g[MK_G_RES], x.fcg,
-                   LP(l, MK_P_FCPW), (int)R, H, C);
-        if (rot)
+        if (rot) {
+            be->mm_bwd(g[MK_G_FCG], LG(l, MK_P_FCPW), LG(l, MK_P_FCPB), g[MK_G_RES], x.fcg,
+                       LP(l, MK_P_FCPW), (int)R, H, C);
             be->swiglu_bwd(g[MK_G_FCH], x.fch, g[MK_G_FCG], (int)R, H);
-        else
-            be->gelu_bwd(g[MK_G_FCH], x.fch, g[MK_G_FCG], R * F);
+        } else { /* c_proj's input gradient and the GELU's, fused where the back-end can */
+            mk__mm_gelu_bwd(be, g[MK_G_FCH], LG(l, MK_P_FCPW), LG(l, MK_P_FCPB), g[MK_G_RES], x.fcg,
+                            LP(l, MK_P_FCPW), x.fch, (int)R, H, C);
+        }
         be->mm_bwd(g[MK_G_LN], LG(l, MK_P_FCW), LG(l, MK_P_FCB), g[MK_G_FCH], x.ln2,
                    LP(l, MK_P_FCW), (int)R, C, F);
         norm_bwd(m, g[MK_G_RES], LG(l, MK_P_LN2W), LG(l, MK_P_LN2B), g[MK_G_LN], x.res2,

@@ -1129,6 +1129,175 @@ static void test_model_families(void **state)
         check_family(&family_cfgs[i]);
 }
 
+#ifdef MK_CUDA_EMU_TEST
+/* tests/kernels/cuda_emu: cuBLASLt products run so far with the epilogue named */
+long mk_emu_lt_matmuls(const char *epilogue);
+/* products with epilogue e since the last call (the first call: since the start) */
+static const char *const lt_names[5] = {"BIAS", "GELU_BIAS", "GELU_AUX", "GELU_AUX_BIAS", "DGELU"};
+static long lt_new(const char *e)
+{
+    static long seen[5];
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(lt_names[i], e)) {
+            long n = mk_emu_lt_matmuls(e), d = n - seen[i];
+            seen[i] = n;
+            return d;
+        }
+    fail_msg("lt_new: %s", e);
+    return 0;
+}
+#endif
+
+/* Products with a bias through cuBLASLt's BIAS epilogue (mm_fwd), GPT-2's c_fc with its GELU
+ * (mm_gelu_fwd: GELU_AUX_BIAS, GELU_BIAS without pre) and c_proj's input gradient with the
+ * GELU's derivative (mm_gelu_bwd: DGELU) against the CPU's unfused ops (mk__mm_gelu_fwd,
+ * mk__mm_gelu_bwd).  Shapes (R, C, F) as c_fc's [C, F] and c_proj's [F, C]: F divisible by 8
+ * takes the fused path (cuBLASLt wants the aux matrix's leading dimension divisible by 8), F = 13
+ * the unfused one; odd R and C, one row, and R = 0 (nothing written).  Tolerances:
+ *   pre (the product and bias), mm_fwd with bias, dw, dbias: as matmul, 1e-5 + 1e-4;
+ *   out = gelu(pre), dpre: on the emulator 1e-5 + 1e-4 (it computes the tanh form as
+ *     gelu_fwd_k does); on a device 1e-3 + 1e-4 and 3e-3 + 1e-4: cuBLASLt computes the tanh form
+ *     with its own tanh, and these bound a tanh with relative error 2^-11 (PTX tanh.approx) at
+ *     |pre| <= 3, which the inputs keep to (x in [-1, 1], w in [-0.25, 0.25]);
+ *   TF32 / BF16 math: pre and out 4e-3 / 5e-2 + 1e-2 (as test_matmul_and_head), dpre 4x. */
+static void test_fused_epilogues(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    mk_rng r;
+    mk_rng_seed(&r, 13);
+#ifdef MK_CUDA_EMU_TEST
+    const double g_atol = 1e-5, dg_atol = 1e-5;
+#else
+    const double g_atol = 1e-3, dg_atol = 3e-3;
+#endif
+    const int mlp[][3] = {{64, 48, 192}, {37, 19, 40}, {5, 24, 13}, {1, 48, 192}, {0, 8, 16}};
+    for (size_t s = 0; s < sizeof mlp / sizeof mlp[0]; s++) {
+        int NR = mlp[s][0], Cc = mlp[s][1], F = mlp[s][2];
+        size_t nx = (size_t)NR * Cc + 1, nh = (size_t)NR * F + 1, nw = (size_t)Cc * F;
+        char l[96];
+        pair x = rnd(nx, -1, 1, &r), wfc = rnd(nw, -0.25f, 0.25f, &r), bfc = rnd(F, -1, 1, &r),
+             wpj = rnd(nw, -0.25f, 0.25f, &r), bpj = rnd(Cc, -1, 1, &r), pre = rnd(nh, -9, 9, &r),
+             out = rnd(nh, -9, 9, &r), dres = rnd(nx, -1, 1, &r), dpre = rnd(nh, -9, 9, &r),
+             dw = rnd(nw, -1, 1, &r), db = rnd(Cc, -1, 1, &r), res = rnd(nx, -9, 9, &r);
+#ifdef MK_CUDA_EMU_TEST
+        int fused = NR > 0 && F % 8 == 0;
+        for (int i = 0; i < 5; i++) lt_new(lt_names[i]); /* from here */
+#endif
+        /* c_proj's product with its bias: the BIAS epilogue whenever there are rows */
+        cpu->mm_fwd(res.h, out.h, wpj.h, bpj.h, NR, F, Cc);
+        gpu->mm_fwd(res.d, out.d, wpj.d, bpj.d, NR, F, Cc);
+        snprintf(l, sizeof l, "mm_fwd with bias R=%d IC=%d OC=%d", NR, F, Cc);
+        CMP(res, 1e-5, 1e-4, l);
+#ifdef MK_CUDA_EMU_TEST
+        assert_int_equal(lt_new("BIAS"), NR > 0);
+#endif
+        mk__mm_gelu_fwd(cpu, out.h, pre.h, x.h, wfc.h, bfc.h, NR, Cc, F);
+        gpu->mm_gelu_fwd(out.d, pre.d, x.d, wfc.d, bfc.d, NR, Cc, F);
+        snprintf(l, sizeof l, "mm_gelu_fwd pre R=%d C=%d F=%d", NR, Cc, F);
+        CMP(pre, 1e-5, 1e-4, l);
+        snprintf(l, sizeof l, "mm_gelu_fwd out R=%d C=%d F=%d", NR, Cc, F);
+        CMP(out, g_atol, 1e-4, l);
+#ifdef MK_CUDA_EMU_TEST
+        assert_int_equal(lt_new("GELU_AUX_BIAS"), fused);
+        assert_int_equal(lt_new("BIAS"), NR > 0 && !fused); /* unfused: mm_fwd's epilogue */
+#endif
+        /* c_proj's backward from the CPU's activations on both sides: dres [R, C] -> dpre [R, F] */
+        gpu->upload(pre.d, pre.h, nh * sizeof(float)),
+            gpu->upload(out.d, out.h, nh * sizeof(float));
+        mk__mm_gelu_bwd(cpu, dpre.h, dw.h, db.h, dres.h, out.h, wpj.h, pre.h, NR, F, Cc);
+        gpu->mm_gelu_bwd(dpre.d, dw.d, db.d, dres.d, out.d, wpj.d, pre.d, NR, F, Cc);
+        snprintf(l, sizeof l, "mm_gelu_bwd dpre R=%d C=%d F=%d", NR, Cc, F);
+        CMP(dpre, dg_atol, 1e-4, l);
+        snprintf(l, sizeof l, "mm_gelu_bwd dw R=%d C=%d F=%d", NR, Cc, F);
+        CMP(dw, 1e-5, 1e-4, l);
+        snprintf(l, sizeof l, "mm_gelu_bwd dbias R=%d C=%d F=%d", NR, Cc, F);
+        CMP(db, 1e-5, 1e-4, l);
+#ifdef MK_CUDA_EMU_TEST
+        assert_int_equal(lt_new("DGELU"), fused);
+#endif
+        /* without pre (the decoder: GELU_BIAS), and without a bias (GELU_AUX) */
+        mk__mm_gelu_fwd(cpu, out.h, NULL, x.h, wfc.h, bfc.h, NR, Cc, F);
+        gpu->mm_gelu_fwd(out.d, NULL, x.d, wfc.d, bfc.d, NR, Cc, F);
+        snprintf(l, sizeof l, "mm_gelu_fwd without pre R=%d C=%d F=%d", NR, Cc, F);
+        CMP(out, g_atol, 1e-4, l);
+        mk__mm_gelu_fwd(cpu, out.h, pre.h, x.h, wfc.h, NULL, NR, Cc, F);
+        gpu->mm_gelu_fwd(out.d, pre.d, x.d, wfc.d, NULL, NR, Cc, F);
+        snprintf(l, sizeof l, "mm_gelu_fwd without bias R=%d C=%d F=%d", NR, Cc, F);
+        CMP(pre, 1e-5, 1e-4, l);
+        CMP(out, g_atol, 1e-4, l);
+#ifdef MK_CUDA_EMU_TEST
+        assert_int_equal(lt_new("GELU_BIAS"), NR > 0); /* no aux: any width */
+        assert_int_equal(lt_new("GELU_AUX"), fused);
+        assert_int_equal(lt_new("BIAS"), 0); /* unfused without a bias: cuBLAS */
+#endif
+        /* tensor-core math: the operands rounded inside cuBLASLt as inside cuBLAS */
+        const mk_math maths[2] = {MK_MATH_TF32, MK_MATH_BF16};
+        const double math_atol[2] = {4e-3, 5e-2};
+        for (int k = 0; k < 2 && NR > 0; k++) {
+            assert_mk_ok(mk_backend_set_math(gpu, maths[k]));
+            cpu->mm_fwd(res.h, out.h, wpj.h, bpj.h, NR, F, Cc);
+            gpu->mm_fwd(res.d, out.d, wpj.d, bpj.d, NR, F, Cc);
+            snprintf(l, sizeof l, "mm_fwd with bias math %d R=%d", (int)maths[k], NR);
+            CMP(res, math_atol[k], 1e-2, l);
+            mk__mm_gelu_fwd(cpu, out.h, pre.h, x.h, wfc.h, bfc.h, NR, Cc, F);
+            gpu->mm_gelu_fwd(out.d, pre.d, x.d, wfc.d, bfc.d, NR, Cc, F);
+            snprintf(l, sizeof l, "mm_gelu_fwd math %d R=%d C=%d F=%d", (int)maths[k], NR, Cc, F);
+            CMP(pre, math_atol[k], 1e-2, l);
+            CMP(out, math_atol[k] + g_atol, 1e-2, l);
+            gpu->upload(pre.d, pre.h, nh * sizeof(float));
+            gpu->upload(out.d, out.h, nh * sizeof(float));
+            mk__mm_gelu_bwd(cpu, dpre.h, dw.h, db.h, dres.h, out.h, wpj.h, pre.h, NR, F, Cc);
+            gpu->mm_gelu_bwd(dpre.d, dw.d, db.d, dres.d, out.d, wpj.d, pre.d, NR, F, Cc);
+            gpu->upload(dw.d, dw.h, nw * sizeof(float)); /* dw's sums are cuBLAS's: not here */
+            snprintf(l, sizeof l, "mm_gelu_bwd dpre math %d R=%d C=%d F=%d", (int)maths[k], NR, Cc,
+                     F);
+            CMP(dpre, 4 * math_atol[k] + dg_atol, 1e-2, l);
+            CMP(db, 1e-5, 1e-4, "mm_gelu_bwd dbias (no product)");
+        }
+        assert_mk_ok(mk_backend_set_math(gpu, MK_MATH_FP32));
+        pair *all[] = {&x, &wfc, &bfc, &wpj, &bpj, &pre, &out, &dres, &dpre, &dw, &db, &res};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) pair_free(all[i]);
+    }
+
+    /* a GPT-2 model (4C = 64: every MLP fused) on both back-ends: logits, CE gradients and
+     * greedy decoding with graphs at the whole-model tolerances above */
+    mk_config cfg = {.n_layer = 2, .n_head = 2, .n_embd = 16, .block_size = 16, .vocab_size = 37};
+    enum { MB = 2, MT = 7 };
+    mk_model *mc, *mg;
+    assert_mk_ok(mk_model_new(&mc, &cfg, MB, MT, cpu));
+    assert_mk_ok(mk_model_new(&mg, &cfg, MB, MT, gpu));
+    mk_model_init(mc, 21), mk_model_init(mg, 21);
+    int tok[MB * MT], tgt[MB * MT];
+    for (int i = 0; i < MB * MT; i++) tok[i] = (i * 7 + 3) % 37, tgt[i] = (i * 5 + 1) % 37;
+    size_t P = mk_model_num_params(mc), NL = (size_t)MB * MT * 37;
+    float *a = malloc(P * 4), *b = malloc(P * 4), *la = malloc(NL * 4), *lb = malloc(NL * 4);
+    float lc, lg;
+    assert_mk_ok(mk_forward(mc, tok, MB, MT));
+    assert_mk_ok(mk_forward(mg, tok, MB, MT));
+    mk_model_read_logits(mc, la), mk_model_read_logits(mg, lb);
+    check_close(lb, la, NL, 1e-4, 1e-4, "fused MLP model logits");
+    assert_mk_ok(mk_loss_ce(mc, tgt, NULL, &lc));
+    assert_mk_ok(mk_loss_ce(mg, tgt, NULL, &lg));
+    assert_near(lg, lc, 1e-5);
+    mk_zero_grad(mc), mk_zero_grad(mg);
+    assert_mk_ok(mk_backward(mc));
+    assert_mk_ok(mk_backward(mg));
+    mk_model_read_grads(mc, a, 0, P), mk_model_read_grads(mg, b, 0, P);
+    check_close(b, a, P, 1e-5, 1e-3, "fused MLP model CE gradients");
+#ifdef MK_CUDA_EMU_TEST
+    assert_int_equal(lt_new("GELU_AUX_BIAS"), cfg.n_layer);
+    assert_int_equal(lt_new("DGELU"), cfg.n_layer);
+#endif
+    check_graph_decoding(mc, mg, 37);
+#ifdef MK_CUDA_EMU_TEST
+    /* the decoder's c_fc + GELU: captured and replayed with the graphs */
+    assert_true(lt_new("GELU_BIAS") >= 8 * cfg.n_layer);
+#endif
+    free(a), free(b), free(la), free(lb);
+    mk_model_free(mc), mk_model_free(mg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1142,6 +1311,7 @@ int main(void)
         cmocka_unit_test(test_sample_rows),
         cmocka_unit_test(test_model_gpt2),
         cmocka_unit_test(test_model_families),
+        cmocka_unit_test(test_fused_epilogues),
     };
     mk_set_threads(2);
     return cmocka_run_group_tests(tests, setup, NULL);

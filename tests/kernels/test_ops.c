@@ -583,16 +583,75 @@ static void test_model_gradients_families(void **state)
     model_gradients(&qwen3);
 }
 
+/* The model's fused MLP ops on a back-end without them (mk__mm_gelu_fwd, mk__mm_gelu_bwd) are
+ * mm_fwd then gelu_fwd, and mm_bwd then gelu_bwd, bit for bit: with pre kept and without (the
+ * decoder), without a bias, and for the backward with dw and dbias added into.  Skinny (1 row)
+ * and BLAS-sized shapes, odd widths. */
+static void test_mm_gelu_fallback(void **state)
+{
+    (void)state;
+    mk_rng r;
+    mk_rng_seed(&r, 12);
+    const int shapes[][3] = {{1, 7, 12}, {9, 7, 13}, {40, 16, 64}, {0, 4, 8}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int NR = shapes[s][0], IC = shapes[s][1], OC = shapes[s][2];
+        size_t ni = (size_t)NR * IC, no = (size_t)NR * OC, nw = (size_t)IC * OC;
+        float *x = malloc((ni + 1) * sizeof(float)), *w = malloc(nw * sizeof(float));
+        float *bias = malloc(OC * sizeof(float));
+        float *pre = malloc((no + 1) * sizeof(float)), *out = malloc((no + 1) * sizeof(float));
+        float *wpre = malloc((no + 1) * sizeof(float)), *wout = malloc((no + 1) * sizeof(float));
+        fill_uniform(x, ni + 1, -1, 1, &r), fill_uniform(w, nw, -1, 1, &r);
+        fill_uniform(bias, OC, -1, 1, &r);
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            const float *b = with_bias ? bias : NULL;
+            fill_uniform(pre, no + 1, -9, 9, &r), fill_uniform(out, no + 1, -9, 9, &r);
+            memcpy(wpre, pre, (no + 1) * sizeof(float)),
+                memcpy(wout, out, (no + 1) * sizeof(float));
+            be->mm_fwd(wpre, x, w, b, NR, IC, OC);
+            be->gelu_fwd(wout, wpre, no);
+            mk__mm_gelu_fwd(be, out, pre, x, w, b, NR, IC, OC);
+            assert_memory_equal(pre, wpre, (no + 1) * sizeof(float));
+            assert_memory_equal(out, wout, (no + 1) * sizeof(float));
+            /* without pre: the product and the GELU in out */
+            fill_uniform(out, no + 1, -9, 9, &r);
+            memcpy(wout, out, (no + 1) * sizeof(float));
+            be->mm_fwd(wout, x, w, b, NR, IC, OC);
+            be->gelu_fwd(wout, wout, no);
+            mk__mm_gelu_fwd(be, out, NULL, x, w, b, NR, IC, OC);
+            assert_memory_equal(out, wout, (no + 1) * sizeof(float));
+        }
+        /* backward of the product that reads gelu(pre) [NR, OC] (here out) into [NR, IC]: dout
+         * [NR, IC] -> the gradient at pre, dw [OC, IC] and dbias [IC] added into */
+        float *dpre = malloc((no + 1) * sizeof(float)), *wdpre = malloc((no + 1) * sizeof(float));
+        float *dfcg = malloc((no + 1) * sizeof(float)), *dw = malloc(nw * sizeof(float));
+        float *wdw = malloc(nw * sizeof(float)), *db = malloc(IC * sizeof(float));
+        float *wdb = malloc(IC * sizeof(float));
+        fill_uniform(dpre, no + 1, -9, 9, &r), fill_uniform(dw, nw, -1, 1, &r);
+        fill_uniform(db, IC, -1, 1, &r);
+        memcpy(wdpre, dpre, (no + 1) * sizeof(float)), memcpy(dfcg, dpre, (no + 1) * sizeof(float));
+        memcpy(wdw, dw, nw * sizeof(float)), memcpy(wdb, db, IC * sizeof(float));
+        be->mm_bwd(dfcg, wdw, wdb, x, out, w, NR, OC, IC); /* as the model did: into a scratch */
+        be->gelu_bwd(wdpre, pre, dfcg, no);
+        mk__mm_gelu_bwd(be, dpre, dw, db, x, out, w, pre, NR, OC, IC);
+        assert_memory_equal(dpre, wdpre, (no + 1) * sizeof(float));
+        assert_memory_equal(dw, wdw, nw * sizeof(float));
+        assert_memory_equal(db, wdb, IC * sizeof(float));
+        free(dpre), free(wdpre), free(dfcg), free(dw), free(wdw), free(db), free(wdb);
+        free(x), free(w), free(bias), free(pre), free(out), free(wpre), free(wout);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layernorm),       cmocka_unit_test(test_add_norm),
-        cmocka_unit_test(test_matmul),          cmocka_unit_test(test_head),
-        cmocka_unit_test(test_attention),       cmocka_unit_test(test_gelu),
-        cmocka_unit_test(test_embedding),       cmocka_unit_test(test_row_stats_and_grad),
-        cmocka_unit_test(test_adamw_by_hand),   cmocka_unit_test(test_sumsq_shards_and_clip),
-        cmocka_unit_test(test_shard_slices),    cmocka_unit_test(test_shard_moments),
-        cmocka_unit_test(test_model_gradients), cmocka_unit_test(test_model_gradients_families),
+        cmocka_unit_test(test_layernorm),        cmocka_unit_test(test_add_norm),
+        cmocka_unit_test(test_matmul),           cmocka_unit_test(test_head),
+        cmocka_unit_test(test_attention),        cmocka_unit_test(test_gelu),
+        cmocka_unit_test(test_embedding),        cmocka_unit_test(test_row_stats_and_grad),
+        cmocka_unit_test(test_adamw_by_hand),    cmocka_unit_test(test_sumsq_shards_and_clip),
+        cmocka_unit_test(test_shard_slices),     cmocka_unit_test(test_shard_moments),
+        cmocka_unit_test(test_model_gradients),  cmocka_unit_test(test_model_gradients_families),
+        cmocka_unit_test(test_mm_gelu_fallback),
     };
     mk_set_threads(2);
     return cmocka_run_group_tests(tests, NULL, NULL);
