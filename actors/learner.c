@@ -224,9 +224,12 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
            "%d, checkpoints %s, collective %s",
            s->rank, s->world, rl_model_describe(&s->ms, what, sizeof what), s->n_params, s->off,
            s->off + s->len, s->max_batch, s->block, s->micro, rl_dtype_name(s->ms.dtype),
-           s->nccl     ? "nccl (gradients and parameters on the devices)"
-           : s->staged ? "host (gradients and parameters staged through host memory)"
-                       : "host");
+           !s->nccl        ? (s->staged ? "host (gradients and parameters staged through host "
+                                          "memory)"
+                                        : "host")
+           : s->nccl_asked ? "nccl (gradients and parameters on the devices)"
+                           : "nccl (gradients and parameters on the devices) if each shard has "
+                             "a GPU of its own, checked at the first step; host otherwise");
     return 0;
 }
 
@@ -339,9 +342,14 @@ static int join_group(learner_state *s, char *why, size_t cap)
     if (!rc && s->nccl && !s->ncoll && (rc = check_devices(s)))
         snprintf(why, cap, "%s", rl_last_error());
     o.backend = s->nccl;
-    if (!rc && s->nccl && !s->ncoll &&
-        (rc = manta_coll_create(s->m, "learn.nccl", s->world, s->rank, &o, &s->ncoll)))
-        snprintf(why, cap, "collective group: %s", manta_last_error());
+    if (!rc && s->nccl && !s->ncoll) {
+        rc = manta_coll_create(s->m, "learn.nccl", s->world, s->rank, &o, &s->ncoll);
+        if (rc)
+            snprintf(why, cap, "collective group: %s", manta_last_error());
+        else
+            rl_log(s->m, "learner %d: joined learn.nccl: gradients and parameters over NCCL",
+                   s->rank);
+    }
     if (rc) {
         rl_log(s->m, "learner: %s", why);
         leave_groups(s); /* met afresh at the next step */

@@ -136,6 +136,7 @@ if [ -n "$EMU_MANTA" ]; then
     expect learners-nccl "ledger balanced"
     learner_log learners-nccl 0 "collective nccl (gradients and parameters on the devices)"
     learner_log learners-nccl 1 "collective nccl (gradients and parameters on the devices)"
+    learner_log learners-nccl 1 "learner 1: joined learn.nccl: gradients and parameters over NCCL"
     learner_log learners-nccl 0 "cuda emulator: the CUDA kernels run on the CPU"
     PROGRAM=$EMU_MANTA run learners-shared 0 MANTA_NODE_GPU=1 -- "${short[@]}"
     expect learners-shared "ledger balanced"
