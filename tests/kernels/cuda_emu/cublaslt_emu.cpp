@@ -134,24 +134,13 @@ float dgelu(float x)
            0.5f * x * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
-float round_bits(float x, int drop)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return x;
-    u += ((1u << (drop - 1)) - 1) + (u >> drop & 1);
-    u &= ~((1u << drop) - 1);
-    memcpy(&x, &u, 4);
-    return x;
-}
-
 /* a stored float operand (ld x cols) rounded as the compute type reads it (the emulator's
  * cublasGemmEx does the same) */
 std::vector<float> operand(const float *p, int64_t ld, uint64_t cols, cublasComputeType_t c)
 {
     std::vector<float> out(p, p + (size_t)ld * cols);
     int drop = c == CUBLAS_COMPUTE_32F_FAST_16BF ? 16 : 13;
-    for (float &x : out) x = round_bits(x, drop);
+    for (float &x : out) x = mk_emu::round_bits(x, drop);
     return out;
 }
 

@@ -1004,6 +1004,17 @@ const char *cublasGetStatusString(cublasStatus_t s)
     return "CUBLAS_STATUS_UNKNOWN";
 }
 
+float mk_emu::round_bits(float x, int drop)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return x;
+    u += ((1u << (drop - 1)) - 1) + (u >> drop & 1);
+    u &= ~((1u << drop) - 1);
+    memcpy(&x, &u, 4);
+    return x;
+}
+
 namespace
 {
 
@@ -1017,17 +1028,6 @@ bool gemm_args(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, 
     if (lda < std::max(1, ta == CUBLAS_OP_N ? m : k)) return false;
     if (ldb < std::max(1, tb == CUBLAS_OP_N ? k : n)) return false;
     return ldc >= std::max(1, m);
-}
-
-float round_bits(float x, int drop)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return x;
-    u += ((1u << (drop - 1)) - 1) + (u >> drop & 1);
-    u &= ~((1u << drop) - 1);
-    memcpy(&x, &u, 4);
-    return x;
 }
 
 /* a stored operand (ld x cols, column-major) as floats, rounded as the compute type reads it */
@@ -1045,9 +1045,9 @@ std::vector<float> operand(const void *p, cudaDataType t, int ld, int cols, cubl
     }
     memcpy(out.data(), p, n * sizeof(float));
     if (c == CUBLAS_COMPUTE_32F_FAST_16BF)
-        for (float &x : out) x = round_bits(x, 16);
+        for (float &x : out) x = mk_emu::round_bits(x, 16);
     else if (c == CUBLAS_COMPUTE_32F_FAST_TF32)
-        for (float &x : out) x = round_bits(x, 13);
+        for (float &x : out) x = mk_emu::round_bits(x, 13);
     return out;
 }
 

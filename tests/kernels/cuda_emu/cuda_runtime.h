@@ -86,6 +86,9 @@ namespace mk_emu
 {
 bool stream_hold(cudaStream_t s);
 void stream_release(cudaStream_t s);
+/* x with its last `drop` mantissa bits rounded off to nearest even (13: TF32, 16: bfloat16), as
+ * the tensor cores read an operand; NaN kept.  cuBLAS and cuBLASLt (with cuBLAS only). */
+float round_bits(float x, int drop);
 } // namespace mk_emu
 
 namespace mk_emu
