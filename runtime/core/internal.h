@@ -223,8 +223,9 @@ struct mn_peer {
     int incarnation;                /* last known, from the directory */
     bool suspect;                   /* disconnected: check the directory before trusting */
     bool dead;                      /* directory says dead for good */
-    bool reconnected;               /* the socket connected again after a disconnect */
+    bool reconnected;               /* the socket connected (again) since its last zmq_connect */
     bool connected;                 /* zmq_connect done (lazily: see mn_peer_connect) */
+    int64_t connect_ms;             /* when zmq_connect was last called */
     bool looking;                   /* a directory lookup is in flight */
     bool handshake_failed;          /* the last connection closed during its handshake */
     int64_t next_check;             /* when to look at the directory again */

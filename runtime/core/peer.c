@@ -24,6 +24,10 @@
 
 /* How often a suspect peer's record is read while calls wait on it. */
 #define CHECK_EVERY_MS 100
+/* A socket that has not connected this long after zmq_connect may point at
+ * an endpoint nobody serves any more: the actor died before the connection
+ * was made (so no DISCONNECTED ever came) and lives elsewhere now. */
+#define UNREACHED_MS 1000
 
 /* A message waiting for a suspect peer's directory reading. */
 struct mn_held {
@@ -143,6 +147,8 @@ int mn_peer_connect(mn_peer *p)
     if (zmq_connect(p->sock, p->endpoint) != 0)
         return mn_fail(MANTA_EZMQ, "connect to %s: %s", p->endpoint, zmq_strerror(zmq_errno()));
     p->connected = true;
+    p->reconnected = false; /* until this connection's CONNECTED event */
+    p->connect_ms = mn_now_ms();
     return 0;
 }
 
@@ -370,8 +376,16 @@ int mn_peer_admit(manta_ctx *m, mn_peer *p)
      * (a death, a reconnect) before a new message is taken for a victim. */
     if (!p->pending) mn_peer_recv_monitor(m, p);
     if (p->held_head) return MN_HOLD; /* behind earlier messages: keep the order */
-    if (!p->suspect && !p->dead) return MN_SEND;
     bool named = p->owner && p->owner->name;
+    /* Never connected, long after zmq_connect: a process killed before the
+     * connection was made leaves no DISCONNECTED behind, and a message sent
+     * now would wait in a pipe to nowhere. Read the record first. */
+    if (named && p->connected && !p->reconnected && !p->suspect && !p->dead &&
+        mn_now_ms() - p->connect_ms >= UNREACHED_MS) {
+        set_suspect(m, p, true);
+        p->next_check = mn_now_ms();
+    }
+    if (!p->suspect && !p->dead) return MN_SEND;
     if (named && (p->looking || mn_now_ms() >= p->next_check) && look_up(m, p) == 0) return MN_HOLD;
     return p->dead ? MN_DEAD : MN_SEND;
 }

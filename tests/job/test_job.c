@@ -138,6 +138,13 @@ static manta_spec *load(int port, const char *job)
     return s;
 }
 
+/* What a test started, for after_test() to end when the test failed half way:
+ * a job left running would refuse the next tests' starts (the ctx stays
+ * attached to it), and an agent left running would take their actors. */
+static manta_job_t *started;
+static pid_t agents[16];
+static size_t nagents;
+
 static void check(int rc, const char *what)
 {
     if (rc != 0) fail_msg("%s: %s (%s)", what, manta_strerror(rc), manta_last_error());
@@ -292,6 +299,7 @@ static void test_life(void **st)
     FILE *log = tmpfile();
     manta_job_options o = {.spec_path = spec_path, .ready_timeout_s = 60, .log = log};
     check(manta_job_start(ctx, s, &o, &job), "start");
+    started = job;
     assert_true(port_open(port)); /* the service is up */
     assert_int_equal(manta_job_node_count(job), 1);
     assert_ptr_equal(manta_job_spec(job), s);
@@ -355,6 +363,7 @@ static void test_life(void **st)
     }
     assert_non_null(strstr(text, "service web was killed by signal 15"));
     manta_job_free(job);
+    started = NULL;
     fclose(log);
     assert_false(port_open(port)); /* nothing listens after the job */
     manta_spec_free(s);
@@ -393,6 +402,7 @@ static pid_t start_node_env(const char *name, const char *extra)
         _exit(127);
     }
     free(env);
+    if (pid > 0 && nagents < sizeof agents / sizeof *agents) agents[nagents++] = pid;
     return pid;
 }
 
@@ -444,6 +454,7 @@ static void test_failover(void **st)
     for (int t = 0; t < 100 && rc == MANTA_ESPAWN; t++)
         if ((rc = manta_job_start(ctx, s, &o, &job)) == MANTA_ESPAWN) manta_poll(ctx, 100);
     check(rc, "start on three nodes");
+    started = job;
     assert_int_equal(manta_job_node_count(job), 3);
     char node[64];
     int up;
@@ -459,6 +470,7 @@ static void test_failover(void **st)
     assert_true(up);
     ping("big-0");
     manta_job_free(job);
+    started = NULL;
     manta_spec_free(s);
     kill(n3, SIGTERM);
     waitpid(n3, NULL, 0);
@@ -510,6 +522,7 @@ static void test_gpus(void **st)
             MANTA_ESPAWN)
             manta_poll(ctx, 100);
     check(rc, "start with a GPU node");
+    started = job;
     char g0[128], gone[128], h0[128], h1[128], dc[128], d[128], node[64];
     int up;
     devices_of("g-0", g0, sizeof g0);
@@ -560,6 +573,7 @@ static void test_gpus(void **st)
     devices_of("g-1", d, sizeof d);
     assert_string_equal(d, gone);
     manta_job_free(job);
+    started = NULL;
     manta_spec_free(s);
     kill(g1, SIGTERM);
     waitpid(g1, NULL, 0);
@@ -612,6 +626,7 @@ static void test_gpu_defaults(void **st)
     manta_job_t *job = NULL;
     manta_job_options o = {.spec_path = path, .no_watchdog = 1, .log = log};
     check(manta_job_start(ctx, s, &o, &job), "start with a derived GPU share");
+    started = job;
     char text[4096];
     fflush(log), rewind(log);
     text[fread(text, 1, sizeof text - 1, log)] = 0;
@@ -634,11 +649,28 @@ static void test_gpu_defaults(void **st)
     assert_int_equal(run_self("attach-gpu"), 0);
     assert_int_equal(manta_job_replicas(job, "gs"), 2);
     manta_job_free(job);
+    started = NULL;
     fclose(log);
     manta_spec_free(s);
     unlink(path);
     kill(g2, SIGTERM);
     waitpid(g2, NULL, 0);
+}
+
+/* After each test: end the job and the node agents it left behind (only a
+ * failed test leaves any). Agents the test reaped are gone from the table:
+ * waitpid(WNOHANG) says 0 only for a child still running. */
+static int after_test(void **st)
+{
+    if (started) manta_job_free(started);
+    started = NULL;
+    for (size_t i = 0; i < nagents; i++)
+        if (waitpid(agents[i], NULL, WNOHANG) == 0) {
+            kill(agents[i], SIGKILL);
+            waitpid(agents[i], NULL, 0);
+        }
+    nagents = 0;
+    return 0;
 }
 
 /* The errors of the calls, each with a message naming the cause. */
@@ -699,9 +731,12 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     snprintf(spec_path, sizeof spec_path, "/tmp/manta-test-job-%d.yaml", (int)getpid());
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_service_port_taken), cmocka_unit_test(test_life),
-        cmocka_unit_test(test_failover),           cmocka_unit_test(test_gpus),
-        cmocka_unit_test(test_gpu_defaults),       cmocka_unit_test(test_errors)};
+        cmocka_unit_test_teardown(test_service_port_taken, after_test),
+        cmocka_unit_test_teardown(test_life, after_test),
+        cmocka_unit_test_teardown(test_failover, after_test),
+        cmocka_unit_test_teardown(test_gpus, after_test),
+        cmocka_unit_test_teardown(test_gpu_defaults, after_test),
+        cmocka_unit_test_teardown(test_errors, after_test)};
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     manta_shutdown(ctx);
     unlink(spec_path);

@@ -7,6 +7,7 @@
  * MANTA_ROLE set, and main() hands over to manta_init() at once.
  */
 #include <manta.h>
+#include <manta_schema.h>
 
 #include "testutil.h"
 
@@ -599,6 +600,43 @@ static void test_crash_restart(void **unused)
     stop_and_check_clean(m);
 }
 
+/* A handle whose endpoint never answered: the actor it named was killed
+ * before the socket connected (so no DISCONNECTED came) and lives at
+ * another endpoint now. A call made once the connection is overdue reads
+ * the directory first and goes to the new endpoint; before, it waited out
+ * its deadline in a pipe to nowhere (job.test_job's failover saw it). */
+static void test_stale_endpoint(void **unused)
+{
+    manta_ctx *m = start(NULL, 0, 0);
+    manta_actor *live = make(m, "live", NULL, 0);
+    int pid = 0, got = 0;
+    assert_int_equal(call_int(m, live, "pid", 0, &pid), 0);
+    manta_actor_info where;
+    assert_int_equal(manta_actor_info_get(m, live, &where), 0);
+    manta_reg_actor rec;
+    memset(&rec, 0, sizeof rec);
+    snprintf(rec.info.endpoint, sizeof rec.info.endpoint, "ipc:///tmp/manta-test-nowhere-%d",
+             (int)getpid());
+    snprintf(rec.info.node, sizeof rec.info.node, "%s", where.node);
+    assert_int_equal(manta_reg_actor_claim(m, "moved", "tester"), 0);
+    assert_int_equal(manta_reg_actor_create(m, "moved", &rec, NULL, 0), 0);
+    assert_int_equal(manta_reg_actor_set_state(m, "moved", MANTA_ACTOR_ALIVE, NULL), 0);
+    manta_actor *a;
+    assert_int_equal(manta_actor_lookup(m, "moved", &a), 0);
+    int arg = 0;
+    manta_future *f = manta_call(m, a, "pid", &arg, sizeof arg);
+    assert_int_equal(manta_get(f, 300, NULL, NULL), MANTA_EPENDING); /* nobody there */
+    manta_future_free(f);
+    /* it "moved": the record names the live process's endpoint now */
+    assert_int_equal(
+        manta_reg_actor_report(m, "moved", MANTA_ACTOR_ALIVE, where.pid, where.endpoint, NULL), 0);
+    for (double t0 = test_now(); test_now() - t0 < 1.2;) manta_poll(m, 50);
+    assert_int_equal(call_int(m, a, "pid", 0, &got), 0);
+    assert_int_equal(got, pid);
+    assert_int_equal(manta_reg_actor_forget(m, "moved"), 0);
+    stop_and_check_clean(m);
+}
+
 static void test_objects(void **unused)
 {
     manta_ctx *m = start(NULL, 0, 0);
@@ -822,6 +860,7 @@ int main(void)
         cmocka_unit_test(test_errors_and_names),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_crash_restart),
+        cmocka_unit_test(test_stale_endpoint),
         cmocka_unit_test(test_objects),
         cmocka_unit_test(test_job_values),
         cmocka_unit_test(test_backpressure),
