@@ -18,10 +18,16 @@
  * the copy expects one (only its own allocations are checked for bounds).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <deque>
@@ -587,12 +593,100 @@ void launch_now(const char *name, const void *kernel, dim3 grid, dim3 block, siz
 
 /* ---- the runtime API ------------------------------------------------------------------- */
 
+/* ---- IPC mode (cuda_runtime_api.h): allocations other processes can map ---------------- */
+
+namespace
+{
+struct ipc_alloc {
+    int fd;     /* the memfd (exported allocations) or -1 (a mapping of another process's) */
+    size_t len; /* bytes mapped */
+};
+std::map<uintptr_t, ipc_alloc> ipc_maps; /* start -> mapping, under mu; a subset of allocs */
+long ipc_opens;                          /* cudaIpcOpenMemHandle calls that mapped, under mu */
+
+const char IPC_MAGIC[8] = {'M', 'K', 'E', 'M', 'U', 'I', 'P', 'C'};
+struct ipc_handle {
+    char magic[8];
+    int32_t pid, fd;
+    uint64_t bytes, ino;
+};
+static_assert(sizeof(ipc_handle) <= sizeof(cudaIpcMemHandle_t), "an IPC handle is 64 bytes");
+
+/* MK_CUDA_EMU_IPC=1, read once; turning it on raises the open-file limit for the descriptors */
+bool ipc_mode(void)
+{
+    static bool on = [] {
+        const char *e = getenv("MK_CUDA_EMU_IPC");
+        if (!e || !*e || !strcmp(e, "0")) return false;
+        if (strcmp(e, "1")) die("MK_CUDA_EMU_IPC='%s': expected 0 or 1", e);
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+            rl.rlim_cur = rl.rlim_max;
+            (void)setrlimit(RLIMIT_NOFILE, &rl);
+        }
+        return true;
+    }();
+    return on;
+}
+
+/* An allocation's mapping: its bytes and at least a page more, which AddressSanitizer is told
+ * not to touch (it does not track mappings), so that overruns show as with posix_memalign's. */
+size_t map_len(size_t bytes)
+{
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    return (bytes + pg - 1) / pg * pg + pg;
+}
+
+void *map_in(int fd, size_t bytes)
+{
+    void *m = mmap(NULL, map_len(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+#if EMU_ASAN
+    if (m != MAP_FAILED) ASAN_POISON_MEMORY_REGION((char *)m + bytes, map_len(bytes) - bytes);
+#endif
+    return m;
+}
+
+void map_out(void *m, size_t len)
+{
+#if EMU_ASAN
+    ASAN_UNPOISON_MEMORY_REGION(m, len); /* the shadow outlives the mapping */
+#endif
+    munmap(m, len);
+}
+
+/* an allocation of `bytes` in a memfd, mapped shared; NULL (errno set) if it cannot be made */
+void *ipc_alloc_new(size_t bytes)
+{
+    size_t len = map_len(bytes);
+    int fd = memfd_create("mk_cuda_emu", MFD_CLOEXEC);
+    if (fd < 0) return NULL;
+    void *m = MAP_FAILED;
+    if (ftruncate(fd, (off_t)len) == 0) m = map_in(fd, bytes);
+    if (m == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return NULL;
+    }
+    ipc_maps[(uintptr_t)m] = ipc_alloc{fd, len};
+    return m;
+}
+} /* namespace */
+
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
     std::lock_guard<std::mutex> g(mu);
     if (!p) return fail(cudaErrorInvalidValue);
     void *m = NULL;
-    if (posix_memalign(&m, 256, bytes ? bytes : 1) != 0) {
+    if (ipc_mode()) {
+        m = ipc_alloc_new(bytes);
+        if (!m) {
+            fprintf(stderr, "cuda emulator: cudaMalloc(%zu) in IPC mode: %s\n", bytes,
+                    strerror(errno));
+            *p = NULL;
+            return fail(cudaErrorMemoryAllocation);
+        }
+    } else if (posix_memalign(&m, 256, bytes ? bytes : 1) != 0) {
         *p = NULL;
         return fail(cudaErrorMemoryAllocation);
     }
@@ -608,9 +702,96 @@ cudaError_t cudaFree(void *p)
     if (!p) return cudaSuccess;
     auto it = allocs.find((uintptr_t)p);
     if (it == allocs.end()) return fail(cudaErrorInvalidDevicePointer);
+    auto im = ipc_maps.find((uintptr_t)p);
+    if (im != ipc_maps.end() && im->second.fd < 0)
+        return fail(cudaErrorInvalidValue); /* another process's: cudaIpcCloseMemHandle */
     allocs.erase(it);
-    free(p);
+    if (im != ipc_maps.end()) {
+        map_out(p, im->second.len);
+        close(im->second.fd);
+        ipc_maps.erase(im);
+    } else {
+        free(p);
+    }
     return cudaSuccess;
+}
+
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *p)
+{
+    std::lock_guard<std::mutex> g(mu);
+    if (!handle) return fail(cudaErrorInvalidValue);
+    if (!ipc_mode()) {
+        static bool said = false;
+        if (!said)
+            fprintf(stderr, "cuda emulator: cudaIpcGetMemHandle: device memory is private to the "
+                            "process; set MK_CUDA_EMU_IPC=1 to allocate memory other processes "
+                            "can map\n");
+        said = true;
+        return fail(cudaErrorInvalidValue);
+    }
+    auto im = ipc_maps.find((uintptr_t)p);
+    if (im == ipc_maps.end() || im->second.fd < 0) return fail(cudaErrorInvalidValue);
+    struct stat st;
+    if (fstat(im->second.fd, &st) != 0) return fail(cudaErrorInvalidValue);
+    ipc_handle h = {};
+    memcpy(h.magic, IPC_MAGIC, sizeof h.magic);
+    h.pid = (int32_t)getpid();
+    h.fd = im->second.fd;
+    h.bytes = allocs[(uintptr_t)p];
+    h.ino = (uint64_t)st.st_ino;
+    memset(handle, 0, sizeof *handle);
+    memcpy(handle, &h, sizeof h);
+    return cudaSuccess;
+}
+
+cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t handle, unsigned int flags)
+{
+    std::lock_guard<std::mutex> g(mu);
+    if (!p) return fail(cudaErrorInvalidValue);
+    *p = NULL;
+    ipc_handle h;
+    memcpy(&h, &handle, sizeof h);
+    if (memcmp(h.magic, IPC_MAGIC, sizeof h.magic) != 0 || h.pid <= 0 || h.fd < 0 ||
+        (flags & ~(unsigned)cudaIpcMemLazyEnablePeerAccess))
+        return fail(cudaErrorInvalidValue);
+    if (h.pid == (int32_t)getpid()) return fail(cudaErrorDeviceUninitialized); /* as CUDA */
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)h.pid, (int)h.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return fail(cudaErrorInvalidValue); /* the exporter is gone, or its fd */
+    struct stat st;
+    size_t len = map_len(h.bytes);
+    void *m = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (uint64_t)st.st_ino == h.ino && (size_t)st.st_size >= len)
+        m = map_in(fd, (size_t)h.bytes);
+    close(fd); /* the mapping keeps the file */
+    if (m == MAP_FAILED) return fail(cudaErrorInvalidValue);
+    allocs[(uintptr_t)m] = (size_t)h.bytes;
+    ipc_maps[(uintptr_t)m] = ipc_alloc{-1, len};
+    ipc_opens++;
+    *p = m;
+    return cudaSuccess;
+}
+
+cudaError_t cudaIpcCloseMemHandle(void *p)
+{
+    std::lock_guard<std::mutex> g(mu);
+    auto im = ipc_maps.find((uintptr_t)p);
+    if (im == ipc_maps.end() || im->second.fd >= 0) return fail(cudaErrorInvalidValue);
+    map_out(p, im->second.len);
+    ipc_maps.erase(im);
+    allocs.erase((uintptr_t)p);
+    return cudaSuccess;
+}
+
+/* tests/kernels/test_cuda.c: how many handles this process opened so far, and how many of its
+ * mappings of other processes' memory are open now */
+extern "C" void mk_emu_ipc_counts(long *opened, long *mapped)
+{
+    std::lock_guard<std::mutex> g(mu);
+    long n = 0;
+    for (const auto &kv : ipc_maps) n += kv.second.fd < 0;
+    *opened = ipc_opens, *mapped = n;
 }
 
 /* a synchronous call during a capture: the capture is broken (cudaStreamEndCapture says so) */
@@ -674,6 +855,8 @@ const char *cudaGetErrorString(cudaError_t e)
         return "invalid device pointer";
     case cudaErrorNoDevice:
         return "no CUDA-capable device is detected";
+    case cudaErrorDeviceUninitialized:
+        return "invalid device context";
     case cudaErrorStreamCaptureUnsupported:
         return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated:
@@ -703,6 +886,8 @@ const char *cudaGetErrorName(cudaError_t e)
         return "cudaErrorInvalidDevicePointer";
     case cudaErrorNoDevice:
         return "cudaErrorNoDevice";
+    case cudaErrorDeviceUninitialized:
+        return "cudaErrorDeviceUninitialized";
     case cudaErrorInvalidDevice:
         return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle:

@@ -14,6 +14,30 @@
  * Devices: cudaGetDeviceCount says MK_CUDA_EMU_DEVICES (default 1, at most 64; not a MANTA_
  * name, since node agents pass no MANTA_ variable to the actors they start); every device
  * shares the host's memory, and cudaSetDevice only records the thread's current device.
+ *
+ * Memory shared between processes (cudaIpc*): only in IPC mode, switched on by the environment
+ * variable MK_CUDA_EMU_IPC=1 (read once; not a MANTA_ name, as above).  There cudaMalloc takes
+ * its memory from memfd_create + ftruncate + mmap(MAP_SHARED) and keeps the file descriptor
+ * open (close-on-exec) until cudaFree, raising RLIMIT_NOFILE's soft limit to the hard one once;
+ * at least a page after each allocation is mapped too and poisoned for AddressSanitizer, which
+ * does not track mappings, so that overruns still show.
+ * cudaIpcGetMemHandle names an allocation by a magic, the exporter's pid, the descriptor, the
+ * file's inode and the size; cudaIpcOpenMemHandle in another process maps
+ * /proc/<pid>/fd/<fd> MAP_SHARED (so both see one memory, as two processes on one GPU do),
+ * registers the mapping as device memory and returns its base; cudaIpcCloseMemHandle unmaps it.
+ * Refused, with the error real CUDA gives where known:
+ *   cudaIpcGetMemHandle outside IPC mode (says once on stderr to set MK_CUDA_EMU_IPC=1), or
+ *     of a pointer that is not the base of one of this process's own allocations (CUDA takes
+ *     an interior pointer and names the whole allocation: the emulator is stricter, so that
+ *     code relying on the base is checked), or of an opened mapping: cudaErrorInvalidValue;
+ *   cudaIpcOpenMemHandle of a handle this process exported: cudaErrorDeviceUninitialized
+ *     ("invalid device context", what CUDA says); a bad magic, an exporter that is gone or
+ *     whose descriptor no longer names that file (CUDA's code for these is not documented):
+ *     cudaErrorInvalidValue;
+ *   cudaIpcCloseMemHandle of a pointer that is not an opened mapping's base, and cudaFree of
+ *     one that is: cudaErrorInvalidValue.
+ * Opening one handle twice in a process maps it twice (CUDA may refuse the second open).
+ * The exporter's cudaFree leaves other processes' mappings valid (the file lives while mapped).
  */
 #ifndef MK_CUDA_EMU_RUNTIME_API_H
 #define MK_CUDA_EMU_RUNTIME_API_H
@@ -32,6 +56,7 @@ typedef enum cudaError {
     cudaErrorInvalidDevicePointer = 17,
     cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
+    cudaErrorDeviceUninitialized = 201,
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorNotReady = 600,
     cudaErrorStreamCaptureUnsupported = 900,
@@ -76,6 +101,15 @@ cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaDeviceSynchronize(void);
+
+#define CUDA_IPC_HANDLE_SIZE           64
+#define cudaIpcMemLazyEnablePeerAccess 0x01
+typedef struct cudaIpcMemHandle_st {
+    char reserved[CUDA_IPC_HANDLE_SIZE];
+} cudaIpcMemHandle_t;
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *p);
+cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t handle, unsigned int flags);
+cudaError_t cudaIpcCloseMemHandle(void *p);
 
 cudaError_t cudaStreamCreate(cudaStream_t *s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags);
