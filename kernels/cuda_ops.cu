@@ -1210,6 +1210,50 @@ static void stream_sync(void)
     CUDA_CHECK(cudaStreamSynchronize(MK_STREAM));
 }
 
+/* ---- memory shared with other processes (share.c) --------------------------------------- */
+
+static_assert(sizeof(cudaIpcMemHandle_t) == MK_SHARE_HANDLE_BYTES, "a share's handle");
+
+/* The IPC calls fail where sharing does not work (a system or device without IPC, a handle
+ * from elsewhere): each failure is reported, and its error (not sticky) cleared so that the
+ * next CUDA_CHECK or launch check does not take it for its own. */
+static int ipc_export(void *handle, const void *p)
+{
+    cudaIpcMemHandle_t h;
+    cudaError_t e = cudaIpcGetMemHandle(&h, (void *)p);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return mk__fail(MK_ERR_UNSUPPORTED,
+                        "cudaIpcGetMemHandle: %s (this device or system does not share device "
+                        "memory with other processes)",
+                        cudaGetErrorString(e));
+    }
+    memcpy(handle, &h, sizeof h);
+    return MK_OK;
+}
+
+static int ipc_open(void **p, const void *handle)
+{
+    cudaIpcMemHandle_t h;
+    memcpy(&h, handle, sizeof h);
+    *p = NULL;
+    cudaError_t e = cudaIpcOpenMemHandle(p, h, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *p = NULL;
+        return mk__fail(MK_ERR_DEVICE,
+                        "cudaIpcOpenMemHandle: %s (a share of another machine, of a device this "
+                        "process does not see, of a process that is gone, or of this process)",
+                        cudaGetErrorString(e));
+    }
+    return MK_OK;
+}
+
+static void ipc_close(void *p)
+{
+    if (cudaIpcCloseMemHandle(p) != cudaSuccess) (void)cudaGetLastError();
+}
+
 /* ---- the table ---------------------------------------------------------- */
 
 /* in the order of struct mk__backend (mk_internal.h) */
@@ -1225,6 +1269,7 @@ static const mk_backend cuda_backend = {
     set_math,  add_norm_fwd, kv_store_bf16, attn_decode_bf16,
     graph_run, graph_free, stream_sync,
     mm_gelu_fwd, mm_gelu_bwd,
+    ipc_export, ipc_open, ipc_close,
 };
 /* clang-format on */
 

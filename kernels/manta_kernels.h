@@ -386,6 +386,52 @@ int mk_model_write_moments(mk_model *m, int which, const float *src, size_t off,
  * library's calls must be complete before the next kernel call.  Nothing to do on the CPU. */
 int mk_model_sync(mk_model *m);
 
+/* ---- parameters shared with other processes on one machine -------------------
+ *
+ * A learner shard on CUDA publishes a versioned copy of a slice of its parameters in device
+ * memory (an mk_share); a rollout process on the same machine copies it into its own model's
+ * parameters device to device (CUDA IPC), instead of through host buckets.  The share's bytes
+ * start with a stamp: the version its floats hold (-1 while they are being written, and before
+ * the first fill) and their count n.  A reader checks the stamp before and after its copy (a
+ * seqlock), so a fill during a read is detected, never silently mixed in.  CUDA back-end only. */
+#define MK_SHARE_HANDLE_BYTES 64
+typedef struct mk_share mk_share;
+/* A buffer for n floats in m's back-end memory that other processes on this machine can map
+ * (its own cudaMalloc allocation, exported with cudaIpcGetMemHandle), stamped version -1 and
+ * n.  MK_ERR_UNSUPPORTED where the back-end cannot share (the CPU back-end; a CUDA back-end
+ * whose cudaIpcGetMemHandle fails), with a message saying why; MK_ERR_DEVICE (out of device
+ * memory).  The share belongs to the caller; m may be freed before it. */
+int mk_share_new(mk_model *m, size_t n, mk_share **out);
+/* Frees the share (NULL is fine).  Processes that opened it keep their mapping of it until
+ * they close it (their model is freed or evicts it); free it when readers are done with it. */
+void mk_share_free(mk_share *s);
+/* Copies m's parameters [off, off + n) into the share's floats [0, n) (n <= its size, m on
+ * the back-end the share was made on; MK_ERR_ARG otherwise), stamped with version >= 0
+ * (MK_ERR_ARG otherwise): stamps -1, waits for m's queued work (kernels on its stream may be
+ * writing the parameters), copies, waits for the copy, stamps version and waits for the stamp:
+ * when it returns, every reader sees version.  Floats [n, size) keep what they held. */
+int mk_share_fill(mk_share *s, mk_model *m, size_t off, size_t n, int64_t version);
+/* The bytes that name the share to another process (the same for the share's life). */
+void mk_share_handle(const mk_share *s, unsigned char out[MK_SHARE_HANDLE_BYTES]);
+/* In another process on the same machine: copies floats [src_off, src_off + n) of the share
+ * named by handle, as published at `version` (>= 0), into m's parameters [off, off + n), device
+ * to device, and marks the bfloat16 copies stale as mk_model_write_params does.  The stamp is
+ * read before the copy and again after it.  Errors:
+ *   MK_ERR_UNSUPPORTED  the back-end cannot open shares (the CPU);
+ *   MK_ERR_DEVICE       the handle does not open here (another machine, a device this process
+ *                       does not see, the exporting process is gone, or it is this process);
+ *   MK_ERR_ARG          [off, off+n) outside m's vector, version < 0, or src_off + n above the
+ *                       share's n (read from its stamp); nothing was written;
+ *   MK_ERR_STATE        the stamp is not `version` before the copy (nothing was written), or
+ *                       not after it: the parameters [off, off+n) may then hold a mix of two
+ *                       versions, and the caller must write them again from elsewhere.
+ * The model keeps the handles it opened (most recent first, 8 at most, keyed by the handle's
+ * bytes; the least recent is closed when a 9th opens; mk_model_free closes all), so a new
+ * version in the same share costs no open.  Two models of one process should not open the same
+ * share: CUDA may refuse the second open (MK_ERR_DEVICE). */
+int mk_model_write_params_shared(mk_model *m, const unsigned char handle[MK_SHARE_HANDLE_BYTES],
+                                 size_t src_off, size_t off, size_t n, int64_t version);
+
 /* ---- checkpoints (safetensors, Hugging Face names) ----------------------- */
 
 /* Writes the parameters to path as one safetensors file, F32, the checkpoint

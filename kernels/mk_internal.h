@@ -217,6 +217,16 @@ struct mk__backend {
      * (gelu_bwd), so that dpre [R,IC] is the gradient at pre (inp = gelu(pre)). */
     void (*mm_gelu_bwd)(float *dpre, float *dw, float *dbias, const float *dout, const float *inp,
                         const float *w, const float *pre, int R, int IC, int OC);
+    /* Optional, all three or none (NULL: memory cannot be shared with other processes; see
+     * mk_share_new).  ipc_export writes into handle (MK_SHARE_HANDLE_BYTES) the name by which
+     * another process on this machine maps the allocation p (the base of one alloc);
+     * MK_ERR_UNSUPPORTED if it cannot.  ipc_open maps, in this process, the allocation that
+     * handle names and sets *p to its base; MK_ERR_DEVICE if it does not open here (another
+     * machine, an exporter that is gone, this very process).  ipc_close unmaps what ipc_open
+     * mapped.  Failures abort nothing and leave no error pending in the runtime. */
+    int (*ipc_export)(void *handle, const void *p);
+    int (*ipc_open)(void **p, const void *handle);
+    void (*ipc_close)(void *p);
 };
 
 extern const mk_backend mk__cpu_backend;
@@ -293,6 +303,29 @@ typedef void (*mk__st_source)(const void *ctx, int i, float *dst);
  * one buffer of the largest tensor. */
 int mk__st_write(const char *path, const mk_tensor_info *ts, int n, mk__st_source get,
                  const void *ctx, mk_dtype dt);
+
+/* ---- parameters shared between processes (share.c) ---- */
+
+/* The shares another process's model keeps open (mk_model_write_params_shared). */
+#define MK__SHARED_OPEN 8
+/* A share's allocation: this header, then its n floats (64-byte aligned).  version: what the
+ * floats hold, -1 while they are being written and before the first fill; n: their count. */
+typedef struct mk__share_stamp {
+    int64_t version;
+    int64_t n;
+    unsigned char pad[48];
+} mk__share_stamp;
+/* A share of another process that a model keeps open. */
+typedef struct mk__shared_map {
+    unsigned char handle[MK_SHARE_HANDLE_BYTES];
+    void *base; /* the share's allocation, mapped here (ipc_open) */
+} mk__shared_map;
+/* Closes the shares m keeps open (mk_model_free). */
+void mk__shared_close_all(mk_model *m);
+/* Tests only: when not NULL, mk_model_write_params_shared calls it between its copy and its
+ * second reading of the stamp, with the share's base (its stamp) in this process's mapping, so
+ * that a test can change the stamp there as a writer would during the copy. */
+extern void (*mk__share_test_after_copy)(const mk_backend *be, void *stamp);
 
 /* Activations of the training graph, one allocation carved by a size table.
  * W = (NH + 2 NKV) hd is the width of a qkv row, A = NH hd of an attention
@@ -417,6 +450,10 @@ struct mk_model {
     float *h_rowa, *h_rowb, *h_rowc, *h_rowd; /* host scratch [max_B*max_T] */
     int B, T;                                 /* shape of the last forward; 0 before one */
     int have_dlogits;                         /* a loss has stored its gradient */
+    /* shares of other processes that mk_model_write_params_shared opened, most recent first
+     * (share.c); mk_model_free closes them */
+    mk__shared_map shared[MK__SHARED_OPEN];
+    int n_shared;
 };
 
 /* Derived sizes of a resolved config. */

@@ -663,6 +663,7 @@ int mk_model_new_ex(mk_model **out, const mk_config *cfg_in, int max_batch, int 
 void mk_model_free(mk_model *m)
 {
     if (!m) return;
+    mk__shared_close_all(m);
     void *dev[] = {m->params,    m->grads,    m->m,         m->v,     m->acts_mem,
                    m->gacts_mem, m->d_tokens, m->d_targets, m->d_pos, m->d_rowa,
                    m->d_rowb,    m->rope_cos, m->rope_sin,  m->wb16};

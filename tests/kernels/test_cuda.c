@@ -45,13 +45,23 @@
  *   Decoding with bfloat16 KV caches (MK_MODEL_BF16_KV), GPT-2 fixture and
  *          the three families: identical greedy tokens, step logits
  *          1e-4 + 1e-4 (the stored values are bit-equal on both sides).
+ *   Parameters shared with another process (test_share, CUDA against CUDA): bit-equal; a
+ *          bfloat16-weights reader's logits within 1e-6 of a model written from the host.
  * Atomic additions on the GPU (norm, q/k-norm and embedding weight gradients;
  * not attention, whose kernels have none) make some gradients vary in the last
  * bits between runs; the tolerances cover that.
  */
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "ktest.h"
 
 #include "mk_internal.h"
+
+extern char **environ;
 
 static const mk_backend *gpu, *cpu;
 
@@ -1298,8 +1308,379 @@ static void test_fused_epilogues(void **state)
     mk_model_free(mc), mk_model_free(mg);
 }
 
-int main(void)
+/* ---- parameters shared with another process (share.c) -------------------------------------
+ *
+ * The reading side of a share must be another process (CUDA refuses to open a handle in the
+ * process that exported it, and CUDA cannot be used in a forked child), so the test runs this
+ * binary again as a reader (/proc/self/exe --share-reader MODE) and drives it through its
+ * standard input and output, one command a line and one reply a line ("RC message"):
+ *   w HEX SRC_OFF OFF N VERSION   mk_model_write_params_shared into the reader's model
+ *   t HEX SRC_OFF OFF N VERSION   the same, with the stamp changed during the copy (the test
+ *                                 hook mk__share_test_after_copy, as a fill would change it)
+ *   d PATH                        writes the model's parameters (floats) to PATH
+ *   o                             "0 OPENED MAPPED": handles the emulator opened, mappings open
+ *                                 now (-1 -1 on a device)
+ *   c                             (MODE bf16) decodes one greedy step with the model A
+ *                                 (MK_MODEL_BF16_WEIGHTS) and with a model B given A's float
+ *                                 parameters by mk_model_write_params: "0 DIFF CHANGE", DIFF the
+ *                                 largest |A - B| of the logits, CHANGE A's from the last c
+ *   q                             frees everything and exits 0
+ * The reader's model (MODE plain: MK_MODEL_INFER) starts from mk_model_init(seed 99). */
+
+static const mk_config share_cfg = {
+    .n_layer = 2, .n_head = 2, .n_embd = 16, .block_size = 16, .vocab_size = 37};
+
+#ifdef MK_CUDA_EMU_TEST
+void mk_emu_ipc_counts(long *opened, long *mapped); /* tests/kernels/cuda_emu */
+#endif
+
+static void hex_of(char *out, const unsigned char *h)
 {
+    for (int i = 0; i < MK_SHARE_HANDLE_BYTES; i++) sprintf(out + 2 * i, "%02x", h[i]);
+}
+
+static int hex_to(unsigned char *h, const char *in)
+{
+    for (int i = 0; i < MK_SHARE_HANDLE_BYTES; i++) {
+        unsigned v;
+        if (sscanf(in + 2 * i, "%2x", &v) != 1) return -1;
+        h[i] = (unsigned char)v;
+    }
+    return 0;
+}
+
+static void reader_torn(const mk_backend *be, void *stamp)
+{
+    int64_t v;
+    be->download(&v, stamp, sizeof v);
+    v += 1000;
+    be->upload(stamp, &v, sizeof v);
+}
+
+/* logits of one greedy step of prompt {1, 2, 3, 4} with a fresh decoder */
+static int reader_logits(mk_model *m, float *out)
+{
+    mk_decoder *d;
+    int rc, prompt[4] = {1, 2, 3, 4}, slot = 0, tok;
+    float t = 0, tp = 1, lp;
+    if ((rc = mk_decoder_new(&d, m, 1))) return rc;
+    if (!(rc = mk_decoder_reset(d, 0, 1)) && !(rc = mk_decoder_append(d, 0, prompt, 4)) &&
+        !(rc = mk_decoder_step(d, &slot, 1, &t, &tp, &tok, &lp, NULL)))
+        memcpy(out, mk_decoder_last_logits(d, 0), sizeof(float) * share_cfg.vocab_size);
+    mk_decoder_free(d);
+    return rc;
+}
+
+static int share_reader(const char *mode)
+{
+    int bf16 = !strcmp(mode, "bf16");
+    gpu = mk_backend_cuda();
+    if (!gpu) {
+        fprintf(stderr, "share reader: %s\n", mk_last_error());
+        return 2;
+    }
+    unsigned flags = MK_MODEL_INFER | (bf16 ? MK_MODEL_BF16_WEIGHTS : 0);
+    mk_model *m = NULL, *mb = NULL;
+    if (mk_model_new_ex(&m, &share_cfg, 1, 1, gpu, flags) ||
+        (bf16 && mk_model_new_ex(&mb, &share_cfg, 1, 1, gpu, flags))) {
+        fprintf(stderr, "share reader: %s\n", mk_last_error());
+        mk_model_free(m);
+        return 2;
+    }
+    mk_model_init(m, 99);
+    size_t P = mk_model_num_params(m);
+    int Vv = share_cfg.vocab_size;
+    float *p = malloc(P * sizeof(float)), *la = calloc((size_t)Vv, 4), *lb = calloc((size_t)Vv, 4),
+          *prev = calloc((size_t)Vv, 4);
+    char line[512], hex[2 * MK_SHARE_HANDLE_BYTES + 1];
+    int status = 3;
+    while (fgets(line, sizeof line, stdin)) {
+        unsigned char h[MK_SHARE_HANDLE_BYTES];
+        size_t so, off, n;
+        long long ver;
+        int rc = 0;
+        double a = 0, b = 0;
+        if ((line[0] == 'w' || line[0] == 't') &&
+            sscanf(line + 1, "%128s %zu %zu %zu %lld", hex, &so, &off, &n, &ver) == 5 &&
+            !hex_to(h, hex)) {
+            if (line[0] == 't') mk__share_test_after_copy = reader_torn;
+            rc = mk_model_write_params_shared(m, h, so, off, n, ver);
+            mk__share_test_after_copy = NULL;
+            printf("%d %s\n", rc, rc ? mk_last_error() : "");
+        } else if (line[0] == 'd') {
+            line[strcspn(line, "\n")] = 0;
+            FILE *f = fopen(line + 2, "wb");
+            rc = mk_model_read_params(m, p, 0, P);
+            if (!f || rc || fwrite(p, sizeof(float), P, f) != P) rc = rc ? rc : MK_ERR_IO;
+            if (f) fclose(f);
+            printf("%d\n", rc);
+        } else if (line[0] == 'o') {
+            long opened = -1, mapped = -1;
+#ifdef MK_CUDA_EMU_TEST
+            mk_emu_ipc_counts(&opened, &mapped);
+#endif
+            printf("0 %ld %ld\n", opened, mapped);
+        } else if (line[0] == 'c' && bf16) {
+            if (!(rc = mk_model_read_params(m, p, 0, P)) &&
+                !(rc = mk_model_write_params(mb, p, 0, P)) && !(rc = reader_logits(m, la)))
+                rc = reader_logits(mb, lb);
+            for (int i = 0; i < Vv; i++) {
+                a = fmax(a, fabs((double)la[i] - lb[i]));
+                b = fmax(b, fabs((double)la[i] - prev[i]));
+            }
+            memcpy(prev, la, sizeof(float) * Vv);
+            printf("%d %g %g\n", rc, a, b);
+        } else if (line[0] == 'q') {
+            status = 0;
+            break;
+        } else {
+            printf("%d unknown command\n", MK_ERR_ARG);
+        }
+        fflush(stdout);
+    }
+    free(p), free(la), free(lb), free(prev);
+    mk_model_free(m), mk_model_free(mb);
+    return status;
+}
+
+typedef struct reader {
+    pid_t pid;
+    FILE *to, *from;
+    char reply[512];
+} reader;
+
+static void reader_start(reader *r, const char *mode)
+{
+    char exe[4096];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    assert_true(k > 0);
+    exe[k] = 0;
+    int in[2], out[2];
+    assert_int_equal(pipe2(in, O_CLOEXEC), 0);
+    assert_int_equal(pipe2(out, O_CLOEXEC), 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    char *argv[] = {exe, "--share-reader", (char *)mode, NULL};
+    assert_int_equal(posix_spawn(&r->pid, exe, &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(in[0]), close(out[1]);
+    r->to = fdopen(in[1], "w");
+    r->from = fdopen(out[0], "r");
+    assert_non_null(r->to);
+    assert_non_null(r->from);
+}
+
+/* sends one command; the reply's first number (the rc), the whole reply in r->reply */
+static int reader_cmd(reader *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int reader_cmd(reader *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(r->to, fmt, ap);
+    va_end(ap);
+    fputc('\n', r->to);
+    fflush(r->to);
+    if (!fgets(r->reply, sizeof r->reply, r->from)) fail_msg("the share reader died");
+    return atoi(r->reply);
+}
+
+static int reader_write(reader *r, char c, const unsigned char *h, size_t so, size_t off, size_t n,
+                        long long version)
+{
+    char hex[2 * MK_SHARE_HANDLE_BYTES + 1];
+    hex_of(hex, h);
+    return reader_cmd(r, "%c %s %zu %zu %zu %lld", c, hex, so, off, n, version);
+}
+
+/* the reader's parameters */
+static void reader_dump(reader *r, float *p, size_t P)
+{
+    char path[] = "/tmp/mk_share_test_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_mk_ok(reader_cmd(r, "d %s", path));
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(p, sizeof(float), P, f), P);
+    fclose(f);
+    unlink(path);
+}
+
+/* how many handles the reader opened so far and has open now (emulator); 0 on a device */
+static int reader_opens(reader *r, long *opened, long *mapped)
+{
+    assert_int_equal(reader_cmd(r, "o"), 0);
+    assert_int_equal(sscanf(r->reply, "%*d %ld %ld", opened, mapped), 2);
+    return *opened >= 0;
+}
+
+static void reader_end(reader *r)
+{
+    fprintf(r->to, "q\n");
+    fclose(r->to);
+    fclose(r->from);
+    int st;
+    assert_int_equal(waitpid(r->pid, &st, 0), r->pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+static void assert_params(const float *got, const float *want, size_t P, const char *what)
+{
+    for (size_t i = 0; i < P; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)))
+            fail_msg("%s: parameter %zu is %.9g, expected %.9g", what, i, got[i], want[i]);
+}
+
+/* A learner's share read by another process: a slice (src_off, off != 0) bit for bit; a wrong
+ * version refused with the parameters untouched; a second fill read through the cached handle;
+ * ranges beyond the share or the model; the stamp changing during the copy; a handle of this
+ * process and a garbage one; ten shares through a cache of eight; and a reader with bfloat16
+ * weights decoding with what it read. */
+static void test_share(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    mk_model *mw;
+    assert_mk_ok(mk_model_new(&mw, &share_cfg, 1, 1, gpu));
+    mk_model_init(mw, 21);
+    size_t P = mk_model_num_params(mw), N1 = P - 100;
+    float *pw = malloc(P * 4), *want = malloc(P * 4), *got = malloc(P * 4);
+    assert_mk_ok(mk_model_read_params(mw, pw, 0, P));
+    mk_share *s1;
+    int rc = mk_share_new(mw, N1, &s1);
+#ifndef MK_CUDA_EMU_TEST
+    if (rc == MK_ERR_UNSUPPORTED) {
+        fprintf(stderr, "skipped: %s\n", mk_last_error());
+        free(pw), free(want), free(got);
+        mk_model_free(mw);
+        skip();
+    }
+#endif
+    assert_mk_ok(rc);
+    /* the writer's arguments */
+    assert_int_equal(mk_share_fill(s1, mw, 0, N1 + 1, 1), MK_ERR_ARG);
+    assert_int_equal(mk_share_fill(s1, mw, 101, N1, 1), MK_ERR_ARG);
+    assert_int_equal(mk_share_fill(s1, mw, 0, N1, -1), MK_ERR_ARG);
+    assert_mk_ok(mk_share_fill(s1, mw, 30, N1, 1)); /* share [0, N1) = params [30, 30 + N1) */
+    unsigned char h1[MK_SHARE_HANDLE_BYTES], junk[MK_SHARE_HANDLE_BYTES];
+    mk_share_handle(s1, h1);
+    for (int i = 0; i < MK_SHARE_HANDLE_BYTES; i++) junk[i] = (unsigned char)(i * 37 + 11);
+
+    /* in the exporting process itself: refused, nothing written */
+    assert_int_equal(mk_model_write_params_shared(mw, h1, 0, 0, 10, 1), MK_ERR_DEVICE);
+    assert_non_null(strstr(mk_last_error(), "cudaIpcOpenMemHandle"));
+    assert_mk_ok(mk_model_read_params(mw, got, 0, P));
+    assert_params(got, pw, P, "the exporter's own parameters");
+
+    signal(SIGPIPE, SIG_IGN); /* a reader that died fails the test, not the process */
+    reader r;
+    reader_start(&r, "plain");
+    long opened, mapped;
+    reader_dump(&r, want, P); /* its own parameters, to start with */
+    assert_int_equal(reader_write(&r, 'w', junk, 0, 0, 10, 1), MK_ERR_DEVICE);
+    assert_non_null(strstr(r.reply, "cudaIpcOpenMemHandle"));
+
+    /* a slice: share [17, 17 + K) into [5, 5 + K) */
+    size_t K = N1 - 50;
+    assert_mk_ok(reader_write(&r, 'w', h1, 17, 5, K, 1));
+    memcpy(want + 5, pw + 30 + 17, K * 4);
+    reader_dump(&r, got, P);
+    assert_params(got, want, P, "a slice of version 1");
+    /* a version the share does not hold: nothing written */
+    assert_int_equal(reader_write(&r, 'w', h1, 0, 0, 10, 2), MK_ERR_STATE);
+    assert_non_null(strstr(r.reply, "version 1"));
+    reader_dump(&r, got, P);
+    assert_params(got, want, P, "after a refused version");
+    int counted = reader_opens(&r, &opened, &mapped);
+    if (counted) assert_true(opened == 1 && mapped == 1);
+
+    /* new parameters, version 2 in the same share: read through the handle already open */
+    for (size_t i = 0; i < P; i++) pw[i] = pw[i] * -0.5f + 0.25f;
+    assert_mk_ok(mk_model_write_params(mw, pw, 0, P));
+    assert_mk_ok(mk_share_fill(s1, mw, 30, N1, 2));
+    assert_int_equal(reader_write(&r, 'w', h1, 17, 5, K, 1), MK_ERR_STATE);
+    assert_mk_ok(reader_write(&r, 'w', h1, 0, 3, N1, 2));
+    memcpy(want + 3, pw + 30, N1 * 4);
+    reader_dump(&r, got, P);
+    assert_params(got, want, P, "the whole share at version 2");
+    if (counted) {
+        reader_opens(&r, &opened, &mapped);
+        assert_true(opened == 1 && mapped == 1);
+    }
+    /* beyond the share (its n from the stamp), beyond the model */
+    assert_int_equal(reader_write(&r, 'w', h1, N1 - 10, 0, 11, 2), MK_ERR_ARG);
+    assert_non_null(strstr(r.reply, "of a share of"));
+    assert_int_equal(reader_write(&r, 'w', h1, 0, P - 5, 6, 2), MK_ERR_ARG);
+    assert_int_equal(reader_write(&r, 'w', h1, 0, 0, 10, -1), MK_ERR_ARG);
+    reader_dump(&r, got, P);
+    assert_params(got, want, P, "after refused ranges");
+    /* the stamp moves during the copy (as a fill would move it): reported, not taken */
+    assert_int_equal(reader_write(&r, 't', h1, 0, 0, 10, 2), MK_ERR_STATE);
+    assert_non_null(strstr(r.reply, "during the copy"));
+    memcpy(want, pw + 30, 10 * 4); /* the copy itself happened */
+
+    /* nine more shares: ten opened through a cache of eight, each read into its own place */
+    enum { NS = 9, SN = 64 };
+    mk_share *sh[NS];
+    unsigned char hs[NS][MK_SHARE_HANDLE_BYTES];
+    for (int i = 0; i < NS; i++) {
+        assert_mk_ok(mk_share_new(mw, SN, &sh[i]));
+        assert_mk_ok(mk_share_fill(sh[i], mw, 100 + 50 * (size_t)i, SN, 7 + i));
+        mk_share_handle(sh[i], hs[i]);
+        assert_mk_ok(reader_write(&r, 'w', hs[i], 0, 1000 + SN * (size_t)i, SN, 7 + i));
+        memcpy(want + 1000 + SN * i, pw + 100 + 50 * i, SN * 4);
+    }
+    if (counted) {
+        reader_opens(&r, &opened, &mapped);
+        assert_true(opened == 1 + NS && mapped == 8);
+    }
+    /* the first share was closed (least recent): opened again, at a new version */
+    assert_mk_ok(mk_share_fill(s1, mw, 0, N1, 3));
+    assert_mk_ok(reader_write(&r, 'w', h1, 40, 2000, 500, 3));
+    memcpy(want + 2000, pw + 40, 500 * 4);
+    assert_mk_ok(reader_write(&r, 'w', hs[NS - 1], 0, 3000, SN, 7 + NS - 1)); /* still open */
+    memcpy(want + 3000, pw + 100 + 50 * (NS - 1), SN * 4);
+    if (counted) {
+        reader_opens(&r, &opened, &mapped);
+        assert_true(opened == 2 + NS && mapped == 8);
+    }
+    reader_dump(&r, got, P);
+    assert_params(got, want, P, "ten shares through the cache");
+    reader_end(&r);
+    for (int i = 0; i < NS; i++) mk_share_free(sh[i]);
+
+    /* a reader with bfloat16 weights decodes with the parameters it read (the copies stale) */
+    mk_share *sp;
+    assert_mk_ok(mk_share_new(mw, P, &sp));
+    assert_mk_ok(mk_share_fill(sp, mw, 0, P, 5));
+    unsigned char hp[MK_SHARE_HANDLE_BYTES];
+    mk_share_handle(sp, hp);
+    reader_start(&r, "bf16");
+    assert_int_equal(reader_write(&r, 'w', junk, 0, 0, 10, 5), MK_ERR_DEVICE);
+    double diff, change;
+    assert_mk_ok(reader_cmd(&r, "c")); /* A's copies made from its own parameters */
+    assert_int_equal(sscanf(r.reply, "%*d %lf %lf", &diff, &change), 2);
+    assert_true(diff <= 1e-6);
+    assert_mk_ok(reader_write(&r, 'w', hp, 0, 0, P, 5));
+    assert_mk_ok(reader_cmd(&r, "c"));
+    assert_int_equal(sscanf(r.reply, "%*d %lf %lf", &diff, &change), 2);
+    fprintf(stderr, "bf16 reader: logits %g from the reference, moved %g\n", diff, change);
+    assert_true(diff <= 1e-6 && change > 1e-3);
+    reader_end(&r);
+
+    mk_share_free(sp);
+    mk_share_free(s1);
+    free(pw), free(want), free(got);
+    mk_model_free(mw);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && !strcmp(argv[1], "--share-reader")) return share_reader(argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_elementwise_and_norms),
         cmocka_unit_test(test_matmul_and_head),
@@ -1312,6 +1693,7 @@ int main(void)
         cmocka_unit_test(test_model_gpt2),
         cmocka_unit_test(test_model_families),
         cmocka_unit_test(test_fused_epilogues),
+        cmocka_unit_test(test_share),
     };
     mk_set_threads(2);
     return cmocka_run_group_tests(tests, setup, NULL);

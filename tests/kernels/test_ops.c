@@ -641,6 +641,33 @@ static void test_mm_gelu_fallback(void **state)
     }
 }
 
+/* The CPU back-end cannot share parameters with other processes: both ends of a share say so
+ * (MK_ERR_UNSUPPORTED, naming the back-end) and change nothing. */
+static void test_share_unsupported(void **state)
+{
+    (void)state;
+    mk_config cfg = {.n_layer = 1, .n_head = 2, .n_embd = 8, .block_size = 8, .vocab_size = 11};
+    mk_model *m;
+    assert_mk_ok(mk_model_new_ex(&m, &cfg, 1, 1, be, MK_MODEL_INFER));
+    mk_model_init(m, 3);
+    size_t P = mk_model_num_params(m);
+    float *before = malloc(P * sizeof(float)), *after = malloc(P * sizeof(float));
+    assert_mk_ok(mk_model_read_params(m, before, 0, P));
+    mk_share *s = (mk_share *)1;
+    assert_int_equal(mk_share_new(m, 16, &s), MK_ERR_UNSUPPORTED);
+    assert_null(s);
+    assert_non_null(strstr(mk_last_error(), "cpu"));
+    unsigned char h[MK_SHARE_HANDLE_BYTES];
+    memset(h, 0x5a, sizeof h);
+    assert_int_equal(mk_model_write_params_shared(m, h, 0, 0, 4, 0), MK_ERR_UNSUPPORTED);
+    assert_non_null(strstr(mk_last_error(), "cpu"));
+    assert_mk_ok(mk_model_read_params(m, after, 0, P));
+    assert_memory_equal(after, before, P * sizeof(float));
+    mk_share_free(NULL);
+    free(before), free(after);
+    mk_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -651,7 +678,7 @@ int main(void)
         cmocka_unit_test(test_adamw_by_hand),    cmocka_unit_test(test_sumsq_shards_and_clip),
         cmocka_unit_test(test_shard_slices),     cmocka_unit_test(test_shard_moments),
         cmocka_unit_test(test_model_gradients),  cmocka_unit_test(test_model_gradients_families),
-        cmocka_unit_test(test_mm_gelu_fallback),
+        cmocka_unit_test(test_mm_gelu_fallback), cmocka_unit_test(test_share_unsupported),
     };
     mk_set_threads(2);
     return cmocka_run_group_tests(tests, NULL, NULL);
