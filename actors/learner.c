@@ -79,6 +79,7 @@
 #include <unistd.h>
 
 #define KEEP_VERSIONS 8
+#define SHARES        2 /* device copies of the slice, used in turn (CUDA IPC) */
 
 typedef struct learner_state {
     manta_ctx *m;
@@ -100,7 +101,10 @@ typedef struct learner_state {
     int nccl_asked;                 /* rl.collective is nccl (not auto) */
     int staged;                     /* tensors through host copies (CUDA, no NCCL) */
     size_t bucket_elems;            /* floats per bucket */
-    rl_buckets *pubs;               /* the buckets of the last KEEP_VERSIONS versions, a ring */
+    mk_share *shares[SHARES]; /* the slice in device memory for rollouts (CUDA IPC), or NULL */
+    int64_t share_seq;        /* publications into the shares (the stamp of the newest) */
+    char weight_sync[16];     /* rl.weight_sync: auto or buckets */
+    rl_buckets *pubs;         /* the buckets of the last KEEP_VERSIONS versions, a ring */
     int pub_next;
     int32_t *x, *y;
     float *blp, *adv, *mask;
@@ -143,6 +147,9 @@ static int read_settings(learner_state *s, manta_ctx *m, const void *args, size_
     if (strcmp(collective, "auto") && strcmp(collective, "host") && strcmp(collective, "nccl") &&
         !a.rc)
         rl_arg_error(&a, "rl", "collective", "'%s': expected auto, host or nccl", collective);
+    rl_arg_str(&a, "rl", "weight_sync", s->weight_sync, sizeof s->weight_sync, "auto");
+    if (strcmp(s->weight_sync, "auto") && strcmp(s->weight_sync, "buckets") && !a.rc)
+        rl_arg_error(&a, "rl", "weight_sync", "'%s': expected auto or buckets", s->weight_sync);
     rl_run_dir_read(&a, s->run_dir, sizeof s->run_dir);
     const msgpack_object *resume = rl_arg_get(&a, "rl", "resume");
     if (resume && resume->type == MSGPACK_OBJECT_STR)
@@ -166,6 +173,66 @@ static int choose_collective(learner_state *s, const char *how)
     }
     s->staged = cuda && !s->nccl;
     return 0;
+}
+
+/* ---- weights for rollouts on this machine's GPUs ----
+ *
+ * With the model on cuda and rl.weight_sync auto, the shard also keeps its
+ * published slice in device memory that rollouts on this machine map (CUDA
+ * IPC: mk_share): SHARES copies used in turn, each stamped with its
+ * publication number. A rollout copies from the newest one device to
+ * device and checks the stamp before and after (a copy overtaken by two
+ * more publications is detected, and the rollout falls back to the
+ * buckets, which are published as before, for rollouts elsewhere). */
+
+static void free_shares(learner_state *s)
+{
+    for (int i = 0; i < SHARES; i++) mk_share_free(s->shares[i]), s->shares[i] = NULL;
+}
+
+static void open_shares(learner_state *s)
+{
+    if (strcmp(s->weight_sync, "auto") || mk_model_backend(s->model) == mk_backend_cpu()) return;
+    for (int i = 0; i < SHARES; i++)
+        if (mk_share_new(s->model, s->len, &s->shares[i]) != MK_OK) {
+            rl_log(s->m,
+                   "learner %d: rl.weight_sync auto: buckets only, as the slice cannot be "
+                   "shared with rollouts on this machine: %s",
+                   s->rank, mk_last_error());
+            free_shares(s);
+            return;
+        }
+    rl_log(s->m,
+           "learner %d: weights to rollouts: device to device for rollouts on cuda on this "
+           "machine (CUDA IPC, %d copies of the slice, %.1f MiB each), buckets for the others",
+           s->rank, SHARES, (double)s->len * sizeof(float) / (1 << 20));
+}
+
+_Static_assert(RL_SHARE_BYTES == MK_SHARE_HANDLE_BYTES, "a share's handle fits a bucket's");
+
+/* Copy the slice into the next share and name it in the buckets of pub. */
+static void fill_share(learner_state *s, rl_buckets *pub)
+{
+    if (!s->shares[0]) return;
+    int64_t seq = s->share_seq + 1;
+    mk_share *sh = s->shares[seq % SHARES];
+    if (mk_share_fill(sh, s->model, s->off, s->len, seq) != MK_OK) {
+        rl_log(s->m, "learner %d: weights to rollouts: buckets only from now on: %s", s->rank,
+               mk_last_error());
+        free_shares(s);
+        return;
+    }
+    s->share_seq = seq;
+    unsigned char handle[MK_SHARE_HANDLE_BYTES];
+    mk_share_handle(sh, handle);
+    for (int i = 0; i < pub->n; i++) {
+        rl_bucket *b = &pub->v[i];
+        b->has_share = 1;
+        memcpy(b->share, handle, RL_SHARE_BYTES);
+        snprintf(b->share_host, sizeof b->share_host, "%s", manta_host_id());
+        b->share_seq = seq;
+        b->share_off = b->offset - (int64_t)s->off;
+    }
 }
 
 static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
@@ -210,6 +277,7 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
         return MANTA_ENOMEM;
     }
     mk_model_read_params(s->model, s->params, 0, s->n_params);
+    open_shares(s);
     const char *inc = getenv("MANTA_INCARNATION"); /* set by the node agent, as log.c reads it */
     s->incarnation = inc ? atoi(inc) : 1;
     s->needs_restore = s->incarnation > 1;
@@ -255,6 +323,7 @@ static void learner_fini(manta_ctx *m, void *state)
         rl_buckets_destroy(&s->pubs[v]);
     }
     free(s->pubs);
+    free_shares(s);
     leave_groups(s);
     mk_model_free(s->model);
     free(s->params), free(s->grads), free(s->am), free(s->av);
@@ -284,6 +353,7 @@ static int publish(learner_state *s, const rl_buckets **out)
         }
         o += n;
     } while (o < s->len);
+    fill_share(s, pub);
     *out = pub;
     return 0;
 }

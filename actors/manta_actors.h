@@ -207,11 +207,21 @@ float rl_reward_rule(const char *rule, double tol, const char *answer, const cha
  * _destroy it). */
 
 /* A weight bucket: parameters [offset, offset + count) of the flat vector,
- * stored as object `id`, with the CRC32C of its bytes. */
+ * stored as object `id`, with the CRC32C of its bytes. When the learner
+ * shard also keeps them in device memory that other processes of its
+ * machine can map (has_share: CUDA IPC, mk_share), the bucket names that
+ * copy too: the share's handle, the machine (manta_host_id), the share's
+ * publication number (its stamp: seq) and where the bucket starts in it
+ * (share_off, in floats). */
+#define RL_SHARE_BYTES 64 /* MK_SHARE_HANDLE_BYTES */
 typedef struct rl_bucket {
     manta_obj_id id;
     int64_t offset, count;
     uint32_t crc;
+    int has_share;
+    unsigned char share[RL_SHARE_BYTES];
+    char share_host[160];
+    int64_t share_seq, share_off;
 } rl_bucket;
 
 /* A growing list of buckets (one version's weights). */

@@ -126,12 +126,41 @@ static void pack_buckets(msgpack_packer *pk, const rl_buckets *b)
     rl_pack_str(pk, "buckets");
     msgpack_pack_array(pk, (size_t)b->n);
     for (int i = 0; i < b->n; i++) {
+        const rl_bucket *x = &b->v[i];
+        msgpack_pack_map(pk, 4 + (x->has_share ? 1 : 0));
+        rl_pack_kv_str(pk, "id", x->id.s);
+        rl_pack_kv_int(pk, "offset", x->offset);
+        rl_pack_kv_int(pk, "count", x->count);
+        rl_pack_kv_int(pk, "crc", x->crc);
+        if (!x->has_share) continue;
+        rl_pack_str(pk, "share");
         msgpack_pack_map(pk, 4);
-        rl_pack_kv_str(pk, "id", b->v[i].id.s);
-        rl_pack_kv_int(pk, "offset", b->v[i].offset);
-        rl_pack_kv_int(pk, "count", b->v[i].count);
-        rl_pack_kv_int(pk, "crc", b->v[i].crc);
+        rl_pack_kv_bin(pk, "handle", x->share, RL_SHARE_BYTES);
+        rl_pack_kv_str(pk, "host", x->share_host);
+        rl_pack_kv_int(pk, "seq", x->share_seq);
+        rl_pack_kv_int(pk, "off", x->share_off);
     }
+}
+
+/* A bucket's optional "share": {handle (bin, RL_SHARE_BYTES), host, seq, off}. */
+static int read_share(const msgpack_object *e, const char *what, rl_bucket *b)
+{
+    const msgpack_object *sh = rl_mp_get(e, "share");
+    if (!sh) return 0;
+    char w[128];
+    snprintf(w, sizeof w, "%s.share", what);
+    if (sh->type != MSGPACK_OBJECT_MAP) return rl_fail(MANTA_EINVAL, "%s: expected a map", w);
+    const msgpack_object *h = rl_mp_get(sh, "handle");
+    if (!h || h->type != MSGPACK_OBJECT_BIN || h->via.bin.size != RL_SHARE_BYTES)
+        return rl_fail(MANTA_EINVAL, "%s.handle: expected %d bytes of bin", w, RL_SHARE_BYTES);
+    memcpy(b->share, h->via.bin.ptr, RL_SHARE_BYTES);
+    int rc = get_str(sh, w, "host", b->share_host, sizeof b->share_host);
+    if (!rc) rc = get_int(sh, w, "seq", &b->share_seq);
+    if (!rc) rc = get_int(sh, w, "off", &b->share_off);
+    if (!rc && (b->share_seq < 0 || b->share_off < 0))
+        rc = rl_fail(MANTA_EINVAL, "%s: seq or off below 0", w);
+    if (!rc) b->has_share = 1;
+    return rc;
 }
 
 /* Append the array `arr` of bucket maps to out. */
@@ -143,11 +172,13 @@ static int read_buckets(const msgpack_object *arr, const char *msg, rl_buckets *
         snprintf(what, sizeof what, "%s.buckets[%u]", msg, i);
         if (e->type != MSGPACK_OBJECT_MAP) return rl_fail(MANTA_EINVAL, "%s: expected a map", what);
         rl_bucket b;
+        memset(&b, 0, sizeof b);
         int64_t crc;
         int rc = get_str(e, what, "id", b.id.s, sizeof b.id.s);
         if (!rc) rc = get_int(e, what, "offset", &b.offset);
         if (!rc) rc = get_int(e, what, "count", &b.count);
         if (!rc) rc = get_int(e, what, "crc", &crc);
+        if (!rc) rc = read_share(e, what, &b);
         if (rc) return rc;
         if (b.offset < 0 || b.count < 0 || crc < 0 || crc > UINT32_MAX)
             return rl_fail(MANTA_EINVAL, "%s: offset, count or crc out of range", what);

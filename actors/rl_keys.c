@@ -193,6 +193,11 @@ static const manta_spec_key rl_keys[] = {
      "needs model.device cuda and libmanta_nccl.so), auto (nccl when the learners run on cuda, "
      "there are 2 or more and libmanta_nccl.so loads; host otherwise)",
      NULL, NULL, 0},
+    {"weight_sync", S, 0, 0, "auto",
+     "how rollouts get new weights: buckets (host copies fetched as objects, from any machine), "
+     "auto (also device to device, CUDA IPC, when a learner shard and a rollout are on cuda on "
+     "one machine and the GPU driver allows it; buckets otherwise and as the fallback)",
+     NULL, NULL, 0},
     {"collective_timeout_s", N, 0.1, 86400, "60",
      "a learner shard later than this in a collective (or in joining the group) has failed: the "
      "step fails",

@@ -98,6 +98,11 @@ typedef struct rollout_state {
     /* counters */
     uint64_t episodes, tokens, steps, tool_calls, tool_errors, weight_loads, weight_errors,
         submit_errors, handed_back, admit_calls, foreign_tokens, weight_skips;
+    /* device-to-device loads (CUDA IPC: mk_model_write_params_shared) */
+    uint64_t weight_ipc_loads, weight_ipc_errors;
+    int ipc;       /* 1: try the learners' device copies (rl.weight_sync auto) */
+    int ipc_fails; /* in a row; IPC_MAX_FAILS turn it off */
+    char weight_sync[16];
     /* the newest version whose load failed (-1: none), and when it may be
      * fetched again (load_weights) */
     int64_t failed_version, retry_at_ms;
@@ -125,6 +130,9 @@ static int read_settings(rollout_state *s, manta_ctx *m, const void *args, size_
     rl_arg_str(&a, NULL, "reward_group", s->reward_group, sizeof s->reward_group, "reward");
     *threads = (int)rl_arg_int(&a, NULL, "threads", 1, 0, 4096);
     s->seed = (uint64_t)rl_arg_int(&a, "", "replica", 0, 0, 1 << 20) * 7919 + 17;
+    rl_arg_str(&a, "rl", "weight_sync", s->weight_sync, sizeof s->weight_sync, "auto");
+    if (strcmp(s->weight_sync, "auto") && strcmp(s->weight_sync, "buckets") && !a.rc)
+        rl_arg_error(&a, "rl", "weight_sync", "'%s': expected auto or buckets", s->weight_sync);
     return rl_args_close(&a, m);
 }
 
@@ -170,6 +178,7 @@ static int rollout_init(manta_ctx *m, void *state, const void *args, size_t len)
     }
     s->version = -1;
     s->failed_version = -1;
+    s->ipc = !strcmp(s->weight_sync, "auto") && mk_model_backend(s->model) != mk_backend_cpu();
     s->timer = manta_timer_add(m, 1, tick, s);
     char what[600];
     rl_log(m, "rollout: %s, %zu params, %d slots x %d positions, text %s (%d ids)",
@@ -296,10 +305,67 @@ static int load_failed(rollout_state *s, int64_t version, int rc, const char *fm
     return rc;
 }
 
-/* Fetch the buckets of `version` and load them; 0, or an error (the old
- * version is kept, the cause logged once per version and counted). */
+/* Device to device: every bucket's copy in its learner shard's device
+ * memory (CUDA IPC), when all of them have one on this machine. 0 when
+ * loaded; else an error, and the caller fetches the buckets (which also
+ * rewrites whatever a copy overtaken mid-way left: MK_ERR_STATE). After
+ * IPC_MAX_FAILS failures in a row (a rollout whose GPU cannot map the
+ * learners', say) it is not tried again; a back-end that cannot map at all
+ * turns it off at once. Both are said once. */
+#define IPC_MAX_FAILS 3
+static int load_shared(rollout_state *s, int64_t version, const rl_bucket *b, int nb)
+{
+    for (int i = 0; i < nb; i++)
+        if (!b[i].has_share || strcmp(b[i].share_host, manta_host_id())) return MANTA_ENOTFOUND;
+    double t0 = rl_now_s();
+    size_t total = 0;
+    /* Every share is checked first (opened, holding the bucket's stamp and range), so that one
+     * that cannot be read writes none of the parameters; then the copies, which check again. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < nb; i++) {
+            size_t so = (size_t)b[i].share_off, off = (size_t)b[i].offset, n = (size_t)b[i].count;
+            int rc = pass == 0 ? mk_model_share_check(s->model, b[i].share, so, n, b[i].share_seq)
+                               : mk_model_write_params_shared(s->model, b[i].share, so, off, n,
+                                                              b[i].share_seq);
+            if (rc == MK_OK) {
+                total += pass ? n : 0;
+                continue;
+            }
+            s->weight_ipc_errors++;
+            int off_for_good = rc == MK_ERR_UNSUPPORTED || ++s->ipc_fails >= IPC_MAX_FAILS;
+            if (s->ipc_fails == 1 || off_for_good)
+                rl_log(s->m,
+                       "rollout: version %lld: the device-to-device %s of bucket %d failed (%s); "
+                       "fetching its buckets%s",
+                       (long long)version, pass ? "copy" : "check", i, mk_last_error(),
+                       off_for_good ? ", and only buckets from now on" : "");
+            if (off_for_good) s->ipc = 0;
+            return MANTA_EDIED;
+        }
+    if (total != s->n_params) /* a learner's own mistake: the buckets say the same */
+        return MANTA_EPROTO;
+    s->ipc_fails = 0;
+    if (s->weight_ipc_loads++ == 0)
+        rl_log(s->m,
+               "rollout: weights device to device from the learners' GPU memory (CUDA IPC): "
+               "version %lld, %zu params in %.1f ms",
+               (long long)version, total, 1e3 * (rl_now_s() - t0));
+    manta_metric_observe(s->m, "weight_sync_seconds", "ipc", rl_now_s() - t0);
+    manta_metric_add(s->m, "weight_sync_bytes_total", "ipc", (double)total * sizeof(float));
+    return 0;
+}
+
+/* Load `version`: from the learners' device copies where they can be
+ * mapped (load_shared), else by fetching its buckets; 0, or an error (the
+ * old version is kept, the cause logged once per version and counted). */
 static int load_weights(rollout_state *s, int64_t version, const rl_bucket *b, int nb)
 {
+    if (s->ipc && load_shared(s, version, b, nb) == 0) {
+        if (s->failed_version >= 0 && s->failed_version <= version) s->failed_version = -1;
+        s->version = version;
+        s->weight_loads++;
+        return 0;
+    }
     size_t total = 0;
     double t0 = rl_now_s();
     for (int i = 0; i < nb; i++) {
@@ -868,7 +934,7 @@ static int rollout_stats(manta_req *req, void *state, const void *arg, size_t le
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 16);
+    msgpack_pack_map(&pk, 18);
     rl_pack_kv_int(&pk, "version", s->version);
     rl_pack_kv_int(&pk, "params", (int64_t)s->n_params);
     rl_pack_kv_int(&pk, "discoveries", s->discoveries);
@@ -880,6 +946,8 @@ static int rollout_stats(manta_req *req, void *state, const void *arg, size_t le
     rl_pack_kv_int(&pk, "weight_loads", (int64_t)s->weight_loads);
     rl_pack_kv_int(&pk, "weight_errors", (int64_t)s->weight_errors);
     rl_pack_kv_int(&pk, "weight_skips", (int64_t)s->weight_skips);
+    rl_pack_kv_int(&pk, "weight_ipc_loads", (int64_t)s->weight_ipc_loads);
+    rl_pack_kv_int(&pk, "weight_ipc_errors", (int64_t)s->weight_ipc_errors);
     rl_pack_kv_int(&pk, "submit_errors", (int64_t)s->submit_errors);
     rl_pack_kv_int(&pk, "handed_back", (int64_t)s->handed_back);
     rl_pack_kv_int(&pk, "foreign_tokens", (int64_t)s->foreign_tokens);

@@ -431,6 +431,12 @@ void mk_share_handle(const mk_share *s, unsigned char out[MK_SHARE_HANDLE_BYTES]
  * share: CUDA may refuse the second open (MK_ERR_DEVICE). */
 int mk_model_write_params_shared(mk_model *m, const unsigned char handle[MK_SHARE_HANDLE_BYTES],
                                  size_t src_off, size_t off, size_t n, int64_t version);
+/* The checks of mk_model_write_params_shared without the copy: opens the share (into the same
+ * cache) and reads its stamp; MK_OK when it holds `version` and floats [src_off, src_off + n),
+ * else its errors (n may be 0).  A reader that takes a version from several shares checks them
+ * all first, so that a share it cannot open or that moved on writes none of its parameters. */
+int mk_model_share_check(mk_model *m, const unsigned char handle[MK_SHARE_HANDLE_BYTES],
+                         size_t src_off, size_t n, int64_t version);
 
 /* ---- checkpoints (safetensors, Hugging Face names) ----------------------- */
 

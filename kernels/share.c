@@ -161,38 +161,52 @@ void mk__shared_close_all(mk_model *m)
     m->n_shared = 0;
 }
 
-int mk_model_write_params_shared(mk_model *m, const unsigned char handle[MK_SHARE_HANDLE_BYTES],
-                                 size_t src_off, size_t off, size_t n, int64_t version)
+/* The share named by handle, opened, holding version and floats [src_off, src_off + n):
+ * MK_OK with its mapping in *base, or the error (what names the caller). */
+static int share_ready(mk_model *m, const char *what, const unsigned char *handle, size_t src_off,
+                       size_t n, int64_t version, void **base)
 {
-    if (!m || !handle) return mk__fail(MK_ERR_ARG, "mk_model_write_params_shared: NULL argument");
+    if (!m || !handle) return mk__fail(MK_ERR_ARG, "%s: NULL argument", what);
     const mk_backend *be = m->be;
     if (!be->ipc_export || !be->ipc_open || !be->ipc_close)
         return mk__fail(MK_ERR_UNSUPPORTED,
-                        "mk_model_write_params_shared: the %s back-end cannot open memory of "
-                        "other processes (CUDA only)",
-                        be->name);
-    if (off > m->n_params || n > m->n_params - off)
-        return mk__fail(MK_ERR_ARG,
-                        "mk_model_write_params_shared: range [%zu, %zu) outside %zu parameters",
-                        off, off + n, m->n_params);
+                        "%s: the %s back-end cannot open memory of other processes (CUDA only)",
+                        what, be->name);
     if (version < 0)
-        return mk__fail(MK_ERR_ARG, "mk_model_write_params_shared: version %lld: need >= 0",
-                        (long long)version);
-    void *base;
-    int rc = shared_open(m, handle, &base);
+        return mk__fail(MK_ERR_ARG, "%s: version %lld: need >= 0", what, (long long)version);
+    int rc = shared_open(m, handle, base);
     if (rc) return rc;
     mk__share_stamp st;
-    be->download(&st, base, 2 * sizeof(int64_t));
+    be->download(&st, *base, 2 * sizeof(int64_t));
     if (st.n < 0 || src_off > (uint64_t)st.n || n > (uint64_t)st.n - src_off)
-        return mk__fail(MK_ERR_ARG,
-                        "mk_model_write_params_shared: floats [%zu, %zu) of a share of %lld",
-                        src_off, src_off + n, (long long)st.n);
+        return mk__fail(MK_ERR_ARG, "%s: floats [%zu, %zu) of a share of %lld", what, src_off,
+                        src_off + n, (long long)st.n);
     if (st.version != version)
         return mk__fail(MK_ERR_STATE,
-                        "mk_model_write_params_shared: the share holds %s%lld, not version %lld "
-                        "(nothing written)",
+                        "%s: the share holds %s%lld, not version %lld (nothing written)", what,
                         st.version < 0 ? "no version (being written): " : "version ",
                         (long long)st.version, (long long)version);
+    return MK_OK;
+}
+
+int mk_model_share_check(mk_model *m, const unsigned char handle[MK_SHARE_HANDLE_BYTES],
+                         size_t src_off, size_t n, int64_t version)
+{
+    void *base;
+    return share_ready(m, "mk_model_share_check", handle, src_off, n, version, &base);
+}
+
+int mk_model_write_params_shared(mk_model *m, const unsigned char handle[MK_SHARE_HANDLE_BYTES],
+                                 size_t src_off, size_t off, size_t n, int64_t version)
+{
+    const char *what = "mk_model_write_params_shared";
+    void *base;
+    int rc = share_ready(m, what, handle, src_off, n, version, &base);
+    if (rc) return rc;
+    if (off > m->n_params || n > m->n_params - off)
+        return mk__fail(MK_ERR_ARG, "%s: range [%zu, %zu) outside %zu parameters", what, off,
+                        off + n, m->n_params);
+    const mk_backend *be = m->be;
     be->copy(m->params + off, share_floats(base) + src_off, n * sizeof(float));
     mk__params_changed(m);
     if (mk__share_test_after_copy) mk__share_test_after_copy(be, base);

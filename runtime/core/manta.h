@@ -250,6 +250,10 @@ const char *manta_node_id(const manta_ctx *m);   /* this process's node id */
 const char *manta_transport(const manta_ctx *m); /* "ipc" or "tcp" */
 const char *manta_bind_host(const manta_ctx *m); /* address tcp endpoints bind */
 const char *manta_run_dir(const manta_ctx *m);   /* folder of the job's ipc sockets */
+/* This machine as the runtime tells machines apart: host name, boot id, and /tmp's device and
+ * inode (two processes with the same id share a kernel and its files: ipc:// endpoints, CUDA
+ * IPC). */
+const char *manta_host_id(void);
 /* 1 if this ctx joined a job another driver owns (manta_options.attach, or
  * a refused driver claim): its shutdown leaves the job alone. */
 int manta_attached(const manta_ctx *m);

@@ -277,6 +277,11 @@ const char *mn_host_id(void)
     return id;
 }
 
+const char *manta_host_id(void)
+{
+    return mn_host_id();
+}
+
 const char *mn_pick_endpoint(const manta_actor_info *info)
 {
     if (info->endpoint_local[0] && !strcmp(info->host, mn_host_id())) return info->endpoint_local;

@@ -53,6 +53,20 @@
  * Exit status: 0, 2 for a bad command line, 77 when no CUDA device can be used (nothing is
  * measured; the message says why), 1 when a Manta call fails.
  *
+ * Then one figure of weight sync, on the last model's parameter vector (all of it: one learner
+ * shard's slice when S = 1):
+ *   weight_sync_ipc          GB/s of a rollout's device-to-device load: another process (this
+ *                            program again, --share-reader) copies the vector from a share
+ *                            this one filled (mk_share, CUDA IPC) into its own model's
+ *                            parameters with mk_model_write_params_shared, stamp checks
+ *                            included, the handle opened once beforehand (its first load is
+ *                            reported on stderr).  Baseline: the host path of the weight
+ *                            buckets in one process, without the network: the learner's
+ *                            download (mk_model_read_params) then the rollout's upload
+ *                            (mk_model_write_params) of the same vector; the buckets'
+ *                            ZeroMQ transfer and CRC32C come on top of it in a real job, so
+ *                            the ratio understates the gain.
+ *
  * --cpu-tiny checks this program itself without a GPU: tiny models of both families on the
  * CPU back-end against bench_gpu_torch.py --device cpu --tiny, with tiny shapes.  Its
  * figures mean nothing.
@@ -63,6 +77,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "manta_kernels.h"
 
@@ -490,6 +505,98 @@ static void bench_model(const bmodel *bm, plan p)
     }
 }
 
+/* ---- weight sync: device to device (CUDA IPC) against the host path ---------------------- */
+
+#define SYNC_ITERS 5
+
+/* --share-reader HEX N MODEL: load N floats from the share HEX names into a new model of
+ * models[MODEL], once untimed then SYNC_ITERS times; prints the first load's and the mean
+ * timed load's seconds.  Exit 0, or 1 with the reason. */
+static int share_reader(const char *hex, const char *count, const char *which)
+{
+    unsigned char h[MK_SHARE_HANDLE_BYTES];
+    size_t n = strtoull(count, NULL, 10);
+    int k = atoi(which);
+    if (strlen(hex) != 2 * sizeof h || k < 0 || k > 1) return 1;
+    for (size_t i = 0; i < sizeof h; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1) return 1;
+        h[i] = (unsigned char)v;
+    }
+    if (!(be = mk_backend_cuda())) {
+        fprintf(stderr, "bench_gpu reader: no CUDA device: %s\n", mk_last_error());
+        return 1;
+    }
+    mk_model *m;
+    CHECK(mk_model_new_ex(&m, &models[k].cfg, 1, 1, be, MK_MODEL_INFER));
+    if (mk_model_num_params(m) != n) return 1;
+    double t0 = now();
+    CHECK(mk_model_write_params_shared(m, h, 0, 0, n, 1));
+    double first = now() - t0;
+    t0 = now();
+    for (int i = 0; i < SYNC_ITERS; i++) CHECK(mk_model_write_params_shared(m, h, 0, 0, n, 1));
+    printf("%.9f %.9f\n", first, (now() - t0) / SYNC_ITERS);
+    mk_model_free(m);
+    return 0;
+}
+
+static void bench_weight_sync(const bmodel *bm, int k)
+{
+    mk_model *src, *dst;
+    CHECK(mk_model_new_ex(&src, &bm->cfg, 1, 1, be, MK_MODEL_INFER));
+    mk_model_init(src, 1);
+    size_t n = mk_model_num_params(src);
+    double gb = (double)n * sizeof(float) / 1e9;
+    /* the baseline: down to the host, up into another model */
+    CHECK(mk_model_new_ex(&dst, &bm->cfg, 1, 1, be, MK_MODEL_INFER));
+    float *host = xmalloc(n * sizeof(float));
+    CHECK(mk_model_read_params(src, host, 0, n)); /* untimed: the pages touched once */
+    double t0 = now();
+    for (int i = 0; i < SYNC_ITERS; i++) {
+        CHECK(mk_model_read_params(src, host, 0, n));
+        CHECK(mk_model_write_params(dst, host, 0, n));
+    }
+    sync_model(dst);
+    double host_s = (now() - t0) / SYNC_ITERS;
+    free(host);
+    mk_model_free(dst);
+    /* device to device, read by another process */
+    mk_share *sh;
+    int rc = mk_share_new(src, n, &sh);
+    double ipc = NAN, first = NAN, mean = NAN;
+    if (rc == MK_OK) {
+        CHECK(mk_share_fill(sh, src, 0, n, 1));
+        unsigned char h[MK_SHARE_HANDLE_BYTES];
+        mk_share_handle(sh, h);
+        char cmd[4096], hex[2 * MK_SHARE_HANDLE_BYTES + 1];
+        for (size_t i = 0; i < sizeof h; i++) snprintf(hex + 2 * i, 3, "%02x", h[i]);
+        snprintf(cmd, sizeof cmd, "/proc/%d/exe --share-reader %s %zu %d", (int)getpid(), hex, n,
+                 k);
+        FILE *f = popen(cmd, "r");
+        if (f && fscanf(f, "%lf %lf", &first, &mean) == 2 && mean > 0) ipc = gb / mean;
+        int st = f ? pclose(f) : -1;
+        if (st != 0) fprintf(stderr, "bench_gpu: weight sync: the reader failed (status %d)\n", st);
+        mk_share_free(sh);
+    } else {
+        fprintf(stderr, "bench_gpu: weight sync: no share: %s\n", mk_last_error());
+    }
+    mk_model_free(src);
+    fprintf(stderr,
+            "bench_gpu: %s: weight sync of %.2f GB: device to device %.2f GB/s (first load, "
+            "opening the handle: %.1f ms), host path %.2f GB/s\n",
+            bm->name, gb, ipc, first * 1e3, gb / host_s);
+    char value[32] = "null", ratio[32] = "null"; /* null: no share, or the reader failed */
+    if (!isnan(ipc)) {
+        snprintf(value, sizeof value, "%.3f", ipc);
+        snprintf(ratio, sizeof ratio, "%.4f", ipc / (gb / host_s));
+    }
+    printf("{\"name\":\"weight_sync_ipc\",\"value\":%s,\"unit\":\"GB/s\",\"model\":\"%s\","
+           "\"bytes\":%.0f,\"baseline_path\":\"host (download + upload)\",\"baseline\":%.3f,"
+           "\"ratio\":%s}\n",
+           value, bm->name, gb * 1e9, gb / host_s, ratio);
+    fflush(stdout);
+}
+
 static int usage(const char *argv0)
 {
     fprintf(stderr,
@@ -505,6 +612,8 @@ static int usage(const char *argv0)
 int main(int argc, char **argv)
 {
     int which = 3, quick = 0;
+    if (argc == 5 && !strcmp(argv[1], "--share-reader"))
+        return share_reader(argv[2], argv[3], argv[4]);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--only-gpt2") && which == 3)
             which = 1;
@@ -547,6 +656,7 @@ int main(int argc, char **argv)
     double t0 = now();
     for (int k = 0; k < 2; k++)
         if (which & (1 << k)) bench_model(&ms[k], p);
+    if (!cpu_tiny) bench_weight_sync(&ms[which & 2 ? 1 : 0], which & 2 ? 1 : 0);
     fprintf(stderr, "bench_gpu: done in %.0f s\n", now() - t0);
     return 0;
 }

@@ -130,6 +130,10 @@ static void traj_seeds(void)
                        {.offset = 1000, .count = 24, .crc = 7}};
     memset(&bk[0].id, 0x11, sizeof bk[0].id);
     memset(&bk[1].id, 0x22, sizeof bk[1].id);
+    bk[1].has_share = 1; /* a copy in a learner's device memory (CUDA IPC) */
+    memset(bk[1].share, 0x5a, sizeof bk[1].share);
+    snprintf(bk[1].share_host, sizeof bk[1].share_host, "host/boot/1.2");
+    bk[1].share_seq = 3, bk[1].share_off = 24;
     rl_admit_ep eps[2] = {
         {.episode = 1, .group = 0, .prompt = 4, .text = "2+2=", .reference = "4"},
         {.episode = 2, .group = -1, .prompt = 0, .eval = 1, .text = "3*7=", .reference = "21"}};

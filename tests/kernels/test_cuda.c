@@ -1315,6 +1315,7 @@ static void test_fused_epilogues(void **state)
  * binary again as a reader (/proc/self/exe --share-reader MODE) and drives it through its
  * standard input and output, one command a line and one reply a line ("RC message"):
  *   w HEX SRC_OFF OFF N VERSION   mk_model_write_params_shared into the reader's model
+ *   k HEX SRC_OFF N VERSION       mk_model_share_check
  *   t HEX SRC_OFF OFF N VERSION   the same, with the stamp changed during the copy (the test
  *                                 hook mk__share_test_after_copy, as a fill would change it)
  *   d PATH                        writes the model's parameters (floats) to PATH
@@ -1406,6 +1407,11 @@ static int share_reader(const char *mode)
             if (line[0] == 't') mk__share_test_after_copy = reader_torn;
             rc = mk_model_write_params_shared(m, h, so, off, n, ver);
             mk__share_test_after_copy = NULL;
+            printf("%d %s\n", rc, rc ? mk_last_error() : "");
+        } else if (line[0] == 'k' &&
+                   sscanf(line + 1, "%128s %zu %zu %lld", hex, &so, &n, &ver) == 4 &&
+                   !hex_to(h, hex)) {
+            rc = mk_model_share_check(m, h, so, n, ver);
             printf("%d %s\n", rc, rc ? mk_last_error() : "");
         } else if (line[0] == 'd') {
             line[strcspn(line, "\n")] = 0;
@@ -1590,6 +1596,17 @@ static void test_share(void **state)
     memcpy(want + 5, pw + 30 + 17, K * 4);
     reader_dump(&r, got, P);
     assert_params(got, want, P, "a slice of version 1");
+    /* the check alone: the version it holds and a range inside it pass; another version, a
+     * range beyond it and a garbage handle do not; nothing is written */
+    char hx[2 * MK_SHARE_HANDLE_BYTES + 1];
+    hex_of(hx, h1);
+    assert_mk_ok(reader_cmd(&r, "k %s %zu %zu %d", hx, (size_t)0, N1, 1));
+    assert_int_equal(reader_cmd(&r, "k %s %zu %zu %d", hx, (size_t)0, N1, 2), MK_ERR_STATE);
+    assert_int_equal(reader_cmd(&r, "k %s %zu %zu %d", hx, (size_t)1, N1, 1), MK_ERR_ARG);
+    hex_of(hx, junk);
+    assert_int_equal(reader_cmd(&r, "k %s %zu %zu %d", hx, (size_t)0, (size_t)1, 1), MK_ERR_DEVICE);
+    reader_dump(&r, got, P);
+    assert_params(got, want, P, "after the checks");
     /* a version the share does not hold: nothing written */
     assert_int_equal(reader_write(&r, 'w', h1, 0, 0, 10, 2), MK_ERR_STATE);
     assert_non_null(strstr(r.reply, "version 1"));

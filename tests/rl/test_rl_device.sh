@@ -27,7 +27,10 @@
 #     tests/collective/nccl_emu), short runs: rl.collective nccl with a GPU
 #     per learner sums over NCCL and exits 0; the default (auto) with both
 #     learners on one GPU goes through the host, saying why; nccl there
-#     fails naming the shared GPU; nccl with learners on the CPU is refused.
+#     fails naming the shared GPU; nccl with learners on the CPU is refused;
+#  7. learners and rollouts on the emulated back-end in its IPC mode: the
+#     rollouts take the weights device to device (CUDA IPC), each says so once
+#     and none reports a failed copy; rl.weight_sync buckets turns it off.
 # usage: test_rl_device.sh MANTA SOURCE_DIR [EMU_MANTA]
 set -u
 MANTA=$1
@@ -138,6 +141,26 @@ if [ -n "$EMU_MANTA" ]; then
     learner_log learners-nccl 1 "collective nccl (gradients and parameters on the devices)"
     learner_log learners-nccl 1 "learner 1: joined learn.nccl: gradients and parameters over NCCL"
     learner_log learners-nccl 0 "cuda emulator: the CUDA kernels run on the CPU"
+    # learners and rollouts on the emulated back-end, with CUDA IPC (the emulator maps
+    # another process's allocations in MK_CUDA_EMU_IPC mode): the rollouts copy the weights
+    # device to device; with rl.weight_sync buckets they fetch buckets only
+    ipc=(--set "rl.warmup={max_steps: 2}" --set rl.max_versions=1 --set rl.dynamic_sampling=false)
+    PROGRAM=$EMU_MANTA run weights-ipc 0 MANTA_NODE_GPU=1 MK_CUDA_EMU_IPC=1 -- "${ipc[@]}"
+    expect weights-ipc "ledger balanced"
+    learner_log weights-ipc 0 "weights to rollouts: device to device for rollouts on cuda"
+    for r in rollout-0 rollout-1; do
+        grep -qF "rollout: weights device to device from the learners' GPU memory (CUDA IPC)" \
+            "$tmp/logs"/*/logs/latest/$r.log ||
+            { echo "FAIL: weights-ipc: $r.log does not say it copied device to device"; fail=1; }
+        ! grep -qE "device-to-device (copy|check) of bucket" "$tmp/logs"/*/logs/latest/$r.log ||
+            { echo "FAIL: weights-ipc: $r.log says a copy failed"; fail=1; }
+    done
+    PROGRAM=$EMU_MANTA run weights-buckets 0 MANTA_NODE_GPU=1 MK_CUDA_EMU_IPC=1 -- "${ipc[@]}" \
+        --set rl.weight_sync=buckets
+    expect weights-buckets "ledger balanced"
+    ! grep -qF "device to device" "$tmp/logs"/*/logs/latest/rollout-0.log \
+        "$tmp/logs"/*/logs/latest/learner-0.log ||
+        { echo "FAIL: weights-buckets: a log says device to device"; fail=1; }
     PROGRAM=$EMU_MANTA run learners-shared 0 MANTA_NODE_GPU=1 -- "${short[@]}"
     expect learners-shared "ledger balanced"
     learner_log learners-shared 1 "rl.collective auto: host, as learner shards 0 and 1 share one GPU ("

@@ -292,7 +292,13 @@ static void test_admit_codec(void **st)
     refuse_prefixes(buf, len, dec_admit_req, NULL, sizeof q2);
     free(buf);
 
-    rl_bucket b[2] = {{{"obj-a"}, 0, 100, 0xdeadbeef}, {{"obj-b"}, 100, 7, 1}};
+    rl_bucket b[2] = {{.id = {"obj-a"}, .offset = 0, .count = 100, .crc = 0xdeadbeef},
+                      {.id = {"obj-b"}, .offset = 100, .count = 7, .crc = 1}};
+    /* the second also names its copy in a shard's device memory */
+    b[1].has_share = 1;
+    for (int i = 0; i < RL_SHARE_BYTES; i++) b[1].share[i] = (unsigned char)(i * 7 + 1);
+    snprintf(b[1].share_host, sizeof b[1].share_host, "box/boot/1.2");
+    b[1].share_seq = 12, b[1].share_off = 40;
     rl_admit_ep eps[2] = {{5, 0, 2, 0, "12*3=?", "36"}, {6, -1, 0, 1, "", "x"}};
     rl_admit_reply r = {.version = 3,
                         .stop = 1,
@@ -310,6 +316,12 @@ static void test_admit_codec(void **st)
     assert_string_equal(r2.buckets.v[1].id.s, "obj-b");
     assert_int_equal(r2.buckets.v[0].crc, 0xdeadbeef);
     assert_int_equal(r2.buckets.v[1].offset, 100);
+    assert_int_equal(r2.buckets.v[0].has_share, 0);
+    assert_int_equal(r2.buckets.v[1].has_share, 1);
+    assert_memory_equal(r2.buckets.v[1].share, b[1].share, RL_SHARE_BYTES);
+    assert_string_equal(r2.buckets.v[1].share_host, "box/boot/1.2");
+    assert_int_equal(r2.buckets.v[1].share_seq, 12);
+    assert_int_equal(r2.buckets.v[1].share_off, 40);
     assert_int_equal(r2.n_eps, 2);
     assert_string_equal(r2.eps[0].text, "12*3=?");
     assert_string_equal(r2.eps[0].reference, "36");
@@ -354,6 +366,25 @@ static void test_admit_codec(void **st)
     assert_int_equal(rl_admit_reply_decode(&r2, m.sb.data, m.sb.size), MANTA_EINVAL);
     assert_string_equal(rl_last_error(),
                         "admit reply.buckets[0].crc: expected an integer, got \"7\"");
+    assert_null(r2.buckets.v);
+    msgpack_sbuffer_destroy(&m.sb);
+    /* a share handle one byte short */
+    pk = mp_begin(&m, 4);
+    key(pk, "version"), msgpack_pack_int(pk, 1);
+    key(pk, "stop"), msgpack_pack_int(pk, 0);
+    key(pk, "episodes"), msgpack_pack_array(pk, 0);
+    key(pk, "buckets"), msgpack_pack_array(pk, 1);
+    msgpack_pack_map(pk, 5);
+    key(pk, "id"), key(pk, "o"), key(pk, "offset"), msgpack_pack_int(pk, 0);
+    key(pk, "count"), msgpack_pack_int(pk, 1), key(pk, "crc"), msgpack_pack_int(pk, 7);
+    key(pk, "share"), msgpack_pack_map(pk, 4);
+    key(pk, "handle"), msgpack_pack_bin(pk, RL_SHARE_BYTES - 1);
+    msgpack_pack_bin_body(pk, b[1].share, RL_SHARE_BYTES - 1);
+    key(pk, "host"), key(pk, "h"), key(pk, "seq"), msgpack_pack_int(pk, 0);
+    key(pk, "off"), msgpack_pack_int(pk, 0);
+    assert_int_equal(rl_admit_reply_decode(&r2, m.sb.data, m.sb.size), MANTA_EINVAL);
+    assert_string_equal(rl_last_error(),
+                        "admit reply.buckets[0].share.handle: expected 64 bytes of bin");
     assert_null(r2.buckets.v);
     msgpack_sbuffer_destroy(&m.sb);
 }
@@ -412,7 +443,7 @@ static void test_step_codec(void **st)
     assert_string_equal(rl_last_error(), "step.mode: \"rl\" is neither \"ppo\" nor \"sft\"");
     msgpack_sbuffer_destroy(&m.sb);
 
-    rl_bucket b = {{"o-1"}, 8, 16, 42};
+    rl_bucket b = {.id = {"o-1"}, .offset = 8, .count = 16, .crc = 42};
     rl_step_reply r = {.version = 2,
                        .buckets = {&b, 1, 1},
                        .loss = 0.5,
