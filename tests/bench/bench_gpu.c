@@ -65,7 +65,8 @@
  *                            download (mk_model_read_params) then the rollout's upload
  *                            (mk_model_write_params) of the same vector; the buckets'
  *                            ZeroMQ transfer and CRC32C come on top of it in a real job, so
- *                            the ratio understates the gain.
+ *                            the ratio understates the gain.  (--cpu-tiny: the baseline only,
+ *                            the CPU back-end cannot share: value and ratio null.)
  *
  * --cpu-tiny checks this program itself without a GPU: tiny models of both families on the
  * CPU back-end against bench_gpu_torch.py --device cpu --tiny, with tiny shapes.  Its
@@ -656,7 +657,7 @@ int main(int argc, char **argv)
     double t0 = now();
     for (int k = 0; k < 2; k++)
         if (which & (1 << k)) bench_model(&ms[k], p);
-    if (!cpu_tiny) bench_weight_sync(&ms[which & 2 ? 1 : 0], which & 2 ? 1 : 0);
+    bench_weight_sync(&ms[which & 2 ? 1 : 0], which & 2 ? 1 : 0);
     fprintf(stderr, "bench_gpu: done in %.0f s\n", now() - t0);
     return 0;
 }
