@@ -49,9 +49,15 @@ else
 fi
 grep '^{' "$OUT/bench_gpu.log" >"$OUT/bench_gpu.jsonl" 2>/dev/null
 # the calculator job on the one GPU: learners and rollouts share it by quarters (learners over
-# the host: NCCL wants a GPU each), a few versions
+# the host: NCCL wants a GPU each; rollouts take the weights device to device, CUDA IPC), a few
+# versions; the actors' logs come back under $OUT/logs-calc
 step rl_calc_cuda 180 "$G/bin/manta" run examples/calc_agent.yaml --set model.device=cuda \
-    --set rl.max_versions=5 --set rl.eval_every=0 --set rl.run_dir="$OUT/run-calc"
+    --set rl.max_versions=5 --set rl.eval_every=0 --set rl.run_dir="$OUT/run-calc" \
+    --log-dir "$OUT/logs-calc"
+grep -rhE "device to device|device-to-device|rl.collective|weights to rollouts" \
+    "$OUT/logs-calc" >"$OUT/weight_sync.txt" 2>/dev/null
+echo "== weight sync lines of the job's logs:"
+cat "$OUT/weight_sync.txt"
 if command -v compute-sanitizer >/dev/null && [ "$quick" != --quick ]; then
     step memcheck 240 compute-sanitizer --tool memcheck "$G/bin/kernels_test_cuda"
 fi
