@@ -89,8 +89,9 @@ typedef struct learner_state {
     int micro; /* sequences per forward/backward (rl.micro_batch; max_batch when 0) */
     int rank, world;
     size_t n_params, off, len;
-    float *params;  /* full vector, host: the slice to publish, checkpoints, staging */
-    float *grads;   /* full vector, host: staging (rl.collective host on CUDA) */
+    float *slice;   /* host: the owned slice, as published and checkpointed */
+    float *params;  /* full vector, host: staging only (rl.collective host on CUDA), else NULL */
+    float *grads;   /* full vector, host: staging only, else one float */
     float *am, *av; /* host copies of the slice's AdamW moments, for checkpoints */
     mk_adamw_params opt;
     mk_ppo_params ppo;
@@ -263,7 +264,8 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
         return MANTA_ENOMEM;
     }
     size_t bt = (size_t)s->max_batch * s->block;
-    s->params = calloc(s->n_params, sizeof(float));
+    s->slice = calloc(s->len + 1, sizeof(float));
+    s->params = s->staged ? calloc(s->n_params, sizeof(float)) : NULL;
     s->grads = calloc(s->staged ? s->n_params : 1, sizeof(float));
     s->am = calloc(s->len + 1, sizeof(float));
     s->av = calloc(s->len + 1, sizeof(float));
@@ -271,12 +273,11 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
     s->blp = calloc(bt, sizeof(float)), s->adv = calloc(bt, sizeof(float));
     s->mask = calloc(bt, sizeof(float));
     s->pubs = calloc(KEEP_VERSIONS, sizeof *s->pubs);
-    if (!s->pubs || !s->params || !s->grads || !s->am || !s->av || !s->x || !s->y || !s->blp ||
-        !s->adv || !s->mask) {
+    if (!s->pubs || !s->slice || (s->staged && !s->params) || !s->grads || !s->am || !s->av ||
+        !s->x || !s->y || !s->blp || !s->adv || !s->mask) {
         rl_log(m, "learner: out of memory for %zu parameters", s->n_params);
         return MANTA_ENOMEM;
     }
-    mk_model_read_params(s->model, s->params, 0, s->n_params);
     open_shares(s);
     const char *inc = getenv("MANTA_INCARNATION"); /* set by the node agent, as log.c reads it */
     s->incarnation = inc ? atoi(inc) : 1;
@@ -326,7 +327,7 @@ static void learner_fini(manta_ctx *m, void *state)
     free_shares(s);
     leave_groups(s);
     mk_model_free(s->model);
-    free(s->params), free(s->grads), free(s->am), free(s->av);
+    free(s->slice), free(s->params), free(s->grads), free(s->am), free(s->av);
     free(s->x), free(s->y), free(s->blp), free(s->adv), free(s->mask);
 }
 
@@ -334,7 +335,7 @@ static void learner_fini(manta_ctx *m, void *state)
  * (borrowed from the ring, which keeps the last KEEP_VERSIONS versions). */
 static int publish(learner_state *s, const rl_buckets **out)
 {
-    int rc = mk_model_read_params(s->model, s->params + s->off, s->off, s->len);
+    int rc = mk_model_read_params(s->model, s->slice, s->off, s->len);
     if (rc) return rl_fail(MANTA_EINVAL, "kernels: %s", mk_last_error());
     rl_buckets *pub = &s->pubs[s->pub_next];
     release_version(s->m, pub);
@@ -342,7 +343,7 @@ static int publish(learner_state *s, const rl_buckets **out)
     size_t o = 0;
     do { /* an empty slice still publishes one empty bucket */
         size_t n = s->len - o < s->bucket_elems ? s->len - o : s->bucket_elems;
-        const float *p = s->params + s->off + o;
+        const float *p = s->slice + o;
         rl_bucket b = {.offset = (int64_t)(s->off + o), .count = (int64_t)n};
         rc = manta_put(s->m, n ? (const void *)p : "", n * sizeof(float), &b.id);
         if (rc) return rc;
@@ -392,11 +393,14 @@ static int check_devices(learner_state *s)
                          shared);
         } else {
             rl_log(s->m, "learner %d: rl.collective auto: host, as %s", s->rank, shared);
-            float *g = calloc(s->n_params, sizeof(float));
-            if (!g)
-                rc = rl_fail(MANTA_ENOMEM, "out of memory for %zu gradients", s->n_params);
-            else
-                free(s->grads), s->grads = g, s->nccl = NULL, s->staged = 1;
+            float *g = calloc(s->n_params, sizeof(float)), *p = calloc(s->n_params, sizeof(float));
+            if (!g || !p) {
+                free(g), free(p);
+                rc = rl_fail(MANTA_ENOMEM, "out of memory for staging %zu parameters", s->n_params);
+            } else {
+                free(s->grads), free(s->params);
+                s->grads = g, s->params = p, s->nccl = NULL, s->staged = 1;
+            }
         }
     }
     free(ids);
@@ -792,8 +796,7 @@ static int write_state(const learner_state *s, const char *dir)
     }
     int ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(s->am, sizeof(float), s->len, f) == s->len &&
              fwrite(s->av, sizeof(float), s->len, f) == s->len &&
-             (!(h.flags & HAS_PARAMS) ||
-              fwrite(s->params + s->off, sizeof(float), s->len, f) == s->len) &&
+             (!(h.flags & HAS_PARAMS) || fwrite(s->slice, sizeof(float), s->len, f) == s->len) &&
              fflush(f) == 0 && fsync(fileno(f)) == 0;
     if (fclose(f)) ok = 0;
     return ok ? 0 : rl_fail(MANTA_ESYS, "%s: %s", path, strerror(errno));
@@ -818,7 +821,7 @@ static int learner_checkpoint(manta_req *req, void *state, const void *arg, size
     }
     mk_model_read_moments(s->model, 0, s->am, s->off, s->len);
     mk_model_read_moments(s->model, 1, s->av, s->off, s->len);
-    mk_model_read_params(s->model, s->params + s->off, s->off, s->len);
+    mk_model_read_params(s->model, s->slice, s->off, s->len);
     rc = write_state(s, dir);
     if (!rc && s->rank == 0) {
         snprintf(model, sizeof model, "%s/model", dir);
@@ -840,9 +843,10 @@ static int read_at(FILE *f, long base, size_t at, float *dst, size_t n)
 }
 
 /* One state file: its share of this shard's moments (and of the whole
- * parameter vector when it carries parameters); *got and *pgot count the
- * elements found. */
-static int read_state(learner_state *s, const char *path, size_t *got, size_t *pgot, int64_t *t)
+ * parameter vector, into all[n_params], when it carries parameters); *got
+ * and *pgot count the elements found. */
+static int read_state(learner_state *s, const char *path, float *all, size_t *got, size_t *pgot,
+                      int64_t *t)
 {
     /* a file of the folder, never a link out of it */
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -879,7 +883,7 @@ static int read_state(learner_state *s, const char *path, size_t *got, size_t *p
         rc = rl_fail(MANTA_ESYS, "%s: read failed", path);
     if (!rc && lo < hi) *got += hi - lo;
     if (!rc && (h.flags & HAS_PARAMS)) {
-        if (read_at(f, p0, 0, s->params + h.off, (size_t)h.len))
+        if (read_at(f, p0, 0, all + h.off, (size_t)h.len))
             rc = rl_fail(MANTA_ESYS, "%s: read failed", path);
         *pgot += (size_t)h.len;
     }
@@ -911,8 +915,14 @@ static int regular_file(const char *path, size_t from)
 /* The parameters and this shard's moments from checkpoint folder dir. */
 static int restore_from(learner_state *s, const char *dir)
 {
+    /* the state files' parameters (a BF16/F16 policy's F32 slices), for the restore only */
+    float *all = calloc(s->n_params + 1, sizeof(float));
+    if (!all) return rl_fail(MANTA_ENOMEM, "out of memory for %zu parameters", s->n_params);
     DIR *d = opendir(dir);
-    if (!d) return rl_fail(MANTA_ESYS, "%s: %s", dir, strerror(errno));
+    if (!d) {
+        free(all);
+        return rl_fail(MANTA_ESYS, "%s: %s", dir, strerror(errno));
+    }
     size_t got = 0, pgot = 0;
     int64_t t = -1;
     int rc = 0, files = 0;
@@ -923,29 +933,29 @@ static int restore_from(learner_state *s, const char *dir)
         if (strncmp(e->d_name, "learner-", 8) || n < 6 || strcmp(e->d_name + n - 6, ".state"))
             continue;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        rc = read_state(s, path, &got, &pgot, &t);
+        rc = read_state(s, path, all, &got, &pgot, &t);
         files++;
     }
     closedir(d);
-    if (rc) return rc;
-    if (files == 0 || got != s->len)
-        return rl_fail(MANTA_EINVAL,
-                       "%s: the state files cover %zu of the %zu moments of slice "
-                       "[%zu, %zu)",
-                       dir, got, s->len, s->off, s->off + s->len);
-    if (pgot == 0) { /* the weights are the folder's F32 file */
+    if (!rc && (files == 0 || got != s->len))
+        rc = rl_fail(MANTA_EINVAL,
+                     "%s: the state files cover %zu of the %zu moments of slice "
+                     "[%zu, %zu)",
+                     dir, got, s->len, s->off, s->off + s->len);
+    if (!rc && pgot == 0) { /* the weights are the folder's F32 file */
         snprintf(path, sizeof path, "%s/model/model.safetensors", dir);
         if (!regular_file(path, strlen(dir)))
-            return rl_fail(MANTA_EINVAL, "%s: not a regular file of this user in %s", path, dir);
-        if (mk_load(s->model, path) != MK_OK)
-            return rl_fail(MANTA_EINVAL, "%s: %s", path, mk_last_error());
-        mk_model_read_params(s->model, s->params, 0, s->n_params);
-    } else if (pgot != s->n_params) {
-        return rl_fail(MANTA_EINVAL, "%s: the state files hold %zu of %zu parameters", dir, pgot,
-                       s->n_params);
-    } else {
-        mk_model_write_params(s->model, s->params, 0, s->n_params);
+            rc = rl_fail(MANTA_EINVAL, "%s: not a regular file of this user in %s", path, dir);
+        else if (mk_load(s->model, path) != MK_OK)
+            rc = rl_fail(MANTA_EINVAL, "%s: %s", path, mk_last_error());
+    } else if (!rc && pgot != s->n_params) {
+        rc = rl_fail(MANTA_EINVAL, "%s: the state files hold %zu of %zu parameters", dir, pgot,
+                     s->n_params);
+    } else if (!rc) {
+        mk_model_write_params(s->model, all, 0, s->n_params);
     }
+    free(all);
+    if (rc) return rc;
     mk_model_write_moments(s->model, 0, s->am, s->off, s->len);
     mk_model_write_moments(s->model, 1, s->av, s->off, s->len);
     s->t = (int)t;
