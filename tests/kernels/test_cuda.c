@@ -1695,6 +1695,54 @@ static void test_share(void **state)
     mk_model_free(mw);
 }
 
+#ifdef MK_CUDA_EMU_TEST
+/* A process maps only memory of the devices it sees: a reader given another device by
+ * CUDA_VISIBLE_DEVICES (as a node agent gives a rollout a GPU of its own) cannot open a share
+ * made on device 7, and says so (MK_ERR_DEVICE, the caller falls back to buckets); one given
+ * device 7 among others reads it.  The emulator models it (cuda_runtime_api.h); on a GPU,
+ * CUDA does the refusing. */
+static void test_share_visibility(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    const char *had = getenv("CUDA_VISIBLE_DEVICES");
+    char saved[256] = "";
+    if (had) snprintf(saved, sizeof saved, "%s", had);
+    mk_model *mw;
+    assert_mk_ok(mk_model_new(&mw, &share_cfg, 1, 1, gpu));
+    mk_model_init(mw, 5);
+    size_t P = mk_model_num_params(mw);
+    setenv("CUDA_VISIBLE_DEVICES", "7", 1); /* the exporter's device */
+    mk_share *s;
+    assert_mk_ok(mk_share_new(mw, P, &s));
+    assert_mk_ok(mk_share_fill(s, mw, 0, P, 3));
+    unsigned char h[MK_SHARE_HANDLE_BYTES];
+    mk_share_handle(s, h);
+    signal(SIGPIPE, SIG_IGN);
+    reader r;
+    setenv("CUDA_VISIBLE_DEVICES", "3", 1);
+    reader_start(&r, "plain");
+    assert_int_equal(reader_write(&r, 'w', h, 0, 0, P, 3), MK_ERR_DEVICE);
+    assert_non_null(strstr(r.reply, "cudaIpcOpenMemHandle"));
+    reader_end(&r);
+    setenv("CUDA_VISIBLE_DEVICES", "2,7", 1);
+    reader_start(&r, "plain");
+    assert_mk_ok(reader_write(&r, 'w', h, 0, 0, P, 3));
+    float *want = malloc(P * 4), *got = malloc(P * 4);
+    assert_mk_ok(mk_model_read_params(mw, want, 0, P));
+    reader_dump(&r, got, P);
+    assert_params(got, want, P, "read on a device it sees");
+    reader_end(&r);
+    if (had)
+        setenv("CUDA_VISIBLE_DEVICES", saved, 1);
+    else
+        unsetenv("CUDA_VISIBLE_DEVICES");
+    free(want), free(got);
+    mk_share_free(s);
+    mk_model_free(mw);
+}
+#endif
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--share-reader")) return share_reader(argv[2]);
@@ -1711,6 +1759,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_model_families),
         cmocka_unit_test(test_fused_epilogues),
         cmocka_unit_test(test_share),
+#ifdef MK_CUDA_EMU_TEST
+        cmocka_unit_test(test_share_visibility),
+#endif
     };
     mk_set_threads(2);
     return cmocka_run_group_tests(tests, setup, NULL);

@@ -30,7 +30,9 @@
 #     fails naming the shared GPU; nccl with learners on the CPU is refused;
 #  7. learners and rollouts on the emulated back-end in its IPC mode: the
 #     rollouts take the weights device to device (CUDA IPC), each says so once
-#     and none reports a failed copy; rl.weight_sync buckets turns it off.
+#     and none reports a failed copy; rl.weight_sync buckets turns it off; with
+#     the learners on GPUs of their own and the rollouts on another, the
+#     rollouts cannot map the learners' memory: they say so and fetch buckets.
 # usage: test_rl_device.sh MANTA SOURCE_DIR [EMU_MANTA]
 set -u
 MANTA=$1
@@ -161,6 +163,18 @@ if [ -n "$EMU_MANTA" ]; then
     ! grep -qF "device to device" "$tmp/logs"/*/logs/latest/rollout-0.log \
         "$tmp/logs"/*/logs/latest/learner-0.log ||
         { echo "FAIL: weights-buckets: a log says device to device"; fail=1; }
+    # learners on GPUs of their own, the rollouts on a third: a rollout cannot map memory of a
+    # device it does not see, so its device-to-device check fails and it fetches the buckets
+    PROGRAM=$EMU_MANTA run weights-apart 0 MANTA_NODE_GPU=3 MK_CUDA_EMU_IPC=1 -- "${ipc[@]}" \
+        "${own[@]}"
+    expect weights-apart "ledger balanced"
+    for r in rollout-0 rollout-1; do
+        grep -qF "the device-to-device check of bucket 0 failed" \
+            "$tmp/logs"/*/logs/latest/$r.log ||
+            { echo "FAIL: weights-apart: $r.log does not say the check failed"; fail=1; }
+        ! grep -qF "weights device to device from the learners" "$tmp/logs"/*/logs/latest/$r.log ||
+            { echo "FAIL: weights-apart: $r.log says it copied device to device"; fail=1; }
+    done
     PROGRAM=$EMU_MANTA run learners-shared 0 MANTA_NODE_GPU=1 -- "${short[@]}"
     expect learners-shared "ledger balanced"
     learner_log learners-shared 1 "rl.collective auto: host, as learner shards 0 and 1 share one GPU ("

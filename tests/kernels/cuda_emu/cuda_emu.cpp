@@ -609,8 +609,36 @@ struct ipc_handle {
     char magic[8];
     int32_t pid, fd;
     uint64_t bytes, ino;
+    char device[32]; /* the exporter's device: CUDA_VISIBLE_DEVICES's first name ("" for all) */
 };
 static_assert(sizeof(ipc_handle) <= sizeof(cudaIpcMemHandle_t), "an IPC handle is 64 bytes");
+
+/* The device this process's allocations are on, as the machine names it: the first name in
+ * CUDA_VISIBLE_DEVICES (the node agent's choice), "" when the variable is unset (every device
+ * visible: device 0, whose name the emulator does not know). */
+void own_device(char *out, size_t cap)
+{
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    size_t n = v ? strcspn(v, ",") : 0;
+    if (n >= cap) n = cap - 1;
+    memcpy(out, v ? v : "", n);
+    out[n] = 0;
+}
+
+/* Does this process see the device named dev ("": an exporter that saw every device)? A
+ * process maps only memory of devices it sees (CUDA_VISIBLE_DEVICES hides the others). */
+bool sees_device(const char *dev)
+{
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    if (!v || !dev[0]) return true;
+    size_t n = strlen(dev);
+    for (const char *q = v; *q;) {
+        size_t k = strcspn(q, ",");
+        if (k == n && !memcmp(q, dev, n)) return true;
+        q += k + (q[k] == ',');
+    }
+    return false;
+}
 
 /* MK_CUDA_EMU_IPC=1, read once; turning it on raises the open-file limit for the descriptors */
 bool ipc_mode(void)
@@ -739,6 +767,7 @@ cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *p)
     h.fd = im->second.fd;
     h.bytes = allocs[(uintptr_t)p];
     h.ino = (uint64_t)st.st_ino;
+    own_device(h.device, sizeof h.device);
     memset(handle, 0, sizeof *handle);
     memcpy(handle, &h, sizeof h);
     return cudaSuccess;
@@ -755,6 +784,8 @@ cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t handle, unsigned i
         (flags & ~(unsigned)cudaIpcMemLazyEnablePeerAccess))
         return fail(cudaErrorInvalidValue);
     if (h.pid == (int32_t)getpid()) return fail(cudaErrorDeviceUninitialized); /* as CUDA */
+    h.device[sizeof h.device - 1] = 0;
+    if (!sees_device(h.device)) return fail(cudaErrorInvalidDevice);
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)h.pid, (int)h.fd);
     int fd = open(path, O_RDWR | O_CLOEXEC);

@@ -22,7 +22,9 @@
  * at least a page after each allocation is mapped too and poisoned for AddressSanitizer, which
  * does not track mappings, so that overruns still show.
  * cudaIpcGetMemHandle names an allocation by a magic, the exporter's pid, the descriptor, the
- * file's inode and the size; cudaIpcOpenMemHandle in another process maps
+ * file's inode, the size and the exporter's device (the first name in its CUDA_VISIBLE_DEVICES,
+ * empty when unset); cudaIpcOpenMemHandle in another process that sees that device (its own
+ * CUDA_VISIBLE_DEVICES unset, or naming it) maps
  * /proc/<pid>/fd/<fd> MAP_SHARED (so both see one memory, as two processes on one GPU do),
  * registers the mapping as device memory and returns its base; cudaIpcCloseMemHandle unmaps it.
  * Refused, with the error real CUDA gives where known:
@@ -30,6 +32,8 @@
  *     of a pointer that is not the base of one of this process's own allocations (CUDA takes
  *     an interior pointer and names the whole allocation: the emulator is stricter, so that
  *     code relying on the base is checked), or of an opened mapping: cudaErrorInvalidValue;
+ *   cudaIpcOpenMemHandle of memory on a device this process does not see: cudaErrorInvalidDevice
+ *     (what CUDA gives is not documented; it refuses);
  *   cudaIpcOpenMemHandle of a handle this process exported: cudaErrorDeviceUninitialized
  *     ("invalid device context", what CUDA says); a bad magic, an exporter that is gone or
  *     whose descriptor no longer names that file (CUDA's code for these is not documented):
