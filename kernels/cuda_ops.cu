@@ -1270,6 +1270,7 @@ static const mk_backend cuda_backend = {
     graph_run, graph_free, stream_sync,
     mm_gelu_fwd, mm_gelu_bwd,
     ipc_export, ipc_open, ipc_close,
+    1, /* att_rows_only: the fused attention (cuda_attn.cu) */
 };
 /* clang-format on */
 

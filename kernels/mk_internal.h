@@ -227,6 +227,10 @@ struct mk__backend {
     int (*ipc_export)(void *handle, const void *p);
     int (*ipc_open)(void **p, const void *handle);
     void (*ipc_close)(void *p);
+    /* 1: attn_fwd keeps only each row's log-sum-exp in att ([B,NH,T] a layer) and attn_bwd
+     * uses only the first B NH T floats of datt (the fused attention), so the model allocates
+     * those and not the [B,NH,T,T] matrices; 0: the whole matrices (the CPU back-end). */
+    int att_rows_only;
 };
 
 extern const mk_backend mk__cpu_backend;
@@ -340,7 +344,7 @@ enum {
     MK_ACT_QKR,     /* [L,B,T,NH+NKV] per-head 1/rms of q_norm/k_norm (QWEN3; else empty) */
     MK_ACT_QKV,     /* [L,B,T,W] what attention reads */
     MK_ACT_ATTY,    /* [L,B,T,A] attention output before projection */
-    MK_ACT_ATT,     /* [L,B,NH,T,T] */
+    MK_ACT_ATT,     /* [L,B,NH,T,T], or [L,B,NH,T] with the back-end's att_rows_only */
     MK_ACT_RES2,    /* [L,B,T,C] residual after attention */
     MK_ACT_LN2,     /* [L,B,T,C] */
     MK_ACT_LN2M,    /* [L,B,T] */
@@ -367,7 +371,8 @@ enum {
     MK_G_ATTY, /* [B,T,A] */
     MK_G_FCH,  /* [B,T,F] */
     MK_G_FCG,  /* [B,T,H] */
-    MK_G_ATT,  /* [B,NH,T,T] gradient of the attention probabilities (attn_bwd's scratch) */
+    MK_G_ATT,  /* [B,NH,T,T] gradient of the attention probabilities (attn_bwd's scratch);
+                * [B,NH,T] with att_rows_only */
     MK_G_N
 };
 

@@ -410,7 +410,14 @@ int mk_model_read_hf(const mk_model *m, const char *name, int grads, float *dst)
 
 /* ---- model lifetime ----------------------------------------------------- */
 
-static void act_sizes(const mk_config *c, int B, int T, size_t *s)
+/* Floats of one layer's attention activations (att) per (b, head): a row's log-sum-exp per
+ * position with a back-end's fused attention (att_rows_only), else the T x T probabilities. */
+static size_t att_per_head(const mk_backend *be, int T)
+{
+    return be->att_rows_only ? (size_t)T : (size_t)T * T;
+}
+
+static void act_sizes(const mk_config *c, const mk_backend *be, int B, int T, size_t *s)
 {
     size_t L = c->n_layer, C = c->n_embd, R = (size_t)B * T, NH = c->n_head;
     size_t W = mk__qkv_width(c), A = mk__att_width(c), F = mk__mlp_in(c), H = mk__mlp_hidden(c);
@@ -423,7 +430,7 @@ static void act_sizes(const mk_config *c, int B, int T, size_t *s)
     s[MK_ACT_QKR] = qkn ? L * R * (NH + c->n_kv_head) : 0;
     s[MK_ACT_QKV] = L * R * W;
     s[MK_ACT_ATTY] = L * R * A;
-    s[MK_ACT_ATT] = L * B * NH * T * T;
+    s[MK_ACT_ATT] = L * B * NH * att_per_head(be, T);
     s[MK_ACT_RES2] = L * R * C;
     s[MK_ACT_LN2] = L * R * C;
     s[MK_ACT_LN2M] = L * R;
@@ -438,7 +445,7 @@ static void act_sizes(const mk_config *c, int B, int T, size_t *s)
     s[MK_ACT_DLOGITS] = R * c->vocab_size;
 }
 
-static void gact_sizes(const mk_config *c, int B, int T, size_t *s)
+static void gact_sizes(const mk_config *c, const mk_backend *be, int B, int T, size_t *s)
 {
     size_t C = c->n_embd, R = (size_t)B * T, NH = c->n_head;
     size_t W = mk__qkv_width(c), A = mk__att_width(c), F = mk__mlp_in(c), H = mk__mlp_hidden(c);
@@ -449,7 +456,7 @@ static void gact_sizes(const mk_config *c, int B, int T, size_t *s)
     s[MK_G_ATTY] = R * A;
     s[MK_G_FCH] = R * F;
     s[MK_G_FCG] = R * H;
-    s[MK_G_ATT] = B * NH * T * T;
+    s[MK_G_ATT] = B * NH * att_per_head(be, T);
 }
 
 /* Carves base into n regions of sizes[i] floats, each 16-float aligned. */
@@ -629,9 +636,9 @@ int mk_model_new_ex(mk_model **out, const mk_config *cfg_in, int max_batch, int 
     build_table(cfg, &tb);
     m->n_params = tb.off;
     m->m_off = 0, m->m_len = m->n_params;
-    act_sizes(cfg, max_batch, max_seq, m->act_size);
+    act_sizes(cfg, be, max_batch, max_seq, m->act_size);
     size_t gsz[MK_G_N];
-    gact_sizes(cfg, max_batch, max_seq, gsz);
+    gact_sizes(cfg, be, max_batch, max_seq, gsz);
     size_t n_act = carve(NULL, m->act_size, NULL, MK_ACT_N);
     size_t n_gact = carve(NULL, gsz, NULL, MK_G_N);
     size_t P = m->n_params * sizeof(float);
@@ -985,7 +992,7 @@ static layer_acts acts_of(const mk_model *m, int l, int B, int T)
     x.qkr = c->arch == MK_ARCH_QWEN3 ? a[MK_ACT_QKR] + l * R * NQK : NULL;
     x.qkv = a[MK_ACT_QKV] + l * R * W;
     x.atty = a[MK_ACT_ATTY] + l * R * A;
-    x.att = a[MK_ACT_ATT] + (size_t)l * B * c->n_head * T * T;
+    x.att = a[MK_ACT_ATT] + (size_t)l * B * c->n_head * att_per_head(m->be, T);
     x.res2 = a[MK_ACT_RES2] + l * R * C;
     x.ln2 = a[MK_ACT_LN2] + l * R * C;
     x.ln2m = a[MK_ACT_LN2M] + l * R;
