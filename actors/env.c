@@ -50,7 +50,9 @@ typedef struct env_tool {
     char name[32], tool[64], arg[32];
     char url0[512]; /* the url as configured (the client's may move: redirects) */
     mcp_client *mcp;
-    bool owns_mcp; /* the first tool on its url: frees the shared client */
+    bool owns_mcp;        /* the first tool on its url: frees the shared client */
+    int max_conn;         /* its max_connections */
+    uint64_t queued_seen; /* the client's queued count when last looked at */
 } env_tool;
 
 typedef struct env_state {
@@ -163,6 +165,7 @@ static int read_tool(env_state *s, rl_args *a, uint32_t i, const msgpack_object 
         if (!strcmp(mcp_url(s->tools[j].mcp), url) || !strcmp(s->tools[j].url0, url))
             et->mcp = s->tools[j].mcp;
     snprintf(et->url0, sizeof et->url0, "%s", url);
+    et->max_conn = (int)val[1];
     if (!et->mcp) {
         cfg.url = url;
         cfg.timeout_ms = (long)val[0];
@@ -303,6 +306,25 @@ static env_tool *json_request(env_state *s, const char *input, cJSON **args, cha
     return et;
 }
 
+/* Calls that waited for a connection of their MCP client (max_connections all on the wire):
+ * counted (metric tool_calls_queued_total{kind=TOOL}) and said once per tool, since they hold
+ * up every episode behind them. */
+static void note_queued(env_state *s, env_tool *et)
+{
+    mcp_stats st;
+    mcp_get_stats(et->mcp, &st);
+    if (st.queued <= et->queued_seen) return;
+    manta_metric_add(s->m, "tool_calls_queued_total", et->name,
+                     (double)(st.queued - et->queued_seen));
+    if (et->queued_seen == 0)
+        rl_log(s->m,
+               "env: tool %s: calls wait for a connection to %s: all %d of its max_connections "
+               "are on the wire (raise the tool's max_connections, or add env replicas, to "
+               "cover the episodes in flight: rollout replicas x slots)",
+               et->name, et->url0, et->max_conn);
+    et->queued_seen = st.queued;
+}
+
 static int env_call(manta_req *req, void *state, const void *arg, size_t len)
 {
     env_state *s = state;
@@ -378,6 +400,7 @@ static int env_call(manta_req *req, void *state, const void *arg, size_t len)
         return 0;
     }
     s->in_flight++;
+    note_queued(s, et);
     return 0;
 }
 

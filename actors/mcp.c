@@ -446,6 +446,7 @@ static int req_post(mcp_client *m, mcp_req *r)
 static int req_send(mcp_client *m, mcp_req *r)
 {
     if (m->on_wire < m->max_conn) return req_post(m, r);
+    m->stats.queued++;
     if (r->kind == K_INIT || r->kind == K_NOTE_INIT)
         req_link(&m->backlog, r);
     else

@@ -175,6 +175,7 @@ typedef struct mcp_stats {
     uint64_t redirects;               /* 307/308 answers followed */
     uint64_t sessions_closed;         /* DELETEs sent to end a session */
     uint64_t max_on_wire;             /* most requests on the wire at once */
+    uint64_t queued; /* requests that waited for a connection (max_connections all in use) */
 } mcp_stats;
 
 typedef struct mcp_client mcp_client;

@@ -750,6 +750,7 @@ static void test_connection_limit(void **state)
     fprintf(stderr, "# %d calls of %d ms through %d connections: %.0f ms, %d new connections\n", N,
             DELAY, LIMIT, took, srv_get(&S.accepted));
     assert_int_equal(st.max_on_wire, LIMIT);
+    assert_int_equal(st.queued, N - LIMIT); /* all but the first LIMIT waited for a connection */
     assert_int_equal(srv_get(&S.max_busy), LIMIT);
     assert_true(srv_get(&S.accepted) <= LIMIT); /* kept alive and reused */
     assert_true(took >= (N / LIMIT) * DELAY * 0.9);
