@@ -74,9 +74,16 @@ expect() { # NAME TEXT
 said="groups.learner.resources.gpu 0.25 and groups.rollout.resources.gpu 0.25 are defaults \
 (model.device is cuda: the 4 replicas of learner, rollout share one GPU): set them in the spec or \
 with --set to choose others"
-learner_log() { # NAME RANK TEXT: the latest run's learner-RANK.log says TEXT
-    grep -qF -- "$3" "$tmp/logs"/*/logs/latest/learner-$2.log ||
-        { echo "FAIL: $1: learner-$2.log does not say: $3"; fail=1; }
+actor_log() { # NAME ACTOR TEXT: the latest run's ACTOR.log says TEXT
+    grep -qF -- "$3" "$tmp/logs"/*/logs/latest/$2.log ||
+        { echo "FAIL: $1: $2.log does not say: $3"; fail=1; }
+}
+actor_unlog() { # NAME ACTOR REGEX: the latest run's ACTOR.log has no line matching REGEX
+    ! grep -qE -- "$3" "$tmp/logs"/*/logs/latest/$2.log ||
+        { echo "FAIL: $1: $2.log says: $3"; fail=1; }
+}
+learner_log() { # NAME RANK TEXT
+    actor_log "$1" "learner-$2" "$3"
 }
 unexpect() { # NAME TEXT
     if grep -qF -- "$2" "$tmp/$1.out"; then echo "FAIL: $1: the output says: $2"; fail=1; fi
@@ -151,29 +158,22 @@ if [ -n "$EMU_MANTA" ]; then
     expect weights-ipc "ledger balanced"
     learner_log weights-ipc 0 "weights to rollouts: device to device for rollouts on cuda"
     for r in rollout-0 rollout-1; do
-        grep -qF "rollout: weights device to device from the learners' GPU memory (CUDA IPC)" \
-            "$tmp/logs"/*/logs/latest/$r.log ||
-            { echo "FAIL: weights-ipc: $r.log does not say it copied device to device"; fail=1; }
-        ! grep -qE "device-to-device (copy|check) of bucket" "$tmp/logs"/*/logs/latest/$r.log ||
-            { echo "FAIL: weights-ipc: $r.log says a copy failed"; fail=1; }
+        actor_log weights-ipc $r "rollout: weights device to device from the learners' GPU memory"
+        actor_unlog weights-ipc $r "device-to-device (copy|check) of bucket"
     done
     PROGRAM=$EMU_MANTA run weights-buckets 0 MANTA_NODE_GPU=1 MK_CUDA_EMU_IPC=1 -- "${ipc[@]}" \
         --set rl.weight_sync=buckets
     expect weights-buckets "ledger balanced"
-    ! grep -qF "device to device" "$tmp/logs"/*/logs/latest/rollout-0.log \
-        "$tmp/logs"/*/logs/latest/learner-0.log ||
-        { echo "FAIL: weights-buckets: a log says device to device"; fail=1; }
+    actor_unlog weights-buckets rollout-0 "device to device"
+    actor_unlog weights-buckets learner-0 "device to device"
     # learners on GPUs of their own, the rollouts on a third: a rollout cannot map memory of a
     # device it does not see, so its device-to-device check fails and it fetches the buckets
     PROGRAM=$EMU_MANTA run weights-apart 0 MANTA_NODE_GPU=3 MK_CUDA_EMU_IPC=1 -- "${ipc[@]}" \
         "${own[@]}"
     expect weights-apart "ledger balanced"
     for r in rollout-0 rollout-1; do
-        grep -qF "the device-to-device check of bucket 0 failed" \
-            "$tmp/logs"/*/logs/latest/$r.log ||
-            { echo "FAIL: weights-apart: $r.log does not say the check failed"; fail=1; }
-        ! grep -qF "weights device to device from the learners" "$tmp/logs"/*/logs/latest/$r.log ||
-            { echo "FAIL: weights-apart: $r.log says it copied device to device"; fail=1; }
+        actor_log weights-apart $r "the device-to-device check of bucket 0 failed"
+        actor_unlog weights-apart $r "weights device to device from the learners"
     done
     PROGRAM=$EMU_MANTA run learners-shared 0 MANTA_NODE_GPU=1 -- "${short[@]}"
     expect learners-shared "ledger balanced"
