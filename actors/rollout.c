@@ -145,6 +145,25 @@ static int rollout_init(manta_ctx *m, void *state, const void *args, size_t len)
     if (s->n_slots < s->group_size) s->n_slots = s->group_size; /* one group must fit */
 
     mk_set_threads(threads);
+    /* On cuda, weights may come device to device from learner shards on other GPUs of this
+     * node: this process then sees those GPUs too (after its own, which it computes on), as a
+     * process maps only memory of devices it sees.  Before the model, which starts CUDA. */
+    if (s->ms.cuda && !strcmp(s->weight_sync, "auto")) {
+        const char *own = getenv("CUDA_VISIBLE_DEVICES");
+        char was[4200];
+        snprintf(was, sizeof was, "%s", own ? own : "");
+        int seen = manta_gpu_see_node();
+        if (seen < 0)
+            rl_log(m,
+                   "rollout: cannot see this node's other GPUs (%s): weights from learners "
+                   "on them come as buckets",
+                   manta_last_error());
+        else if (seen > 0 && strcmp(was, getenv("CUDA_VISIBLE_DEVICES")))
+            rl_log(m,
+                   "rollout: computes on GPU %s and sees this node's others too "
+                   "(CUDA_VISIBLE_DEVICES=%s), to copy weights from learners there",
+                   was, getenv("CUDA_VISIBLE_DEVICES"));
+    }
     /* the model only decodes here: room for one training token is enough */
     unsigned flags = MK_MODEL_INFER | (s->ms.bf16_weights ? MK_MODEL_BF16_WEIGHTS : 0u) |
                      (s->ms.bf16_products ? MK_MODEL_BF16_PRODUCTS : 0u) |

@@ -1243,7 +1243,8 @@ static int ipc_open(void **p, const void *handle)
         *p = NULL;
         return mk__fail(MK_ERR_DEVICE,
                         "cudaIpcOpenMemHandle: %s (a share of another machine, of a device this "
-                        "process does not see, of a process that is gone, or of this process)",
+                        "process does not see or has no peer access to, of a process that is "
+                        "gone, or of this process)",
                         cudaGetErrorString(e));
     }
     return MK_OK;

@@ -254,6 +254,14 @@ const char *manta_run_dir(const manta_ctx *m);   /* folder of the job's ipc sock
  * inode (two processes with the same id share a kernel and its files: ipc:// endpoints, CUDA
  * IPC). */
 const char *manta_host_id(void);
+/* In an actor its node agent gave GPUs: lets this process also see the node's other GPUs
+ * (MANTA_NODE_GPUS), listed in CUDA_VISIBLE_DEVICES after its own, so that it can map their
+ * memory (CUDA IPC, peer copies) while its own devices keep their numbers (device 0 is still
+ * its first). The list it was given stays in MANTA_GPUS_OWN. Call it before the process first
+ * uses CUDA, which reads the variable once. Returns the count of devices now visible; 0 where
+ * the actor holds no GPU or its agent named no others (nothing changes); MANTA_EINVAL for a
+ * list over 64 names. */
+int manta_gpu_see_node(void);
 /* 1 if this ctx joined a job another driver owns (manta_options.attach, or
  * a refused driver claim): its shutdown leaves the job alone. */
 int manta_attached(const manta_ctx *m);

@@ -90,8 +90,13 @@ static void check(manta_ctx *m, int rc, const char *what, const char *name)
 static int start_child(node *nd, child *c)
 {
     manta_ctx *m = nd->m;
-    char inc[16], maxm[32];
+    char inc[16], maxm[32], node_gpus[MN_MAX_GPUS * 65] = "";
     snprintf(inc, sizeof inc, "%d", c->incarnation);
+    /* the node's GPUs, for an actor that holds some: what manta_gpu_see_node may add after its
+     * own (to map their memory); an actor without a GPU is told none */
+    for (int d = 0, used = 0; c->ngpu > 0 && d < nd->ngpu_ids; d++)
+        used += snprintf(node_gpus + used, sizeof node_gpus - (size_t)used, "%s%s", used ? "," : "",
+                         nd->gpu_ids[d]);
     snprintf(maxm, sizeof maxm, "%zu", m->max_message);
     static const char *const keep[] = {"MANTA_DEBUG=", "MANTA_RUN_DIR=", "MANTA_LOG_LEVEL=", NULL};
     const mn_var vars[] = {
@@ -113,6 +118,7 @@ static int start_child(node *nd, child *c)
         {"MANTA_KEYS", m->keys_path},
         /* the devices it was given, and no others (none: "") */
         {"CUDA_VISIBLE_DEVICES", c->cuda_devices},
+        {"MANTA_NODE_GPUS", node_gpus},
     };
     char logf[PATH_MAX] = "";
     if (m->log_dir && *m->log_dir &&

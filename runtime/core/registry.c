@@ -282,6 +282,47 @@ const char *manta_host_id(void)
     return mn_host_id();
 }
 
+/* Does the comma-separated list have the name [p, p + n)? */
+static bool list_has(const char *list, const char *p, size_t n)
+{
+    for (const char *q = list; *q;) {
+        size_t k = strcspn(q, ",");
+        if (k == n && !memcmp(q, p, n)) return true;
+        q += k + (q[k] == ',');
+    }
+    return false;
+}
+
+int manta_gpu_see_node(void)
+{
+    const char *own = getenv("MANTA_GPUS_OWN"), *node = getenv("MANTA_NODE_GPUS");
+    if (!own) own = getenv("CUDA_VISIBLE_DEVICES"); /* not yet called */
+    if (!own || !*own || !node || !*node) return 0;
+    char ownc[MN_MAX_GPUS * 65], list[MN_MAX_GPUS * 65];
+    int n = 0;
+    size_t used = (size_t)snprintf(ownc, sizeof ownc, "%s", own);
+    if (used >= sizeof ownc) return mn_fail(MANTA_EINVAL, "CUDA_VISIBLE_DEVICES: too long");
+    memcpy(list, ownc, used + 1);
+    for (const char *q = ownc; *q; n++) {
+        size_t k = strcspn(q, ",");
+        q += k + (q[k] == ',');
+    }
+    for (const char *q = node; *q;) {
+        size_t k = strcspn(q, ",");
+        if (k && !list_has(ownc, q, k)) {
+            if (n == MN_MAX_GPUS || used + k + 2 > sizeof list)
+                return mn_fail(MANTA_EINVAL, "MANTA_NODE_GPUS '%s': over %d names", node,
+                               MN_MAX_GPUS);
+            used += (size_t)snprintf(list + used, sizeof list - used, ",%.*s", (int)k, q);
+            n++;
+        }
+        q += k + (q[k] == ',');
+    }
+    if (setenv("MANTA_GPUS_OWN", ownc, 1) || setenv("CUDA_VISIBLE_DEVICES", list, 1))
+        return mn_fail(MANTA_ENOMEM, "setenv: %s", strerror(errno));
+    return n;
+}
+
 const char *mn_pick_endpoint(const manta_actor_info *info)
 {
     if (info->endpoint_local[0] && !strcmp(info->host, mn_host_id())) return info->endpoint_local;

@@ -79,8 +79,20 @@ static int w_devices(manta_req *c, void *st, const void *arg, size_t len)
     return manta_reply(c, v, strlen(v));
 }
 
+/* manta_gpu_see_node, twice (the second must change nothing): "N|CUDA_VISIBLE_DEVICES|
+ * MANTA_GPUS_OWN" after it */
+static int w_peers(manta_req *c, void *st, const void *arg, size_t len)
+{
+    int n1 = manta_gpu_see_node(), n2 = manta_gpu_see_node();
+    const char *v = getenv("CUDA_VISIBLE_DEVICES"), *o = getenv("MANTA_GPUS_OWN");
+    char out[1024];
+    snprintf(out, sizeof out, "%d%s|%s|%s", n1, n1 == n2 ? "" : "!", v ? v : "(unset)",
+             o ? o : "(unset)");
+    return manta_reply(c, out, strlen(out));
+}
+
 static const manta_method worker_methods[] = {
-    {"ping", w_ping}, {"drain", w_drain}, {"devices", w_devices}, {NULL, NULL}};
+    {"ping", w_ping}, {"drain", w_drain}, {"devices", w_devices}, {"peers", w_peers}, {NULL, NULL}};
 static const manta_method boss_methods[] = {{"run", b_run}, {NULL, NULL}};
 static const manta_class worker_class = {"worker", 0, NULL, NULL, worker_methods};
 static const manta_class boss_class = {"boss", 0, NULL, NULL, boss_methods};
@@ -476,13 +488,13 @@ static void test_failover(void **st)
     waitpid(n3, NULL, 0);
 }
 
-/* NAME's CUDA_VISIBLE_DEVICES into out. */
-static void devices_of(const char *name, char *out, size_t cap)
+/* NAME's reply to METHOD ("devices": its CUDA_VISIBLE_DEVICES) into out. */
+static void ask_of(const char *name, const char *method, char *out, size_t cap)
 {
     manta_actor *a;
     check(manta_actor_lookup(ctx, name, &a), name);
     check(manta_actor_wait_ready(ctx, a, 10000), name);
-    manta_future *f = manta_call(ctx, a, "devices", NULL, 0);
+    manta_future *f = manta_call(ctx, a, method, NULL, 0);
     const void *d;
     size_t n;
     check(manta_get(f, 10000, &d, &n), name);
@@ -490,6 +502,11 @@ static void devices_of(const char *name, char *out, size_t cap)
     if (n) memcpy(out, d, n); /* an empty reply has no bytes (d may be NULL) */
     out[n] = 0;
     manta_future_free(f);
+}
+
+static void devices_of(const char *name, char *out, size_t cap)
+{
+    ask_of(name, "devices", out, cap);
 }
 
 /* GPUs: a node agent started with CUDA_VISIBLE_DEVICES=7,GPU-<uuid>,9 offers three
@@ -541,6 +558,18 @@ static void test_gpus(void **st)
     assert_true(seen[0] == 1 && seen[1] == 1 && seen[2] == 1);
     assert_string_equal(h1, h0);
     assert_string_equal(dc, "");
+    /* an actor may see the node's other GPUs after its own (manta_gpu_see_node), in the
+     * agent's order; one without a GPU sees none still */
+    char want[256], peers[256];
+    snprintf(want, sizeof want, "3|%s", g0);
+    for (int k = 0; k < 3; k++)
+        if (strcmp(names[k], g0))
+            snprintf(want + strlen(want), sizeof want - strlen(want), ",%s", names[k]);
+    snprintf(want + strlen(want), sizeof want - strlen(want), "|%s", g0);
+    ask_of("g-0", "peers", peers, sizeof peers);
+    assert_string_equal(peers, want);
+    ask_of("c-0", "peers", peers, sizeof peers);
+    assert_string_equal(peers, "0||(unset)");
     /* a restarted incarnation keeps its device */
     manta_actor *a;
     check(manta_actor_lookup(ctx, "g-0", &a), "g-0");

@@ -1699,8 +1699,9 @@ static void test_share(void **state)
 /* A process maps only memory of the devices it sees: a reader given another device by
  * CUDA_VISIBLE_DEVICES (as a node agent gives a rollout a GPU of its own) cannot open a share
  * made on device 7, and says so (MK_ERR_DEVICE, the caller falls back to buckets); one given
- * device 7 among others reads it.  The emulator models it (cuda_runtime_api.h); on a GPU,
- * CUDA does the refusing. */
+ * device 7 among others reads it (manta_gpu_see_node), unless the devices have no peer access
+ * (MK_CUDA_EMU_P2P=0), where only a reader on device 7 itself does.  The emulator models it
+ * (cuda_runtime_api.h); on a GPU, CUDA does the refusing. */
 static void test_share_visibility(void **state)
 {
     (void)state;
@@ -1733,6 +1734,21 @@ static void test_share_visibility(void **state)
     reader_dump(&r, got, P);
     assert_params(got, want, P, "read on a device it sees");
     reader_end(&r);
+    /* GPUs without peer access: seeing device 7 is not enough when the reader computes on
+     * another (its first); on device 7 itself it reads */
+    setenv("MK_CUDA_EMU_P2P", "0", 1);
+    reader_start(&r, "plain");
+    assert_int_equal(reader_write(&r, 'w', h, 0, 0, P, 3), MK_ERR_DEVICE);
+    assert_non_null(strstr(r.reply, "peer access is not supported"));
+    reader_end(&r);
+    setenv("CUDA_VISIBLE_DEVICES", "7,2", 1);
+    reader_start(&r, "plain");
+    assert_mk_ok(reader_write(&r, 'w', h, 0, 0, P, 3));
+    memset(got, 0, P * 4);
+    reader_dump(&r, got, P);
+    assert_params(got, want, P, "read on its own device without peer access");
+    reader_end(&r);
+    unsetenv("MK_CUDA_EMU_P2P");
     if (had)
         setenv("CUDA_VISIBLE_DEVICES", saved, 1);
     else

@@ -32,7 +32,9 @@
 #     rollouts take the weights device to device (CUDA IPC), each says so once
 #     and none reports a failed copy; rl.weight_sync buckets turns it off; with
 #     the learners on GPUs of their own and the rollouts on another, the
-#     rollouts cannot map the learners' memory: they say so and fetch buckets.
+#     rollouts see the node's other GPUs too and copy device to device; where
+#     the GPUs have no peer access (MK_CUDA_EMU_P2P=0) they cannot map the
+#     learners' memory: they say so and fetch buckets.
 # usage: test_rl_device.sh MANTA SOURCE_DIR [EMU_MANTA]
 set -u
 MANTA=$1
@@ -166,14 +168,24 @@ if [ -n "$EMU_MANTA" ]; then
     expect weights-buckets "ledger balanced"
     actor_unlog weights-buckets rollout-0 "device to device"
     actor_unlog weights-buckets learner-0 "device to device"
-    # learners on GPUs of their own, the rollouts on a third: a rollout cannot map memory of a
-    # device it does not see, so its device-to-device check fails and it fetches the buckets
+    # learners on GPUs of their own, the rollouts on a third: a rollout sees the node's other
+    # GPUs too (after its own), so it maps the learners' memory there and copies device to
+    # device; where the GPUs have no peer access (MK_CUDA_EMU_P2P=0) its check fails and it
+    # fetches the buckets
     PROGRAM=$EMU_MANTA run weights-apart 0 MANTA_NODE_GPU=3 MK_CUDA_EMU_IPC=1 -- "${ipc[@]}" \
         "${own[@]}"
     expect weights-apart "ledger balanced"
     for r in rollout-0 rollout-1; do
-        actor_log weights-apart $r "the device-to-device check of bucket 0 failed"
-        actor_unlog weights-apart $r "weights device to device from the learners"
+        actor_log weights-apart $r "rollout: computes on GPU 2 and sees this node's others too (CUDA_VISIBLE_DEVICES=2,0,1)"
+        actor_log weights-apart $r "rollout: weights device to device from the learners' GPU memory"
+        actor_unlog weights-apart $r "device-to-device (copy|check) of bucket"
+    done
+    PROGRAM=$EMU_MANTA run weights-nop2p 0 MANTA_NODE_GPU=3 MK_CUDA_EMU_IPC=1 MK_CUDA_EMU_P2P=0 \
+        -- "${ipc[@]}" "${own[@]}"
+    expect weights-nop2p "ledger balanced"
+    for r in rollout-0 rollout-1; do
+        actor_log weights-nop2p $r "the device-to-device check of bucket 0 failed (cudaIpcOpenMemHandle: peer access is not supported"
+        actor_unlog weights-nop2p $r "weights device to device from the learners"
     done
     PROGRAM=$EMU_MANTA run learners-shared 0 MANTA_NODE_GPU=1 -- "${short[@]}"
     expect learners-shared "ledger balanced"

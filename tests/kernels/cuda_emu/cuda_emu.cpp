@@ -640,6 +640,18 @@ bool sees_device(const char *dev)
     return false;
 }
 
+/* MK_CUDA_EMU_P2P: 1 (the default) every pair of devices has peer access, 0 none has; read once */
+bool peer_access(void)
+{
+    static bool on = [] {
+        const char *e = getenv("MK_CUDA_EMU_P2P");
+        if (!e || !*e || !strcmp(e, "1")) return true;
+        if (strcmp(e, "0")) die("MK_CUDA_EMU_P2P='%s': expected 0 or 1", e);
+        return false;
+    }();
+    return on;
+}
+
 /* MK_CUDA_EMU_IPC=1, read once; turning it on raises the open-file limit for the descriptors */
 bool ipc_mode(void)
 {
@@ -786,6 +798,11 @@ cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t handle, unsigned i
     if (h.pid == (int32_t)getpid()) return fail(cudaErrorDeviceUninitialized); /* as CUDA */
     h.device[sizeof h.device - 1] = 0;
     if (!sees_device(h.device)) return fail(cudaErrorInvalidDevice);
+    if (!peer_access()) {
+        char mine[sizeof h.device];
+        own_device(mine, sizeof mine);
+        if (strcmp(mine, h.device)) return fail(cudaErrorPeerAccessUnsupported);
+    }
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)h.pid, (int)h.fd);
     int fd = open(path, O_RDWR | O_CLOEXEC);
@@ -888,6 +905,8 @@ const char *cudaGetErrorString(cudaError_t e)
         return "no CUDA-capable device is detected";
     case cudaErrorDeviceUninitialized:
         return "invalid device context";
+    case cudaErrorPeerAccessUnsupported:
+        return "peer access is not supported between these two devices";
     case cudaErrorStreamCaptureUnsupported:
         return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated:
@@ -919,6 +938,8 @@ const char *cudaGetErrorName(cudaError_t e)
         return "cudaErrorNoDevice";
     case cudaErrorDeviceUninitialized:
         return "cudaErrorDeviceUninitialized";
+    case cudaErrorPeerAccessUnsupported:
+        return "cudaErrorPeerAccessUnsupported";
     case cudaErrorInvalidDevice:
         return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle:

@@ -34,6 +34,11 @@
  *     code relying on the base is checked), or of an opened mapping: cudaErrorInvalidValue;
  *   cudaIpcOpenMemHandle of memory on a device this process does not see: cudaErrorInvalidDevice
  *     (what CUDA gives is not documented; it refuses);
+ *   with MK_CUDA_EMU_P2P=0 (GPUs without peer access between them, as PCIe cards behind
+ *     different root complexes): cudaIpcOpenMemHandle of memory on a device it sees but that is
+ *     not its own device 0 (the exporter's device is another name than the first of its
+ *     CUDA_VISIBLE_DEVICES): cudaErrorPeerAccessUnsupported; by default (1) every pair of
+ *     devices has peer access, as GPUs on NVLink do;
  *   cudaIpcOpenMemHandle of a handle this process exported: cudaErrorDeviceUninitialized
  *     ("invalid device context", what CUDA says); a bad magic, an exporter that is gone or
  *     whose descriptor no longer names that file (CUDA's code for these is not documented):
@@ -61,6 +66,7 @@ typedef enum cudaError {
     cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
     cudaErrorDeviceUninitialized = 201,
+    cudaErrorPeerAccessUnsupported = 217,
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorNotReady = 600,
     cudaErrorStreamCaptureUnsupported = 900,
