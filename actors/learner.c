@@ -39,7 +39,7 @@
  *
  * The step argument and reply are rl_step_req and rl_step_reply (msgs.c):
  * {mode: "ppo"|"sft", version, lr, items: [{tok, logp, mask, adv}]} and
- * {version, buckets: [{id, offset, count, crc}], loss, pg_loss, kl,
+ * {version, buckets: [{id, offset, count, crc[, dtype: "bf16"]}], loss, pg_loss, kl,
  * clip_frac, entropy, ratio, tokens, grad_norm, busy_s, reproduced}; a
  * warm-up step also reports the fraction of its sequences that greedy
  * decoding reproduces (the warm-up's `until_success`).
@@ -101,7 +101,9 @@ typedef struct learner_state {
     const manta_coll_backend *nccl; /* rl.collective's NCCL back-end, or NULL */
     int nccl_asked;                 /* rl.collective is nccl (not auto) */
     int staged;                     /* tensors through host copies (CUDA, no NCCL) */
-    size_t bucket_elems;            /* floats per bucket */
+    size_t bucket_elems;            /* values per bucket */
+    int bucket_bf16;                /* rl.bucket_dtype bf16: buckets of bfloat16s */
+    uint16_t *slice16;              /* host: the slice rounded to bfloat16 (bucket_bf16) */
     mk_share *shares[SHARES]; /* the slice in device memory for rollouts (CUDA IPC), or NULL */
     int64_t share_seq;        /* publications into the shares (the stamp of the newest) */
     char weight_sync[16];     /* rl.weight_sync: auto or buckets */
@@ -151,6 +153,11 @@ static int read_settings(learner_state *s, manta_ctx *m, const void *args, size_
     rl_arg_str(&a, "rl", "weight_sync", s->weight_sync, sizeof s->weight_sync, "auto");
     if (strcmp(s->weight_sync, "auto") && strcmp(s->weight_sync, "buckets") && !a.rc)
         rl_arg_error(&a, "rl", "weight_sync", "'%s': expected auto or buckets", s->weight_sync);
+    char dtype[8];
+    rl_arg_str(&a, "rl", "bucket_dtype", dtype, sizeof dtype, "f32");
+    if (strcmp(dtype, "f32") && strcmp(dtype, "bf16") && !a.rc)
+        rl_arg_error(&a, "rl", "bucket_dtype", "'%s': expected f32 or bf16", dtype);
+    s->bucket_bf16 = !strcmp(dtype, "bf16");
     rl_run_dir_read(&a, s->run_dir, sizeof s->run_dir);
     const msgpack_object *resume = rl_arg_get(&a, "rl", "resume");
     if (resume && resume->type == MSGPACK_OBJECT_STR)
@@ -246,7 +253,8 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
     int rc = read_settings(s, m, args, len, &threads, &bucket_mb, collective, sizeof collective);
     if (rc) return rc;
     mk_set_threads(threads);
-    s->bucket_elems = (size_t)(bucket_mb * (1 << 20) / sizeof(float));
+    s->bucket_elems =
+        (size_t)(bucket_mb * (1 << 20) / (s->bucket_bf16 ? sizeof(uint16_t) : sizeof(float)));
     if (s->bucket_elems < 1024) s->bucket_elems = 1024; /* tiny buckets only cost round trips */
     s->block = s->ms.max_seq;
     if ((rc = rl_model_open(&s->ms, s->micro, s->block, 0, &s->model))) {
@@ -265,6 +273,7 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
     }
     size_t bt = (size_t)s->max_batch * s->block;
     s->slice = calloc(s->len + 1, sizeof(float));
+    s->slice16 = s->bucket_bf16 ? calloc(s->len + 1, sizeof(uint16_t)) : NULL;
     s->params = s->staged ? calloc(s->n_params, sizeof(float)) : NULL;
     s->grads = calloc(s->staged ? s->n_params : 1, sizeof(float));
     s->am = calloc(s->len + 1, sizeof(float));
@@ -273,8 +282,8 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
     s->blp = calloc(bt, sizeof(float)), s->adv = calloc(bt, sizeof(float));
     s->mask = calloc(bt, sizeof(float));
     s->pubs = calloc(KEEP_VERSIONS, sizeof *s->pubs);
-    if (!s->pubs || !s->slice || (s->staged && !s->params) || !s->grads || !s->am || !s->av ||
-        !s->x || !s->y || !s->blp || !s->adv || !s->mask) {
+    if (!s->pubs || !s->slice || (s->bucket_bf16 && !s->slice16) || (s->staged && !s->params) ||
+        !s->grads || !s->am || !s->av || !s->x || !s->y || !s->blp || !s->adv || !s->mask) {
         rl_log(m, "learner: out of memory for %zu parameters", s->n_params);
         return MANTA_ENOMEM;
     }
@@ -290,9 +299,10 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
     char what[600];
     rl_log(m,
            "learner %d/%d: %s, %zu params, slice [%zu, %zu), batch %d x %d in micro-batches of "
-           "%d, checkpoints %s, collective %s",
+           "%d, checkpoints %s, weight buckets of %s, collective %s",
            s->rank, s->world, rl_model_describe(&s->ms, what, sizeof what), s->n_params, s->off,
            s->off + s->len, s->max_batch, s->block, s->micro, rl_dtype_name(s->ms.dtype),
+           s->bucket_bf16 ? "bfloat16s" : "floats",
            !s->nccl        ? (s->staged ? "host (gradients and parameters staged through host "
                                           "memory)"
                                         : "host")
@@ -327,27 +337,32 @@ static void learner_fini(manta_ctx *m, void *state)
     free_shares(s);
     leave_groups(s);
     mk_model_free(s->model);
-    free(s->slice), free(s->params), free(s->grads), free(s->am), free(s->av);
+    free(s->slice), free(s->slice16), free(s->params), free(s->grads), free(s->am), free(s->av);
     free(s->x), free(s->y), free(s->blp), free(s->adv), free(s->mask);
 }
 
-/* Publish the owned slice as buckets of bucket_elems floats into *out
- * (borrowed from the ring, which keeps the last KEEP_VERSIONS versions). */
+/* Publish the owned slice as buckets of bucket_elems values (floats, or
+ * bfloat16s with rl.bucket_dtype bf16) into *out (borrowed from the ring,
+ * which keeps the last KEEP_VERSIONS versions). */
 static int publish(learner_state *s, const rl_buckets **out)
 {
     int rc = mk_model_read_params(s->model, s->slice, s->off, s->len);
     if (rc) return rl_fail(MANTA_EINVAL, "kernels: %s", mk_last_error());
+    if (s->bucket_bf16) mk_f32_to_bf16_n(s->slice16, s->slice, s->len);
+    size_t es = s->bucket_bf16 ? sizeof(uint16_t) : sizeof(float);
     rl_buckets *pub = &s->pubs[s->pub_next];
     release_version(s->m, pub);
     s->pub_next = (s->pub_next + 1) % KEEP_VERSIONS;
     size_t o = 0;
     do { /* an empty slice still publishes one empty bucket */
         size_t n = s->len - o < s->bucket_elems ? s->len - o : s->bucket_elems;
-        const float *p = s->slice + o;
-        rl_bucket b = {.offset = (int64_t)(s->off + o), .count = (int64_t)n};
-        rc = manta_put(s->m, n ? (const void *)p : "", n * sizeof(float), &b.id);
+        const void *p =
+            s->bucket_bf16 ? (const void *)(s->slice16 + o) : (const void *)(s->slice + o);
+        rl_bucket b = {
+            .offset = (int64_t)(s->off + o), .count = (int64_t)n, .bf16 = s->bucket_bf16};
+        rc = manta_put(s->m, n ? p : "", n * es, &b.id);
         if (rc) return rc;
-        b.crc = manta_crc32c(0, p, n * sizeof(float));
+        b.crc = manta_crc32c(0, p, n * es);
         if ((rc = rl_buckets_push(pub, &b))) {
             manta_obj_release(s->m, &b.id);
             return rc;

@@ -218,6 +218,7 @@ typedef struct rl_bucket {
     manta_obj_id id;
     int64_t offset, count;
     uint32_t crc;
+    int bf16; /* the object holds count bfloat16s (rl.bucket_dtype bf16), else count floats */
     int has_share;
     unsigned char share[RL_SHARE_BYTES];
     char share_host[160];

@@ -127,11 +127,12 @@ static void pack_buckets(msgpack_packer *pk, const rl_buckets *b)
     msgpack_pack_array(pk, (size_t)b->n);
     for (int i = 0; i < b->n; i++) {
         const rl_bucket *x = &b->v[i];
-        msgpack_pack_map(pk, 4 + (x->has_share ? 1 : 0));
+        msgpack_pack_map(pk, 4 + (x->has_share ? 1 : 0) + (x->bf16 ? 1 : 0));
         rl_pack_kv_str(pk, "id", x->id.s);
         rl_pack_kv_int(pk, "offset", x->offset);
         rl_pack_kv_int(pk, "count", x->count);
         rl_pack_kv_int(pk, "crc", x->crc);
+        if (x->bf16) rl_pack_kv_str(pk, "dtype", "bf16"); /* absent: f32 */
         if (!x->has_share) continue;
         rl_pack_str(pk, "share");
         msgpack_pack_map(pk, 4);
@@ -179,6 +180,13 @@ static int read_buckets(const msgpack_object *arr, const char *msg, rl_buckets *
         if (!rc) rc = get_int(e, what, "count", &b.count);
         if (!rc) rc = get_int(e, what, "crc", &crc);
         if (!rc) rc = read_share(e, what, &b);
+        if (!rc && rl_mp_get(e, "dtype")) {
+            char dt[8];
+            rc = get_str(e, what, "dtype", dt, sizeof dt);
+            if (!rc && strcmp(dt, "bf16") && strcmp(dt, "f32"))
+                rc = rl_fail(MANTA_EINVAL, "%s.dtype: '%s': expected f32 or bf16", what, dt);
+            b.bf16 = !rc && !strcmp(dt, "bf16");
+        }
         if (rc) return rc;
         if (b.offset < 0 || b.count < 0 || crc < 0 || crc > UINT32_MAX)
             return rl_fail(MANTA_EINVAL, "%s: offset, count or crc out of range", what);

@@ -193,6 +193,13 @@ static const manta_spec_key rl_keys[] = {
      "needs model.device cuda and libmanta_nccl.so), auto (nccl when the learners run on cuda, "
      "there are 2 or more and libmanta_nccl.so loads; host otherwise)",
      NULL, NULL, 0},
+    {"bucket_dtype", S, 0, 0, "f32",
+     "what weight buckets carry: f32 (the learners' float parameters as they are), or bf16 "
+     "(each rounded to bfloat16, nearest even: half the bytes to publish, fetch and check, and "
+     "rollouts widen them back; for rollouts that decode with bf16_weights, whose products use "
+     "rounded weights anyway, the extra rounding is that of the embeddings, norms and biases). "
+     "Device-to-device copies (weight_sync auto) stay float",
+     NULL, NULL, 0},
     {"weight_sync", S, 0, 0, "auto",
      "how rollouts get new weights: buckets (host copies fetched as objects, from any machine), "
      "auto (also device to device, CUDA IPC, when a learner shard and a rollout are on cuda on "

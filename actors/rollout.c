@@ -385,19 +385,24 @@ static int load_weights(rollout_state *s, int64_t version, const rl_bucket *b, i
         s->weight_loads++;
         return 0;
     }
-    size_t total = 0;
+    size_t total = 0, bytes = 0;
     double t0 = rl_now_s();
     for (int i = 0; i < nb; i++) {
         void *data = NULL;
         size_t len = 0;
         int rc = manta_obj_get(s->m, &b[i].id, &data, &len, FETCH_TIMEOUT_MS);
+        size_t es = b[i].bf16 ? sizeof(uint16_t) : sizeof(float);
         if (rc || b[i].offset < 0 || (size_t)(b[i].offset + b[i].count) > s->n_params ||
-            len != (size_t)b[i].count * sizeof(float) || manta_crc32c(0, data, len) != b[i].crc) {
+            len != (size_t)b[i].count * es || manta_crc32c(0, data, len) != b[i].crc) {
             free(data);
             return load_failed(s, version, rc ? rc : MANTA_EPROTO, "bucket %s: %s", b[i].id.s,
                                rc ? manta_last_error() : "bad size or checksum");
         }
-        memcpy(s->wbuf + b[i].offset, data, len);
+        if (b[i].bf16) /* rl.bucket_dtype bf16: widened exactly */
+            mk_bf16_to_f32_n(s->wbuf + b[i].offset, data, (size_t)b[i].count);
+        else
+            memcpy(s->wbuf + b[i].offset, data, len);
+        bytes += len;
         total += (size_t)b[i].count;
         free(data);
     }
@@ -409,7 +414,7 @@ static int load_weights(rollout_state *s, int64_t version, const rl_bucket *b, i
     s->version = version;
     s->weight_loads++;
     manta_metric_observe(s->m, "weight_sync_seconds", "fetch", rl_now_s() - t0);
-    manta_metric_add(s->m, "weight_sync_bytes_total", "fetch", (double)total * sizeof(float));
+    manta_metric_add(s->m, "weight_sync_bytes_total", "fetch", (double)bytes);
     return 0;
 }
 

@@ -545,6 +545,9 @@ float mk_bf16_to_f32(uint16_t h);
 float mk_f16_to_f32(uint16_t h);
 uint16_t mk_f32_to_bf16(float x);
 uint16_t mk_f32_to_f16(float x);
+/* The same over n values (as fast as a loop of inline code: no call per value). */
+void mk_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
+void mk_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);
 
 /* ---- GGUF files ----------------------------------------------------------- */
 

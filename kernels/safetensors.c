@@ -427,6 +427,16 @@ uint16_t mk_f32_to_bf16(float x)
     return (uint16_t)(u >> 16);
 }
 
+void mk_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dst[i] = mk__f32_to_bf16(src[i]);
+}
+
+void mk_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dst[i] = mk__bf16_to_f32(src[i]);
+}
+
 uint16_t mk_f32_to_f16(float x)
 {
     uint32_t u;

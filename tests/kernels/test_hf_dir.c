@@ -258,6 +258,17 @@ static void test_conversions(void **state)
     assert_int_equal(mk_f32_to_bf16(1e-45f), 0x0000);             /* float subnormal */
     assert_true(isnan(mk_bf16_to_f32(mk_f32_to_bf16(NAN))));
     assert_true(isnan(mk_f16_to_f32(mk_f32_to_f16(NAN))));
+    /* the bulk forms agree with the scalar ones value by value, nan and ties included */
+    float xs[7] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 3.4028235e38f, 1e-45f, NAN, -2.5f, 0.1f};
+    uint16_t hs[7];
+    float back[7];
+    mk_f32_to_bf16_n(hs, xs, 7);
+    mk_bf16_to_f32_n(back, hs, 7);
+    for (int i = 0; i < 7; i++) {
+        assert_int_equal(hs[i], mk_f32_to_bf16(xs[i]));
+        float w = mk_bf16_to_f32(hs[i]);
+        assert_memory_equal(&back[i], &w, sizeof w);
+    }
 }
 
 /* ---- config.json as transformers reads it --------------------------------- */

@@ -7,7 +7,9 @@
  *                        drained and rollout-1 killed while it runs: their
  *                        episodes come back): reward rises, held-out
  *                        success rises, the ledger balances, versions never
- *                        go backwards, observation tokens have loss mask 0.
+ *                        go backwards, observation tokens have loss mask 0;
+ *                        its weights go to the rollouts as bfloat16
+ *                        buckets (rl.bucket_dtype bf16).
  *   test_rl_e2e sync     eta = 0: every trained token was sampled by the
  *                        version being trained (staleness 0), nothing dropped
  *                        as stale.
@@ -163,16 +165,12 @@ static void test_e2e(void **st)
     snprintf(eta, sizeof eta, "rl.eta=%d", sync_mode ? 0 : 2);
     const char *sets[] = {"task.train=" SOURCE_DIR "/examples/calc/train.jsonl",
                           "task.heldout=" SOURCE_DIR "/examples/calc/heldout.jsonl",
-                          "task.demos=" SOURCE_DIR "/examples/calc/demos.jsonl",
-                          url,
-                          dir,
-                          eta,
-                          "rl.max_versions=150",
-                          "rl.max_time_s=90",
-                          "rl.eval_every=0",
-                          "rl.stop_at=2",
-                          "rl.eval_problems=100",
-                          sync_mode ? "rl.max_versions=8" : "rl.warmup_steps=70"};
+                          "task.demos=" SOURCE_DIR "/examples/calc/demos.jsonl", url, dir, eta,
+                          "rl.max_versions=150", "rl.max_time_s=90", "rl.eval_every=0",
+                          "rl.stop_at=2", "rl.eval_problems=100",
+                          sync_mode ? "rl.max_versions=8" : "rl.warmup_steps=70",
+                          /* the learning run's rollouts take their weights as bfloat16 */
+                          sync_mode ? "rl.bucket_dtype=f32" : "rl.bucket_dtype=bf16"};
     int stage = sync_mode ? 3 : 0;
     manta_spec_errors errs;
     manta_spec_errors_init(&errs);

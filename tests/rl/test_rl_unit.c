@@ -299,6 +299,7 @@ static void test_admit_codec(void **st)
     for (int i = 0; i < RL_SHARE_BYTES; i++) b[1].share[i] = (unsigned char)(i * 7 + 1);
     snprintf(b[1].share_host, sizeof b[1].share_host, "box/boot/1.2");
     b[1].share_seq = 12, b[1].share_off = 40;
+    b[1].bf16 = 1; /* rl.bucket_dtype bf16 */
     rl_admit_ep eps[2] = {{5, 0, 2, 0, "12*3=?", "36"}, {6, -1, 0, 1, "", "x"}};
     rl_admit_reply r = {.version = 3,
                         .stop = 1,
@@ -322,6 +323,8 @@ static void test_admit_codec(void **st)
     assert_string_equal(r2.buckets.v[1].share_host, "box/boot/1.2");
     assert_int_equal(r2.buckets.v[1].share_seq, 12);
     assert_int_equal(r2.buckets.v[1].share_off, 40);
+    assert_int_equal(r2.buckets.v[0].bf16, 0);
+    assert_int_equal(r2.buckets.v[1].bf16, 1);
     assert_int_equal(r2.n_eps, 2);
     assert_string_equal(r2.eps[0].text, "12*3=?");
     assert_string_equal(r2.eps[0].reference, "36");
@@ -385,6 +388,21 @@ static void test_admit_codec(void **st)
     assert_int_equal(rl_admit_reply_decode(&r2, m.sb.data, m.sb.size), MANTA_EINVAL);
     assert_string_equal(rl_last_error(),
                         "admit reply.buckets[0].share.handle: expected 64 bytes of bin");
+    assert_null(r2.buckets.v);
+    msgpack_sbuffer_destroy(&m.sb);
+    /* a dtype the rollout cannot read */
+    pk = mp_begin(&m, 4);
+    key(pk, "version"), msgpack_pack_int(pk, 1);
+    key(pk, "stop"), msgpack_pack_int(pk, 0);
+    key(pk, "episodes"), msgpack_pack_array(pk, 0);
+    key(pk, "buckets"), msgpack_pack_array(pk, 1);
+    msgpack_pack_map(pk, 5);
+    key(pk, "id"), key(pk, "o"), key(pk, "offset"), msgpack_pack_int(pk, 0);
+    key(pk, "count"), msgpack_pack_int(pk, 1), key(pk, "crc"), msgpack_pack_int(pk, 7);
+    key(pk, "dtype"), key(pk, "f16");
+    assert_int_equal(rl_admit_reply_decode(&r2, m.sb.data, m.sb.size), MANTA_EINVAL);
+    assert_string_equal(rl_last_error(),
+                        "admit reply.buckets[0].dtype: 'f16': expected f32 or bf16");
     assert_null(r2.buckets.v);
     msgpack_sbuffer_destroy(&m.sb);
 }
