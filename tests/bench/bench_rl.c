@@ -16,7 +16,10 @@
  *      learners' default), fetched by another process with manta_obj_get,
  *      each checked with CRC32C and assembled, as a rollout does; against a
  *      raw ZeroMQ REQ/REP transfer of the same 16 MiB between the same two
- *      processes (copied out and checked the same way).
+ *      processes (copied out and checked the same way); and (d') the same 4M
+ *      parameters as bfloat16 buckets (rl.bucket_dtype bf16: 8 MiB, each
+ *      value widened as the rollout does), in parameters/s, against the
+ *      float buckets.
  *
  * Every configuration runs in a fresh child process (its own runtime, its
  * own embedded Redis, its own calc server) started as `bench_rl --one ...`;
@@ -27,6 +30,7 @@
 #include <manta_actors.h>
 #include <manta_collective.h>
 #include <manta_job.h>
+#include <manta_kernels.h>
 
 #include <cjson/cJSON.h>
 #include <msgpack.h>
@@ -57,6 +61,7 @@ typedef struct fetch_req {
     char endpoint[128];
     int64_t bytes; /* in all */
     uint32_t crc;  /* of all */
+    int bf16;      /* the buckets hold bfloat16s, widened to floats as they arrive */
 } fetch_req;
 
 /* What a rollout does: fetch every bucket, check each CRC32C, assemble. */
@@ -65,7 +70,8 @@ static int m_fetch(manta_req *c, void *st, const void *arg, size_t len)
     fetch_req r;
     if (len != sizeof r) return MANTA_EINVAL;
     memcpy(&r, arg, sizeof r);
-    char *all = malloc((size_t)r.bytes);
+    size_t total = (size_t)r.bytes * (r.bf16 ? 2 : 1); /* of floats assembled */
+    char *all = malloc(total);
     if (!all) return MANTA_ENOMEM;
     double t0 = now_s();
     size_t at = 0;
@@ -80,7 +86,11 @@ static int m_fetch(manta_req *c, void *st, const void *arg, size_t len)
             return manta_reply_error(c, rc, "fetch: %s", manta_last_error());
         }
         int ok = at + n <= (size_t)r.bytes && manta_crc32c(0, data, n) == r.bucket_crc[b];
-        if (ok) memcpy(all + at, data, n), at += n;
+        if (ok && r.bf16)
+            mk_bf16_to_f32_n((float *)(void *)(all + 2 * at), data, n / 2);
+        else if (ok)
+            memcpy(all + at, data, n);
+        at += ok ? n : 0;
         free(data);
         if (!ok) {
             free(all);
@@ -171,6 +181,18 @@ static int one_sync(manta_ctx *m, size_t bytes, int rounds)
         snprintf(r.id[b], sizeof r.id[b], "%s", ids[b].s);
         r.bucket_crc[b] = manta_crc32c(0, (char *)buf + b * per, per);
     }
+    /* the same parameters as bfloat16 buckets (rl.bucket_dtype bf16) */
+    fetch_req r16 = r;
+    r16.bf16 = 1;
+    r16.bytes = (int64_t)bytes / 2;
+    uint16_t *b16 = malloc(bytes / 2);
+    mk_f32_to_bf16_n(b16, buf, bytes / 4);
+    manta_obj_id ids16[SYNC_BUCKETS];
+    for (int b = 0; b < SYNC_BUCKETS; b++) {
+        if (manta_put(m, (char *)b16 + b * per / 2, per / 2, &ids16[b])) return 1;
+        snprintf(r16.id[b], sizeof r16.id[b], "%s", ids16[b].s);
+        r16.bucket_crc[b] = manta_crc32c(0, (char *)b16 + b * per / 2, per / 2);
+    }
     raw_server rs = {.buf = buf, .len = bytes, .rounds = rounds};
     rs.zc = zmq_ctx_new();
     rs.sock = zmq_socket(rs.zc, ZMQ_REP);
@@ -178,10 +200,17 @@ static int one_sync(manta_ctx *m, size_t bytes, int rounds)
     zmq_bind(rs.sock, r.endpoint);
     pthread_t th;
     pthread_create(&th, NULL, raw_thread, &rs);
-    double tm[64], tr[64];
+    double tm[64], tr[64], t16[64];
     for (int i = 0; i < rounds; i++) {
         const void *d;
         size_t n;
+        manta_future *f16 = manta_call_timeout(m, f, "fetch", &r16, sizeof r16, 60000);
+        if (manta_get(f16, -1, &d, &n) || n != sizeof(double)) {
+            fprintf(stderr, "fetch bf16: %s\n", manta_future_error(f16));
+            return 1;
+        }
+        memcpy(&t16[i], d, sizeof(double));
+        manta_future_free(f16);
         manta_future *fu = manta_call_timeout(m, f, "fetch", &r, sizeof r, 60000);
         if (manta_get(fu, -1, &d, &n) || n != sizeof(double)) {
             fprintf(stderr, "fetch: %s\n", manta_future_error(fu));
@@ -204,11 +233,15 @@ static int one_sync(manta_ctx *m, size_t bytes, int rounds)
     snprintf(path, sizeof path, "/tmp/bench-rl-%d.ipc", (int)getpid());
     unlink(path);
     for (int b = 0; b < SYNC_BUCKETS; b++) manta_obj_release(m, &ids[b]);
-    free(buf);
+    for (int b = 0; b < SYNC_BUCKETS; b++) manta_obj_release(m, &ids16[b]);
+    free(buf), free(b16);
     qsort(tm, (size_t)rounds, sizeof *tm, cmp_d);
     qsort(tr, (size_t)rounds, sizeof *tr, cmp_d);
-    double mb = bytes / 1e6;
-    printf("{\"manta_MBps\":%.1f,\"raw_MBps\":%.1f}\n", mb / tm[rounds / 2], mb / tr[rounds / 2]);
+    qsort(t16, (size_t)rounds, sizeof *t16, cmp_d);
+    double mb = bytes / 1e6, mp = bytes / 4 / 1e6;
+    printf("{\"manta_MBps\":%.1f,\"raw_MBps\":%.1f,\"f32_Mparams_s\":%.1f,"
+           "\"bf16_Mparams_s\":%.1f}\n",
+           mb / tm[rounds / 2], mb / tr[rounds / 2], mp / tm[rounds / 2], mp / t16[rounds / 2]);
     return 0;
 }
 
@@ -386,6 +419,8 @@ int main(int argc, char **argv)
         cJSON *j = run_child(self, args);
         figure("rl_weight_sync_bandwidth_16MiB", j ? jnum(j, "manta_MBps", NULL) : -1, "MB/s",
                j ? jnum(j, "raw_MBps", NULL) : -1);
+        figure("rl_weight_sync_bf16_buckets_4M_params", j ? jnum(j, "bf16_Mparams_s", NULL) : -1,
+               "Mparams/s", j ? jnum(j, "f32_Mparams_s", NULL) : -1);
         cJSON_Delete(j);
     }
     return 0;
