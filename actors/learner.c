@@ -257,7 +257,8 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
         (size_t)(bucket_mb * (1 << 20) / (s->bucket_bf16 ? sizeof(uint16_t) : sizeof(float)));
     if (s->bucket_elems < 1024) s->bucket_elems = 1024; /* tiny buckets only cost round trips */
     s->block = s->ms.max_seq;
-    if ((rc = rl_model_open(&s->ms, s->micro, s->block, 0, &s->model))) {
+    unsigned flags = s->ms.bf16_train ? MK_MODEL_BF16_TRAIN : 0u;
+    if ((rc = rl_model_open(&s->ms, s->micro, s->block, flags, &s->model))) {
         rl_log(m, "learner: %s", rl_last_error());
         return rc;
     }
@@ -299,9 +300,12 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
     char what[600];
     rl_log(m,
            "learner %d/%d: %s, %zu params, slice [%zu, %zu), batch %d x %d in micro-batches of "
-           "%d, checkpoints %s, weight buckets of %s, collective %s",
+           "%d%s, checkpoints %s, weight buckets of %s, collective %s",
            s->rank, s->world, rl_model_describe(&s->ms, what, sizeof what), s->n_params, s->off,
-           s->off + s->len, s->max_batch, s->block, s->micro, rl_dtype_name(s->ms.dtype),
+           s->off + s->len, s->max_batch, s->block, s->micro,
+           s->ms.bf16_train ? ", mixed precision (bfloat16 weights, products and product inputs)"
+                            : "",
+           rl_dtype_name(s->ms.dtype),
            s->bucket_bf16 ? "bfloat16s" : "floats",
            !s->nccl        ? (s->staged ? "host (gradients and parameters staged through host "
                                           "memory)"

@@ -359,6 +359,11 @@ void rl_model_read(rl_args *a, rl_model_spec *ms)
                      "multiplies the bfloat16 weight copies: it needs bf16_weights, which is "
                      "set false");
     if (ms->bf16_products) ms->bf16_weights = 1;
+    const msgpack_object *bt = rl_arg_get(a, "model", "bf16_train");
+    if (bt && bt->type == MSGPACK_OBJECT_BOOLEAN)
+        ms->bf16_train = bt->via.boolean;
+    else if (bt && !a->rc)
+        rl_arg_error(a, "model", "bf16_train", "expected true or false");
     char kv[16];
     rl_arg_str(a, "model", "kv_cache", kv, sizeof kv, "f32");
     ms->bf16_kv = !strcmp(kv, "bf16");

@@ -70,6 +70,15 @@ static const manta_spec_key model_keys[] = {
      "differ from the learner's float recomputation by the weights' rounding, which the "
      "importance ratios absorb",
      NULL, NULL, 0},
+    {"bf16_train", B, 0, 0, "false",
+     "learners train in mixed precision with bfloat16 storage (the kernels' "
+     "MK_MODEL_BF16_TRAIN): the product weights are used as bfloat16 copies remade from the "
+     "float master weights after each step, the products' inputs are kept for the backward "
+     "pass in bfloat16 only (half their memory), and every product multiplies bfloat16 "
+     "operands with float sums, forward and backward, as PyTorch's autocast does; gradients, "
+     "AdamW state, norms, attention and the loss stay float.  On cuda, cuBLAS bfloat16 GEMMs "
+     "on the tensor cores; on the CPU the same numerics, slower than float",
+     NULL, NULL, 0},
     {"bf16_products", B, 0, 0, "false",
      "rollouts' products also round their activations to bfloat16 and sum the bfloat16 "
      "products in float (the kernels' MK_MODEL_BF16_PRODUCTS, as PyTorch's bfloat16 models "
@@ -199,7 +208,7 @@ static const manta_spec_key rl_keys[] = {
      "rollouts widen them back; for rollouts that decode with bf16_weights, whose products use "
      "rounded weights anyway, the extra rounding is that of the embeddings, norms and biases). "
      "Device-to-device copies (weight_sync auto) stay float",
-     NULL, NULL, 0},
+     "f32|bf16", NULL, 0},
     {"weight_sync", S, 0, 0, "auto",
      "how rollouts get new weights: buckets (host copies fetched as objects, from any machine), "
      "auto (also device to device, CUDA IPC, when a learner shard and a rollout are on cuda on "

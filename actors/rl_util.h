@@ -168,6 +168,7 @@ typedef struct rl_model_spec {
     int bf16_weights;      /* model.bf16_weights: rollouts decode with bfloat16 copies */
     int bf16_products;     /* model.bf16_products: ... and round activations too */
     int bf16_kv;           /* model.kv_cache bf16: rollouts' KV caches in bfloat16 */
+    int bf16_train;        /* model.bf16_train: learners train with bfloat16 storage */
     int math;              /* model.matmul: an mk_math (CUDA's products) */
 } rl_model_spec;
 
