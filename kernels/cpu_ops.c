@@ -1005,6 +1005,66 @@ static void mm_bwd(float *dinp, float *dw, float *dbias, const float *dout, cons
     }
 }
 
+/* ---- bfloat16 training products (MK_MODEL_BF16_TRAIN) --------------------- */
+
+static void round_bf16(uint16_t *dst, const float *src, size_t n)
+{
+#pragma omp parallel for num_threads(n_threads) schedule(static) if (n > PAR_MIN)
+    for (size_t i = 0; i < n; i++) dst[i] = mk__f32_to_bf16(src[i]);
+}
+
+/* n bfloat16 values widened (exactly) into a new float array; aborts when out of memory, as
+ * the ops cannot fail */
+static float *widen(const uint16_t *src, size_t n)
+{
+    float *f = malloc((n ? n : 1) * sizeof(float));
+    if (!f) mk__die(__FILE__, __LINE__, "out of memory widening bfloat16 operands", NULL);
+#pragma omp parallel for num_threads(n_threads) schedule(static) if (n > PAR_MIN)
+    for (size_t i = 0; i < n; i++) f[i] = mk__bf16_to_f32(src[i]);
+    return f;
+}
+
+/* The reference: both operands widened to float (exact), then the float products of mm_fwd and
+ * head_fwd.  A product of two bfloat16 values is exact in float, so this differs from tensor
+ * cores only in the order of the float sums. */
+static void mm_fwd_bb(float *out, const uint16_t *inp, const uint16_t *w, const float *bias, int R,
+                      int IC, int OC, int wt)
+{
+    if (R == 0 || OC == 0) return;
+    float *x = widen(inp, (size_t)R * IC), *wf = widen(w, (size_t)IC * OC);
+    float beta = 0.0f;
+    if (bias) {
+        for (int r = 0; r < R; r++) memcpy(out + (size_t)r * OC, bias, sizeof(float) * OC);
+        beta = 1.0f;
+    }
+    gemm(0, wt, R, OC, IC, 1.0f, x, IC, wf, wt ? IC : OC, beta, out, OC);
+    free(x);
+    free(wf);
+}
+
+static void mm_bwd_bb(float *dinp, float *dw, float *dbias, uint16_t *dout16, const float *dout,
+                      const uint16_t *inp, const uint16_t *w, int R, int IC, int OC, int wt)
+{
+    if (R == 0) return;
+    round_bf16(dout16, dout, (size_t)R * OC);
+    float *d = widen(dout16, (size_t)R * OC), *x = widen(inp, (size_t)R * IC);
+    float *wf = widen(w, (size_t)IC * OC);
+    /* dinp = d w^T: w [IC,OC] read transposed, or [OC,IC] as it is */
+    gemm(0, !wt, R, IC, OC, 1.0f, d, OC, wf, wt ? IC : OC, 0.0f, dinp, IC);
+    if (wt) /* dw [OC,IC] += d^T x */
+        gemm(1, 0, OC, IC, R, 1.0f, d, OC, x, IC, 1.0f, dw, IC);
+    else /* dw [IC,OC] += x^T d */
+        gemm(1, 0, IC, OC, R, 1.0f, x, IC, d, OC, 1.0f, dw, OC);
+    if (dbias)
+        for (int r = 0; r < R; r++) {
+            const float *dr = dout + (size_t)r * OC;
+            for (int c = 0; c < OC; c++) dbias[c] += dr[c];
+        }
+    free(d);
+    free(x);
+    free(wf);
+}
+
 /* Logits of vocabulary rows [v0, v1) for R rows of inp: each embedding row is read once and
  * dotted with every input row (which stay in cache). */
 MK_CLONES static void head_rows(float *logits, const float *inp, const float *wte, int R, int C,
@@ -1772,6 +1832,9 @@ const mk_backend mk__cpu_backend = {
     .add_norm_fwd = add_norm_fwd,
     .kv_store_bf16 = kv_store_bf16,
     .attn_decode_bf16 = attn_decode_bf16,
+    .round_bf16 = round_bf16,
+    .mm_fwd_bb = mm_fwd_bb,
+    .mm_bwd_bb = mm_bwd_bb,
 };
 
 const mk_backend *mk_backend_cpu(void)
