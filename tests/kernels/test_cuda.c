@@ -1297,6 +1297,10 @@ static void test_model_bf16_train(void **state)
     const mk_config g2 = {
         .n_layer = 2, .n_head = 3, .n_embd = 36, .block_size = 32, .vocab_size = 67};
     check_bf16_train(&g2);
+    /* a vocabulary wider than every block product: the head's backward in passes of 6 rows */
+    const mk_config wide = {
+        .n_layer = 1, .n_head = 2, .n_embd = 12, .block_size = 32, .vocab_size = 331};
+    check_bf16_train(&wide);
     for (size_t i = 0; i < sizeof family_cfgs / sizeof family_cfgs[0]; i++)
         check_bf16_train(&family_cfgs[i]);
 }
