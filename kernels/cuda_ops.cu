@@ -685,7 +685,7 @@ static void gemm_bb(cublasOperation_t oa, cublasOperation_t ob, int m, int n, in
 }
 
 static void mm_fwd_bb(float *out, const uint16_t *inp, const uint16_t *w, const float *bias, int R,
-                      int IC, int OC, int wt)
+                      int IC, int OC, int wt, void *)
 {
     if (R == 0 || OC == 0) return;
     float beta = 0.0f;
@@ -701,7 +701,7 @@ static void mm_fwd_bb(float *out, const uint16_t *inp, const uint16_t *w, const 
 }
 
 static void mm_bwd_bb(float *dinp, float *dw, float *dbias, uint16_t *dout16, const float *dout,
-                      const uint16_t *inp, const uint16_t *w, int R, int IC, int OC, int wt)
+                      const uint16_t *inp, const uint16_t *w, int R, int IC, int OC, int wt, void *)
 {
     if (R == 0) return;
     round_bf16(dout16, dout, (size_t)R * OC);
@@ -1328,6 +1328,7 @@ static const mk_backend cuda_backend = {
     ipc_export, ipc_open, ipc_close,
     1, /* att_rows_only: the fused attention (cuda_attn.cu) */
     round_bf16, mm_fwd_bb, mm_bwd_bb,
+    0, /* bb_scratch_k: cuBLAS multiplies the bfloat16 operands as they are */
 };
 /* clang-format on */
 

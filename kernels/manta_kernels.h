@@ -205,7 +205,10 @@ enum {
      * The activations that are inputs of those products and are kept for the backward pass
      * (each block's two norm outputs, its attention output and its MLP's hidden activation,
      * and the final norm's output) are kept only in bfloat16: half the bytes of those five
-     * (mk_model_activation_bytes), for one float layer of scratch.  Each product multiplies the
+     * (mk_model_activation_bytes), for one layer of float scratch (and on the CPU a scratch of
+     * the products' operands widened to float, 64 inner terms at a time: B T + the widest input
+     * + the widest output, vocabulary included, times 64 floats).  The bfloat16 copies cost 2
+     * bytes per product weight beside the parameters.  Each product multiplies the
      * bfloat16 operands and sums in float (float bias and output); its backward rounds the
      * output gradient to bfloat16 for both products (input gradient and weight gradient, the
      * latter added into the float gradients) and sums the bias gradient from the float one:

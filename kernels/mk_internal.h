@@ -233,20 +233,25 @@ struct mk__backend {
     int att_rows_only;
 
     /* Mixed-precision training (MK_MODEL_BF16_TRAIN); all three or none (NULL: not offered).
-     * Every array row-major in the back-end's memory. */
+     * Every array row-major in the back-end's memory.  scratch: bb_scratch_k (R + IC + OC)
+     * floats of the back-end's memory (NULL when bb_scratch_k is 0). */
     /* dst[n] = src[n] rounded to bfloat16 (nearest even, nan kept quiet: mk__f32_to_bf16) */
     void (*round_bf16)(uint16_t *dst, const float *src, size_t n);
     /* out[R,OC] = inp[R,IC] w + bias[OC] (bias may be NULL) with inp and w in bfloat16: the
      * products (exact in float) summed in float, as tensor cores do.  w is [IC,OC] (wt 0), or
      * [OC,IC] (wt 1: the head's [V,C], logits = inp w^T). */
     void (*mm_fwd_bb)(float *out, const uint16_t *inp, const uint16_t *w, const float *bias, int R,
-                      int IC, int OC, int wt);
+                      int IC, int OC, int wt, void *scratch);
     /* The backward of mm_fwd_bb with dout rounded to bfloat16 for both products (PyTorch
      * autocast's numerics): dout16[R,OC] = round_bf16(dout) (an output: scratch that the op
      * fills); dinp[R,IC] = dout16 w^T (overwrites); dw += inp^T dout16, in w's layout ([IC,OC],
      * or [OC,IC] with wt); dbias[OC] += the column sums of the float dout (may be NULL). */
     void (*mm_bwd_bb)(float *dinp, float *dw, float *dbias, uint16_t *dout16, const float *dout,
-                      const uint16_t *inp, const uint16_t *w, int R, int IC, int OC, int wt);
+                      const uint16_t *inp, const uint16_t *w, int R, int IC, int OC, int wt,
+                      void *scratch);
+    /* the scratch mm_fwd_bb and mm_bwd_bb take, per row, input and output column (the CPU's:
+     * the operands widened to float a block of that many inner terms at a time); 0: none */
+    int bb_scratch_k;
 };
 
 extern const mk_backend mk__cpu_backend;
@@ -391,6 +396,8 @@ enum {
                 * [B,NH,T] with att_rows_only */
     MK_G_B16,  /* MK_MODEL_BF16_TRAIN only (else empty): [B,T,max(C,A,H)] floats in the forward
                 * pass, [B,T,max(W,C,F)] bfloat16 values in the backward pass */
+    MK_G_BB,   /* MK_MODEL_BF16_TRAIN only: the scratch of mm_fwd_bb and mm_bwd_bb, bb_scratch_k
+                * (B T + max(C,A,H) + max(W,C,F,V)) floats (none on CUDA) */
     MK_G_N
 };
 

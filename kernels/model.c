@@ -485,10 +485,12 @@ static void gact_sizes(const mk_config *c, const mk_backend *be, int B, int T, i
     s[MK_G_ATT] = B * NH * att_per_head(be, T);
     /* one layer's float outputs of the kept activations' producers (forward), or the rounded
      * output gradients (backward) */
-    s[MK_G_B16] = 0;
+    s[MK_G_B16] = s[MK_G_BB] = 0;
     if (bf16) {
         size_t fwd = R * max3(C, A, H), bwd = halves(b16_scratch(c, B, T));
         s[MK_G_B16] = fwd > bwd ? fwd : bwd;
+        size_t OC = max3(W, C, F) > (size_t)c->vocab_size ? max3(W, C, F) : (size_t)c->vocab_size;
+        s[MK_G_BB] = (size_t)be->bb_scratch_k * (R + max3(C, A, H) + OC);
     }
 }
 
@@ -1079,6 +1081,12 @@ static void keep16(const mk_model *m, uint16_t *dst, const float *src, size_t n)
     if (m->bf16_train) m->be->round_bf16(dst, src, n);
 }
 
+/* The scratch of mm_fwd_bb and mm_bwd_bb (NULL: the back-end takes none) */
+static void *bb_scratch(const mk_model *m)
+{
+    return m->be->bb_scratch_k ? m->gact[MK_G_BB] : NULL;
+}
+
 /* The bfloat16 copy of weight tensor i (MK_MODEL_BF16_TRAIN) */
 static const uint16_t *w16(const mk_model *m, int i)
 {
@@ -1091,7 +1099,7 @@ static void prod_fwd(const mk_model *m, float *out, const float *inp, const uint
                      const float *bias, int R, int IC, int OC)
 {
     if (m->bf16_train)
-        m->be->mm_fwd_bb(out, inp16, w16(m, i), bias, R, IC, OC, 0);
+        m->be->mm_fwd_bb(out, inp16, w16(m, i), bias, R, IC, OC, 0, bb_scratch(m));
     else
         m->be->mm_fwd(out, inp, P(i), bias, R, IC, OC);
 }
@@ -1102,7 +1110,7 @@ static void prod_bwd(const mk_model *m, float *dinp, float *dbias, const float *
 {
     if (m->bf16_train)
         m->be->mm_bwd_bb(dinp, G(i), dbias, (uint16_t *)(void *)m->gact[MK_G_B16], dout, inp16,
-                         w16(m, i), R, IC, OC, 0);
+                         w16(m, i), R, IC, OC, 0, bb_scratch(m));
     else
         m->be->mm_bwd(dinp, G(i), dbias, dout, inp, P(i), R, IC, OC);
 }
@@ -1118,9 +1126,10 @@ static void head_bwd_bb(const mk_model *m, int R)
     const uint16_t *lnf = (const uint16_t *)(const void *)m->act[MK_ACT_LNF];
     for (int r0 = 0; r0 < R; r0 += step) {
         int n = R - r0 < step ? R - r0 : step;
-        m->be->mm_bwd_bb(
-            m->gact[MK_G_LN] + (size_t)r0 * C, G(ht), NULL, (uint16_t *)(void *)m->gact[MK_G_B16],
-            m->act[MK_ACT_DLOGITS] + (size_t)r0 * V, lnf + (size_t)r0 * C, w16(m, ht), n, C, V, 1);
+        m->be->mm_bwd_bb(m->gact[MK_G_LN] + (size_t)r0 * C, G(ht), NULL,
+                         (uint16_t *)(void *)m->gact[MK_G_B16],
+                         m->act[MK_ACT_DLOGITS] + (size_t)r0 * V, lnf + (size_t)r0 * C, w16(m, ht),
+                         n, C, V, 1, bb_scratch(m));
     }
 }
 
@@ -1205,7 +1214,7 @@ int mk_forward(mk_model *m, const int *tokens, int B, int T)
     }
     int ht = mk__head_tensor(m);
     if (b16)
-        be->mm_fwd_bb(a[MK_ACT_LOGITS], lnfh, w16(m, ht), NULL, (int)R, C, V, 1);
+        be->mm_fwd_bb(a[MK_ACT_LOGITS], lnfh, w16(m, ht), NULL, (int)R, C, V, 1, bb_scratch(m));
     else
         be->head_fwd(a[MK_ACT_LOGITS], lnf, P(ht), (int)R, C, V);
     return MK_OK;

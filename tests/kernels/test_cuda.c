@@ -1171,7 +1171,8 @@ static void test_bf16_train_ops(void **state)
     NEED_GPU();
     mk_rng r;
     mk_rng_seed(&r, 23);
-    const int bb[][3] = {{1, 37, 5}, {37, 19, 41}, {64, 48, 144}, {130, 33, 17}, {0, 8, 16}};
+    const int bb[][3] = {{1, 37, 5},    {37, 19, 41},  {64, 48, 144},
+                         {130, 33, 17}, {70, 150, 90}, {0, 8, 16}};
     for (size_t s = 0; s < sizeof bb / sizeof bb[0]; s++)
         for (int wt = 0; wt < 2; wt++) {
             int NR = bb[s][0], IC = bb[s][1], OC = bb[s][2], wb = (int)(s + wt) % 2;
@@ -1186,12 +1187,19 @@ static void test_bf16_train_ops(void **state)
             cpu->round_bf16(wh, w.h, nw), gpu->round_bf16(wd, w.d, nw);
             cmp16(xd, xh, nx, "round_bf16 activations");
             cmp16(wd, wh, nw, "round_bf16 weights");
-            cpu->mm_fwd_bb(out.h, xh, wh, wb ? bias.h : NULL, NR, IC, OC, wt);
-            gpu->mm_fwd_bb(out.d, xd, wd, wb ? bias.d : NULL, NR, IC, OC, wt);
+            /* each back-end's scratch */
+            size_t nsc = (size_t)cpu->bb_scratch_k * (NR + IC + OC) + 1,
+                   nsg = (size_t)gpu->bb_scratch_k * (NR + IC + OC);
+            float *sc = malloc(nsc * 4), *sg = nsg ? dev(NULL, nsg * 4) : NULL;
+            assert_non_null(sc);
+            cpu->mm_fwd_bb(out.h, xh, wh, wb ? bias.h : NULL, NR, IC, OC, wt, sc);
+            gpu->mm_fwd_bb(out.d, xd, wd, wb ? bias.d : NULL, NR, IC, OC, wt, sg);
             snprintf(l, sizeof l, "mm_fwd_bb R=%d IC=%d OC=%d wt=%d bias=%d", NR, IC, OC, wt, wb);
             CMP(out, 2e-5, 1e-5, l);
-            cpu->mm_bwd_bb(dinp.h, dw.h, wb ? db.h : NULL, dh, dout.h, xh, wh, NR, IC, OC, wt);
-            gpu->mm_bwd_bb(dinp.d, dw.d, wb ? db.d : NULL, dd, dout.d, xd, wd, NR, IC, OC, wt);
+            cpu->mm_bwd_bb(dinp.h, dw.h, wb ? db.h : NULL, dh, dout.h, xh, wh, NR, IC, OC, wt, sc);
+            gpu->mm_bwd_bb(dinp.d, dw.d, wb ? db.d : NULL, dd, dout.d, xd, wd, NR, IC, OC, wt, sg);
+            free(sc);
+            if (sg) gpu->release(sg);
             if (NR) cmp16(dd, dh, (size_t)NR * OC, "mm_bwd_bb dout16");
             snprintf(l, sizeof l, "mm_bwd_bb dinp R=%d IC=%d OC=%d wt=%d", NR, IC, OC, wt);
             CMP(dinp, 2e-5, 1e-5, l);
