@@ -406,7 +406,7 @@ static void check_model(const mk_config *cfg)
     float *pp = mk_model_params(mb); /* host memory on the CPU */
     for (size_t i = 0; i < P; i++) pp[i] *= 0.8f;
     check_fresh(mb, &b, "writing through mk_model_params");
-    (void)logits_of(mb, &b); /* copies made: stale no more */
+    free(logits_of(mb, &b)); /* copies made: stale no more */
     mk_zero_grad(mb);
     fwd_loss(mb, &b);
     assert_mk_ok(mk_backward(mb));
