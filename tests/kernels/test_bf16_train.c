@@ -25,6 +25,8 @@
  *     bit) those of a new model with the flag given the same parameters: every way to change
  *     the parameters remakes the bfloat16 copies;
  *   - decoders of such a model use the float parameters (equal to the float model's decoder).
+ * The loaders (mk_load_dir_ex with the flag, Llama 3 and a BF16 Qwen3 folder; mk_load into a
+ * model whose copies were made from other weights) leave copies of the loaded weights.
  * Memory: with twelve layers of each, mk_model_activation_bytes is lower than the float model's
  * by at least the halving of the five kept activations less one layer of float scratch and the
  * CPU's product scratch.  The products allocate nothing (test_alloc).
@@ -227,6 +229,7 @@ enum { MB = 3, MT = 19 };
 
 typedef struct batch {
     int tokens[MB * MT], targets[MB * MT];
+    int T; /* the forward's sequence length, MT unless a model is shorter */
 } batch;
 
 static void make_batch(batch *b, int V, uint64_t seed)
@@ -236,22 +239,23 @@ static void make_batch(batch *b, int V, uint64_t seed)
     for (int i = 0; i < MB * MT; i++) b->tokens[i] = (int)(mk_rng_next(&r) % (uint64_t)V);
     /* a learnable rule: the next token is a function of this one */
     for (int i = 0; i < MB * MT; i++) b->targets[i] = (b->tokens[i] * 7 + 3) % V;
+    b->T = MT;
 }
 
 static float fwd_loss(mk_model *m, const batch *b)
 {
     float loss;
-    assert_mk_ok(mk_forward(m, b->tokens, MB, MT));
+    assert_mk_ok(mk_forward(m, b->tokens, MB, b->T));
     assert_mk_ok(mk_loss_ce(m, b->targets, NULL, &loss));
     return loss;
 }
 
 static float *logits_of(mk_model *m, const batch *b)
 {
-    size_t n = (size_t)MB * MT * mk_model_config(m)->vocab_size;
+    size_t n = (size_t)MB * b->T * mk_model_config(m)->vocab_size;
     float *l = malloc(n * 4);
     assert_non_null(l);
-    assert_mk_ok(mk_forward(m, b->tokens, MB, MT));
+    assert_mk_ok(mk_forward(m, b->tokens, MB, b->T));
     assert_mk_ok(mk_model_read_logits(m, l));
     return l;
 }
@@ -261,12 +265,12 @@ static float *logits_of(mk_model *m, const batch *b)
 static void check_fresh(mk_model *m, const batch *b, const char *what)
 {
     const mk_config *c = mk_model_config(m);
-    size_t P = mk_model_num_params(m), n = (size_t)MB * MT * c->vocab_size;
+    size_t P = mk_model_num_params(m), n = (size_t)MB * b->T * c->vocab_size;
     float *p = malloc(P * 4);
     assert_non_null(p);
     assert_mk_ok(mk_model_read_params(m, p, 0, P));
     mk_model *f;
-    assert_mk_ok(mk_model_new_ex(&f, c, MB, MT, be, MK_MODEL_BF16_TRAIN));
+    assert_mk_ok(mk_model_new_ex(&f, c, MB, b->T, be, MK_MODEL_BF16_TRAIN));
     assert_mk_ok(mk_model_write_params(f, p, 0, P));
     float *got = logits_of(m, b), *want = logits_of(f, b);
     char l[128];
@@ -440,6 +444,42 @@ static void test_models(void **state)
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) check_model(&cfgs[i]);
 }
 
+/* The loaders: a folder loaded with the flag (its copies made from the loaded weights) gives the
+ * float model's loss within 2e-2 relative and the logits of a new model given its parameters;
+ * mk_load into a model whose copies were made from other weights remakes them. */
+static void test_loaders(void **state)
+{
+    (void)state;
+    mk_set_threads(2);
+    const char *dirs[] = {MK_FIXTURES "/family/llama3", MK_FIXTURES "/family/qwen3_bf16"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        mk_model *mf, *mb;
+        assert_mk_ok(mk_load_dir_ex(&mf, dirs[i], MB, MT, NULL, 0));
+        assert_mk_ok(mk_load_dir_ex(&mb, dirs[i], MB, MT, NULL, MK_MODEL_BF16_TRAIN));
+        batch b;
+        make_batch(&b, mk_model_config(mf)->vocab_size, 31);
+        float lf = fwd_loss(mf, &b), lb = fwd_loss(mb, &b);
+        fprintf(stderr, "%s: loss %.7g float, %.7g bf16\n", dirs[i], lf, lb);
+        assert_true(fabsf(lb - lf) <= 2e-2f * fabsf(lf) && lb != lf);
+        check_fresh(mb, &b, "mk_load_dir_ex");
+        mk_model_free(mf), mk_model_free(mb);
+    }
+    ref_fixture ref;
+    assert_int_equal(ref_load(&ref, MK_FIXTURES "/ref.bin"), 0);
+    mk_model *m;
+    assert_mk_ok(mk_model_new_ex(&m, &ref.cfg, MB, ref.cfg.block_size, NULL, MK_MODEL_BF16_TRAIN));
+    mk_model_init(m, 3);
+    batch b;
+    make_batch(&b, ref.cfg.vocab_size, 37);
+    b.T = ref.cfg.block_size;
+    float before = fwd_loss(m, &b); /* the copies of the initial weights made */
+    assert_mk_ok(mk_load(m, MK_FIXTURES "/model.safetensors"));
+    assert_true(fwd_loss(m, &b) != before);
+    check_fresh(m, &b, "mk_load");
+    mk_model_free(m);
+    free(ref.mem);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -459,9 +499,9 @@ static void test_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round),    cmocka_unit_test(test_products),
-        cmocka_unit_test(test_models),   cmocka_unit_test(test_memory),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_round),   cmocka_unit_test(test_products),
+        cmocka_unit_test(test_models),  cmocka_unit_test(test_memory),
+        cmocka_unit_test(test_loaders), cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
