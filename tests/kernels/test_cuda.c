@@ -1240,8 +1240,14 @@ static void check_bf16_train(const mk_config *cfg)
     int Vv = cfg->vocab_size;
     size_t P = mk_model_num_params(mc), NL = (size_t)FB * FT * Vv;
     assert_int_equal(mk_model_num_params(mg), P);
-    /* the fused attention keeps less than the CPU's, the rest is the same */
-    assert_true(mk_model_activation_bytes(mg) > 0);
+    /* fewer activation bytes than the float model on the device (from two layers on: one layer
+     * saves about what the float scratch of a layer costs) */
+    if (cfg->n_layer >= 2) {
+        mk_model *mf;
+        assert_mk_ok(mk_model_new_ex(&mf, cfg, FB, FT, gpu, 0));
+        assert_true(mk_model_activation_bytes(mg) < mk_model_activation_bytes(mf));
+        mk_model_free(mf);
+    }
     mk_rng r;
     mk_rng_seed(&r, 29 + cfg->arch);
     mk_model_init(mc, 5);
