@@ -1005,6 +1005,94 @@ static void mm_bwd(float *dinp, float *dw, float *dbias, const float *dout, cons
     }
 }
 
+/* ---- bfloat16 training products (MK_MODEL_BF16_TRAIN) --------------------- */
+
+static void round_bf16(uint16_t *dst, const float *src, size_t n)
+{
+#pragma omp parallel for num_threads(n_threads) schedule(static) if (n > PAR_MIN)
+    for (size_t i = 0; i < n; i++) dst[i] = mk__f32_to_bf16(src[i]);
+}
+
+/* Inner terms the products widen at a time (bb_scratch_k): blocks long enough for sgemm to run
+ * at its rate, short enough that the scratch stays a small part of a layer. */
+#define BB_K 64
+
+/* dst [rows, n] (row length n) = columns k0 .. k0+n of src [rows, ld] widened (exactly) */
+static void widen(float *dst, const uint16_t *src, int rows, int ld, int k0, int n)
+{
+#pragma omp parallel for num_threads(n_threads) schedule(static) if ((size_t)rows * n > PAR_MIN)
+    for (int r = 0; r < rows; r++) {
+        const uint16_t *s = src + (size_t)r * ld + k0;
+        float *d = dst + (size_t)r * n;
+        for (int k = 0; k < n; k++) d[k] = mk__bf16_to_f32(s[k]);
+    }
+}
+
+/* The reference: the operands widened to float, BB_K inner terms at a time, into the scratch,
+ * and multiplied by sgemm, each block's sums added into the output.  A product of two bfloat16
+ * values is exact in float, so this differs from tensor cores only in the order of the float
+ * sums. */
+static void mm_fwd_bb(float *out, const uint16_t *inp, const uint16_t *w, const float *bias, int R,
+                      int IC, int OC, int wt, void *scratch)
+{
+    if (R == 0 || OC == 0) return;
+    for (int r = 0; r < R; r++) /* the bias, or zero, that the blocks add into */
+        if (bias)
+            memcpy(out + (size_t)r * OC, bias, sizeof(float) * OC);
+        else
+            memset(out + (size_t)r * OC, 0, sizeof(float) * OC);
+    float *xs = scratch, *ws = xs + (size_t)R * BB_K; /* [R, kb], and [kb, OC] or [OC, kb] */
+    for (int k0 = 0; k0 < IC; k0 += BB_K) {
+        int kb = IC - k0 < BB_K ? IC - k0 : BB_K;
+        widen(xs, inp, R, IC, k0, kb);
+        if (wt) { /* w [OC, IC]: columns k0.. of every row */
+            widen(ws, w, OC, IC, k0, kb);
+            gemm(0, 1, R, OC, kb, 1.0f, xs, kb, ws, kb, 1.0f, out, OC);
+        } else { /* w [IC, OC]: rows k0.. */
+            widen(ws, w + (size_t)k0 * OC, kb, OC, 0, OC);
+            gemm(0, 0, R, OC, kb, 1.0f, xs, kb, ws, OC, 1.0f, out, OC);
+        }
+    }
+}
+
+static void mm_bwd_bb(float *dinp, float *dw, float *dbias, uint16_t *dout16, const float *dout,
+                      const uint16_t *inp, const uint16_t *w, int R, int IC, int OC, int wt,
+                      void *scratch)
+{
+    if (R == 0) return;
+    round_bf16(dout16, dout, (size_t)R * OC);
+    /* dinp = d w^T over blocks of the OC inner terms: d [R, ob], w's [IC, ob] or [ob, IC] */
+    memset(dinp, 0, sizeof(float) * (size_t)R * IC);
+    float *ds = scratch, *ws = ds + (size_t)R * BB_K;
+    for (int o0 = 0; o0 < OC; o0 += BB_K) {
+        int ob = OC - o0 < BB_K ? OC - o0 : BB_K;
+        widen(ds, dout16, R, OC, o0, ob);
+        if (wt) {
+            widen(ws, w + (size_t)o0 * IC, ob, IC, 0, IC);
+            gemm(0, 0, R, IC, ob, 1.0f, ds, ob, ws, IC, 1.0f, dinp, IC);
+        } else {
+            widen(ws, w, IC, OC, o0, ob);
+            gemm(0, 1, R, IC, ob, 1.0f, ds, ob, ws, ob, 1.0f, dinp, IC);
+        }
+    }
+    /* dw += x^T d (or d^T x in [OC, IC]) over blocks of the R inner terms */
+    float *xs = scratch, *dr = xs + (size_t)BB_K * IC; /* [rb, IC], [rb, OC] */
+    for (int r0 = 0; r0 < R; r0 += BB_K) {
+        int rb = R - r0 < BB_K ? R - r0 : BB_K;
+        widen(xs, inp + (size_t)r0 * IC, rb, IC, 0, IC);
+        widen(dr, dout16 + (size_t)r0 * OC, rb, OC, 0, OC);
+        if (wt)
+            gemm(1, 0, OC, IC, rb, 1.0f, dr, OC, xs, IC, 1.0f, dw, IC);
+        else
+            gemm(1, 0, IC, OC, rb, 1.0f, xs, IC, dr, OC, 1.0f, dw, OC);
+    }
+    if (dbias) /* the float dout, unrounded */
+        for (int r = 0; r < R; r++) {
+            const float *d = dout + (size_t)r * OC;
+            for (int c = 0; c < OC; c++) dbias[c] += d[c];
+        }
+}
+
 /* Logits of vocabulary rows [v0, v1) for R rows of inp: each embedding row is read once and
  * dotted with every input row (which stay in cache). */
 MK_CLONES static void head_rows(float *logits, const float *inp, const float *wte, int R, int C,
@@ -1772,6 +1860,10 @@ const mk_backend mk__cpu_backend = {
     .add_norm_fwd = add_norm_fwd,
     .kv_store_bf16 = kv_store_bf16,
     .attn_decode_bf16 = attn_decode_bf16,
+    .round_bf16 = round_bf16,
+    .mm_fwd_bb = mm_fwd_bb,
+    .mm_bwd_bb = mm_bwd_bb,
+    .bb_scratch_k = BB_K,
 };
 
 const mk_backend *mk_backend_cpu(void)

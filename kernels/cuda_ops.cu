@@ -663,6 +663,62 @@ static void mm_fwd_bf16a(float *out, const float *inp, const uint16_t *w, const 
                               CUBLAS_GEMM_DEFAULT));
 }
 
+/* ---- bfloat16 training products (MK_MODEL_BF16_TRAIN) --------------------- */
+
+static void round_bf16(uint16_t *dst, const float *src, size_t n)
+{
+    if (n == 0) return;
+    MK_LAUNCH(blocks(n, 256), 256, 0, round_bf16_k)(dst, src, n);
+    LAUNCHED();
+}
+
+/* Column-major views of the row-major operands: a row-major [r, c] array is a column-major
+ * [c, r] one with leading dimension c.  One cuBLAS GEMM each, bfloat16 operands, float sums
+ * and output (tensor cores). */
+static void gemm_bb(cublasOperation_t oa, cublasOperation_t ob, int m, int n, int k,
+                    const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C,
+                    int ldc)
+{
+    float one = 1.0f;
+    CUBLAS_CHECK(cublasGemmEx(blas, oa, ob, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb,
+                              &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+static void mm_fwd_bb(float *out, const uint16_t *inp, const uint16_t *w, const float *bias, int R,
+                      int IC, int OC, int wt, void *)
+{
+    if (R == 0 || OC == 0) return;
+    float beta = 0.0f;
+    if (bias) {
+        MK_LAUNCH(blocks((size_t)R * OC, 256), 256, 0, bias_rows_k)(out, bias, R, OC);
+        LAUNCHED();
+        beta = 1.0f;
+    }
+    /* out^T [OC,R] = w^T inp^T: w [IC,OC] is column-major [OC,IC] as it lies; [OC,IC] (wt) is
+     * column-major [IC,OC], transposed */
+    gemm_bb(wt ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, OC, R, IC, w, wt ? IC : OC, inp, IC, beta,
+            out, OC);
+}
+
+static void mm_bwd_bb(float *dinp, float *dw, float *dbias, uint16_t *dout16, const float *dout,
+                      const uint16_t *inp, const uint16_t *w, int R, int IC, int OC, int wt, void *)
+{
+    if (R == 0) return;
+    round_bf16(dout16, dout, (size_t)R * OC);
+    /* dinp^T [IC,R] = w d^T: w [IC,OC] is column-major [OC,IC] (transposed), [OC,IC] (wt) is
+     * column-major [IC,OC] as it lies; d^T is d16 as it lies, column-major [OC,R] */
+    gemm_bb(wt ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, IC, R, OC, w, wt ? IC : OC, dout16, OC,
+            0.0f, dinp, IC);
+    if (wt) /* dw [OC,IC], column-major [IC,OC] += x^T d: x^T [IC,R] as it lies, d [R,OC] */
+        gemm_bb(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, R, inp, IC, dout16, OC, 1.0f, dw, IC);
+    else /* dw [IC,OC], column-major [OC,IC] += d^T x: d^T [OC,R] as it lies, x [R,IC] */
+        gemm_bb(CUBLAS_OP_N, CUBLAS_OP_T, OC, IC, R, dout16, OC, inp, IC, 1.0f, dw, OC);
+    if (dbias) {
+        MK_LAUNCH(blocks((size_t)OC, 128), 128, 0, colsum_add_k)(dbias, dout, R, OC);
+        LAUNCHED();
+    }
+}
+
 static void head_fwd(float *logits, const float *inp, const float *wte, int R, int C, int V)
 {
     if (R == 0) return;
@@ -1272,6 +1328,8 @@ static const mk_backend cuda_backend = {
     mm_gelu_fwd, mm_gelu_bwd,
     ipc_export, ipc_open, ipc_close,
     1, /* att_rows_only: the fused attention (cuda_attn.cu) */
+    round_bf16, mm_fwd_bb, mm_bwd_bb,
+    0, /* bb_scratch_k: cuBLAS multiplies the bfloat16 operands as they are */
 };
 /* clang-format on */
 

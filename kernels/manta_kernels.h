@@ -194,6 +194,30 @@ enum {
      * stay float.  Logits differ from float caches by the rounding of K and V (relative 2^-9
      * per element).  Independent of the other flags.  CPU and CUDA. */
     MK_MODEL_BF16_KV = 8u,
+    /* Mixed-precision training; not with MK_MODEL_INFER (else MK_ERR_ARG).  The parameters,
+     * gradients and AdamW moments stay float (the master weights: what mk_model_step updates and
+     * what reading, writing, sharing and saving see).  Before mk_forward, whenever the
+     * parameters changed since the last copy (mk_model_init, the loaders, mk_model_step,
+     * mk_model_adamw_range, mk_model_write_params, mk_model_write_params_shared, and
+     * mk_model_params: the caller may write through it), bfloat16 copies of the product weights
+     * (every block's q/k/v, o, gate/up and down, or GPT-2's four, and the head: the token
+     * embedding when tied) are remade from them, rounded to nearest even (nan kept quiet).
+     * The activations that are inputs of those products and are kept for the backward pass
+     * (each block's two norm outputs, its attention output and its MLP's hidden activation,
+     * and the final norm's output) are kept only in bfloat16: half the bytes of those five
+     * (mk_model_activation_bytes), for one layer of float scratch (and on the CPU a scratch of
+     * the products' operands widened to float, 64 inner terms at a time: B T + the widest input
+     * + the widest output, vocabulary included, times 64 floats).  The bfloat16 copies cost 2
+     * bytes per product weight beside the parameters.  Each product multiplies the
+     * bfloat16 operands and sums in float (float bias and output); its backward rounds the
+     * output gradient to bfloat16 for both products (input gradient and weight gradient, the
+     * latter added into the float gradients) and sums the bias gradient from the float one:
+     * PyTorch autocast's numerics for matrix products.  The embeddings, norms, attention (and
+     * its float q/k/v), GELU / SwiGLU, residuals, losses and AdamW stay float.  Losses and
+     * gradients differ from a float model by the roundings (about 2^-9 relative each).
+     * Decoders of such a model use the float parameters.  Every family; CPU (the reference)
+     * and CUDA (cuBLAS bfloat16 GEMMs on tensor cores). */
+    MK_MODEL_BF16_TRAIN = 16u,
 };
 int mk_model_new_ex(mk_model **out, const mk_config *cfg, int max_batch, int max_seq,
                     const mk_backend *be, unsigned flags);
@@ -230,6 +254,9 @@ typedef struct mk_tensor_info {
     int shape[2];  /* shape[1] unused when ndim == 1 */
 } mk_tensor_info;
 size_t mk_model_num_params(const mk_model *m);
+/* Bytes of the training activations and activation gradients the model allocated (in the
+ * back-end's memory; 0 with MK_MODEL_INFER); they grow with max_batch x max_seq. */
+size_t mk_model_activation_bytes(const mk_model *m);
 int mk_model_num_tensors(const mk_model *m);
 /* Fills *info for tensor i in [0, mk_model_num_tensors); MK_ERR_ARG otherwise. */
 int mk_model_tensor(const mk_model *m, int i, mk_tensor_info *info);

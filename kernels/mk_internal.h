@@ -231,6 +231,27 @@ struct mk__backend {
      * uses only the first B NH T floats of datt (the fused attention), so the model allocates
      * those and not the [B,NH,T,T] matrices; 0: the whole matrices (the CPU back-end). */
     int att_rows_only;
+
+    /* Mixed-precision training (MK_MODEL_BF16_TRAIN); all three or none (NULL: not offered).
+     * Every array row-major in the back-end's memory.  scratch: bb_scratch_k (R + IC + OC)
+     * floats of the back-end's memory (NULL when bb_scratch_k is 0). */
+    /* dst[n] = src[n] rounded to bfloat16 (nearest even, nan kept quiet: mk__f32_to_bf16) */
+    void (*round_bf16)(uint16_t *dst, const float *src, size_t n);
+    /* out[R,OC] = inp[R,IC] w + bias[OC] (bias may be NULL) with inp and w in bfloat16: the
+     * products (exact in float) summed in float, as tensor cores do.  w is [IC,OC] (wt 0), or
+     * [OC,IC] (wt 1: the head's [V,C], logits = inp w^T). */
+    void (*mm_fwd_bb)(float *out, const uint16_t *inp, const uint16_t *w, const float *bias, int R,
+                      int IC, int OC, int wt, void *scratch);
+    /* The backward of mm_fwd_bb with dout rounded to bfloat16 for both products (PyTorch
+     * autocast's numerics): dout16[R,OC] = round_bf16(dout) (an output: scratch that the op
+     * fills); dinp[R,IC] = dout16 w^T (overwrites); dw += inp^T dout16, in w's layout ([IC,OC],
+     * or [OC,IC] with wt); dbias[OC] += the column sums of the float dout (may be NULL). */
+    void (*mm_bwd_bb)(float *dinp, float *dw, float *dbias, uint16_t *dout16, const float *dout,
+                      const uint16_t *inp, const uint16_t *w, int R, int IC, int OC, int wt,
+                      void *scratch);
+    /* the scratch mm_fwd_bb and mm_bwd_bb take, per row, input and output column (the CPU's:
+     * the operands widened to float a block of that many inner terms at a time); 0: none */
+    int bb_scratch_k;
 };
 
 extern const mk_backend mk__cpu_backend;
@@ -337,7 +358,7 @@ extern void (*mk__share_test_after_copy)(const mk_backend *be, void *stamp);
  * hidden width (4C, or I). */
 enum {
     MK_ACT_ENC,     /* [B,T,C] embeddings, the residual stream into block 0 */
-    MK_ACT_LN1,     /* [L,B,T,C] */
+    MK_ACT_LN1,     /* [L,B,T,C] (bfloat16 with bf16_train, as ATTY, LN2, FCG, LNF) */
     MK_ACT_LN1M,    /* [L,B,T] */
     MK_ACT_LN1R,    /* [L,B,T] */
     MK_ACT_QKVR,    /* [L,B,T,W] the qkv product before qk_fwd (rotary families; else empty) */
@@ -373,6 +394,10 @@ enum {
     MK_G_FCG,  /* [B,T,H] */
     MK_G_ATT,  /* [B,NH,T,T] gradient of the attention probabilities (attn_bwd's scratch);
                 * [B,NH,T] with att_rows_only */
+    MK_G_B16,  /* MK_MODEL_BF16_TRAIN only (else empty): [B,T,max(C,A,H)] floats in the forward
+                * pass, [B,T,max(W,C,F)] bfloat16 values in the backward pass */
+    MK_G_BB,   /* MK_MODEL_BF16_TRAIN only: the scratch of mm_fwd_bb and mm_bwd_bb, bb_scratch_k
+                * (B T + max(C,A,H) + max(W,C,F,V)) floats (none on CUDA) */
     MK_G_N
 };
 
@@ -434,6 +459,18 @@ struct mk_model {
     int b16_stale;
     int b16_products; /* MK_MODEL_BF16_PRODUCTS: decoding's products round activations too */
     int bf16_kv;      /* MK_MODEL_BF16_KV: decoders' caches in bfloat16 (kv_store_bf16) */
+    /* MK_MODEL_BF16_TRAIN: wb16 holds the training copies instead (every product weight
+     * rounded as it is, row-major: block weights [in, out], the head [V, C]; made by
+     * round_bf16), the product inputs kept for the backward pass (MK_ACT_LN1, ATTY, LN2, FCG,
+     * LNF) are bfloat16 arrays in their act slots, and gact[MK_G_B16] is the scratch of one
+     * layer: the float outputs of those activations' producers in the forward pass, the
+     * rounded output gradients (mm_bwd_bb's dout16) in the backward pass.  The copies are tb16
+     * (b16_off[i] is tensor i's place there, b16_stale as for wb16), which decoders do not read
+     * (wb16 stays NULL: they multiply the float parameters). */
+    int bf16_train;
+    uint16_t *tb16;
+    size_t b16_scratch; /* bfloat16 values gact[MK_G_B16] holds */
+    size_t act_bytes;   /* bytes of acts_mem and gacts_mem (mk_model_activation_bytes) */
     int n_tensors;
     mk_tensor_info *tensors; /* size table, n_tensors entries (host) */
     int gidx[MK_T_N];        /* model-level tensor indices, -1 absent */
@@ -528,7 +565,8 @@ void mk__mm_gelu_bwd(const mk_backend *be, float *dpre, float *dw, float *dbias,
                      const float *inp, const float *w, const float *pre, int R, int IC, int OC);
 
 /* Marks the bfloat16 weight copies stale (the parameters were or may be written), and
- * remakes stale copies from the parameters; both nothing without MK_MODEL_BF16_WEIGHTS.
+ * remakes stale copies from the parameters; both nothing without MK_MODEL_BF16_WEIGHTS or
+ * MK_MODEL_BF16_TRAIN.
  * The sync allocates nothing. */
 static inline void mk__params_changed(mk_model *m)
 {

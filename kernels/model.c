@@ -417,7 +417,14 @@ static size_t att_per_head(const mk_backend *be, int T)
     return be->att_rows_only ? (size_t)T : (size_t)T * T;
 }
 
-static void act_sizes(const mk_config *c, const mk_backend *be, int B, int T, size_t *s)
+/* Float-sized slots of n bfloat16 values */
+static size_t halves(size_t n)
+{
+    return (n + 1) / 2;
+}
+
+/* bf16: MK_MODEL_BF16_TRAIN's sizes (the five product inputs in bfloat16) */
+static void act_sizes(const mk_config *c, const mk_backend *be, int B, int T, int bf16, size_t *s)
 {
     size_t L = c->n_layer, C = c->n_embd, R = (size_t)B * T, NH = c->n_head;
     size_t W = mk__qkv_width(c), A = mk__att_width(c), F = mk__mlp_in(c), H = mk__mlp_hidden(c);
@@ -443,9 +450,28 @@ static void act_sizes(const mk_config *c, const mk_backend *be, int B, int T, si
     s[MK_ACT_LNFR] = R;
     s[MK_ACT_LOGITS] = R * c->vocab_size;
     s[MK_ACT_DLOGITS] = R * c->vocab_size;
+    if (bf16) {
+        const int kept[] = {MK_ACT_LN1, MK_ACT_ATTY, MK_ACT_LN2, MK_ACT_FCG, MK_ACT_LNF};
+        for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) s[kept[i]] = halves(s[kept[i]]);
+    }
 }
 
-static void gact_sizes(const mk_config *c, const mk_backend *be, int B, int T, size_t *s)
+static size_t max3(size_t a, size_t b, size_t c)
+{
+    size_t m = a > b ? a : b;
+    return m > c ? m : c;
+}
+
+/* bfloat16 values of MK_G_B16 for its backward use: the rounded output gradient of the largest
+ * block product, and at least one row of the head's (whose backward goes by as many rows as
+ * fit) */
+static size_t b16_scratch(const mk_config *c, int B, int T)
+{
+    size_t R = (size_t)B * T, g = R * max3(mk__qkv_width(c), (size_t)c->n_embd, mk__mlp_in(c));
+    return g > (size_t)c->vocab_size ? g : (size_t)c->vocab_size;
+}
+
+static void gact_sizes(const mk_config *c, const mk_backend *be, int B, int T, int bf16, size_t *s)
 {
     size_t C = c->n_embd, R = (size_t)B * T, NH = c->n_head;
     size_t W = mk__qkv_width(c), A = mk__att_width(c), F = mk__mlp_in(c), H = mk__mlp_hidden(c);
@@ -457,6 +483,15 @@ static void gact_sizes(const mk_config *c, const mk_backend *be, int B, int T, s
     s[MK_G_FCH] = R * F;
     s[MK_G_FCG] = R * H;
     s[MK_G_ATT] = B * NH * att_per_head(be, T);
+    /* one layer's float outputs of the kept activations' producers (forward), or the rounded
+     * output gradients (backward) */
+    s[MK_G_B16] = s[MK_G_BB] = 0;
+    if (bf16) {
+        size_t fwd = R * max3(C, A, H), bwd = halves(b16_scratch(c, B, T));
+        s[MK_G_B16] = fwd > bwd ? fwd : bwd;
+        size_t OC = max3(W, C, F) > (size_t)c->vocab_size ? max3(W, C, F) : (size_t)c->vocab_size;
+        s[MK_G_BB] = (size_t)be->bb_scratch_k * (R + max3(C, A, H) + OC);
+    }
 }
 
 /* Carves base into n regions of sizes[i] floats, each 16-float aligned. */
@@ -541,28 +576,37 @@ static int bf16_tensor(const mk_model *m, int i)
     return 0;
 }
 
-static int bf16_alloc(mk_model *m)
+/* The copies of MK_MODEL_BF16_WEIGHTS (decoding: wb16 in the back-end's to_bf16 layout) or of
+ * MK_MODEL_BF16_TRAIN (train: tb16, each tensor rounded as it is, row-major) */
+static int bf16_alloc(mk_model *m, int train)
 {
-    if (!m->be->mm_fwd_bf16 || !m->be->to_bf16)
+    if (!train && (!m->be->mm_fwd_bf16 || !m->be->to_bf16))
         return mk__fail(MK_ERR_UNSUPPORTED, "back-end %s has no bfloat16 weights", m->be->name);
     m->b16_off = malloc(sizeof(size_t) * (size_t)m->n_tensors);
     if (!m->b16_off) return mk__fail(MK_ERR_NOMEM, "cannot allocate model tables");
     size_t n = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         m->b16_off[i] = bf16_tensor(m, i) ? n : SIZE_MAX;
-        /* each copy starts on a 64-byte line (32 elements); the head [V, C] is the product's
-         * [C, V] */
+        /* each copy starts on a 64-byte line (32 elements); for decoding the head [V, C] is the
+         * product's [C, V] */
         const mk_tensor_info *t = &m->tensors[i];
         int head = i == mk__head_tensor(m);
-        if (bf16_tensor(m, i))
-            n += (MK_BF16_ELEMS(t->shape[head ? 1 : 0], t->shape[head ? 0 : 1]) + 31) / 32 * 32;
+        size_t e = train ? t->numel : MK_BF16_ELEMS(t->shape[head ? 1 : 0], t->shape[head ? 0 : 1]);
+        if (bf16_tensor(m, i)) n += (e + 31) / 32 * 32;
     }
     m->b16_stale = 1;
-    return m->be->alloc((void **)&m->wb16, n * sizeof(uint16_t));
+    return m->be->alloc((void **)(train ? &m->tb16 : &m->wb16), n * sizeof(uint16_t));
 }
 
 void mk__bf16_sync(mk_model *m)
 {
+    if (m->tb16 && m->b16_stale) { /* training copies: every weight rounded as it lies */
+        for (int i = 0; i < m->n_tensors; i++)
+            if (m->b16_off[i] != SIZE_MAX)
+                m->be->round_bf16(m->tb16 + m->b16_off[i], m->params + m->tensors[i].offset,
+                                  m->tensors[i].numel);
+        m->b16_stale = 0;
+    }
     if (!m->wb16 || !m->b16_stale) return;
     int head = mk__head_tensor(m);
     for (int i = 0; i < m->n_tensors; i++) {
@@ -591,8 +635,8 @@ int mk_model_new_ex(mk_model **out, const mk_config *cfg_in, int max_batch, int 
     if (max_batch < 1 || max_seq < 1 || max_seq > cfg->block_size)
         return mk__fail(MK_ERR_ARG, "max_batch %d, max_seq %d: need >= 1 and max_seq <= %d",
                         max_batch, max_seq, cfg->block_size);
-    unsigned known =
-        MK_MODEL_INFER | MK_MODEL_BF16_WEIGHTS | MK_MODEL_BF16_PRODUCTS | MK_MODEL_BF16_KV;
+    unsigned known = MK_MODEL_INFER | MK_MODEL_BF16_WEIGHTS | MK_MODEL_BF16_PRODUCTS |
+                     MK_MODEL_BF16_KV | MK_MODEL_BF16_TRAIN;
     if (flags & ~known) return mk__fail(MK_ERR_ARG, "unknown model flags 0x%x", flags & ~known);
     if ((flags & MK_MODEL_BF16_WEIGHTS) && !(flags & MK_MODEL_INFER))
         return mk__fail(MK_ERR_ARG, "MK_MODEL_BF16_WEIGHTS needs MK_MODEL_INFER (a trainable "
@@ -603,9 +647,15 @@ int mk_model_new_ex(mk_model **out, const mk_config *cfg_in, int max_batch, int 
     if ((flags & MK_MODEL_BF16_KV) && !(flags & MK_MODEL_INFER))
         return mk__fail(MK_ERR_ARG, "MK_MODEL_BF16_KV needs MK_MODEL_INFER (only decoders have "
                                     "KV caches)");
+    if ((flags & MK_MODEL_BF16_TRAIN) && (flags & MK_MODEL_INFER))
+        return mk__fail(MK_ERR_ARG, "MK_MODEL_BF16_TRAIN is for training: not with "
+                                    "MK_MODEL_INFER");
     if (!be) be = &mk__cpu_backend;
     if ((flags & MK_MODEL_BF16_PRODUCTS) && !be->mm_fwd_bf16a)
         return mk__fail(MK_ERR_UNSUPPORTED, "back-end %s has no bfloat16 products", be->name);
+    if ((flags & MK_MODEL_BF16_TRAIN) && (!be->round_bf16 || !be->mm_fwd_bb || !be->mm_bwd_bb))
+        return mk__fail(MK_ERR_UNSUPPORTED, "back-end %s has no bfloat16 training products",
+                        be->name);
     if (be == &mk__cpu_backend) mk__blas_init();
     mk_model *m = calloc(1, sizeof *m);
     if (!m) return mk__fail(MK_ERR_NOMEM, "cannot allocate model");
@@ -613,6 +663,7 @@ int mk_model_new_ex(mk_model **out, const mk_config *cfg_in, int max_batch, int 
     m->infer = (flags & MK_MODEL_INFER) != 0;
     m->b16_products = (flags & MK_MODEL_BF16_PRODUCTS) != 0;
     m->bf16_kv = (flags & MK_MODEL_BF16_KV) != 0;
+    m->bf16_train = (flags & MK_MODEL_BF16_TRAIN) != 0;
     m->be = be;
     m->max_B = max_batch;
     m->max_T = max_seq;
@@ -636,13 +687,15 @@ int mk_model_new_ex(mk_model **out, const mk_config *cfg_in, int max_batch, int 
     build_table(cfg, &tb);
     m->n_params = tb.off;
     m->m_off = 0, m->m_len = m->n_params;
-    act_sizes(cfg, be, max_batch, max_seq, m->act_size);
+    act_sizes(cfg, be, max_batch, max_seq, m->bf16_train, m->act_size);
     size_t gsz[MK_G_N];
-    gact_sizes(cfg, be, max_batch, max_seq, gsz);
+    gact_sizes(cfg, be, max_batch, max_seq, m->bf16_train, gsz);
     size_t n_act = carve(NULL, m->act_size, NULL, MK_ACT_N);
     size_t n_gact = carve(NULL, gsz, NULL, MK_G_N);
     size_t P = m->n_params * sizeof(float);
     int train = !m->infer;
+    if (train) m->act_bytes = (n_act + n_gact) * sizeof(float);
+    if (m->bf16_train) m->b16_scratch = b16_scratch(cfg, max_batch, max_seq);
     if ((rc = be->alloc((void **)&m->params, P)) ||
         (train && (rc = be->alloc((void **)&m->grads, P))) ||
         (train && (rc = be->alloc((void **)&m->m, P))) ||
@@ -655,7 +708,8 @@ int mk_model_new_ex(mk_model **out, const mk_config *cfg_in, int max_batch, int 
         (rc = be->alloc((void **)&m->d_rowa, R * sizeof(float))) ||
         (rc = be->alloc((void **)&m->d_rowb, R * sizeof(float))) ||
         (mk__rotary(cfg) && (rc = rope_tables(m))) ||
-        ((flags & MK_MODEL_BF16_WEIGHTS) && (rc = bf16_alloc(m)))) {
+        ((flags & MK_MODEL_BF16_WEIGHTS) && (rc = bf16_alloc(m, 0))) ||
+        (m->bf16_train && (rc = bf16_alloc(m, 1)))) {
         mk_model_free(m);
         return rc;
     }
@@ -673,7 +727,7 @@ void mk_model_free(mk_model *m)
     mk__shared_close_all(m);
     void *dev[] = {m->params,    m->grads,    m->m,         m->v,     m->acts_mem,
                    m->gacts_mem, m->d_tokens, m->d_targets, m->d_pos, m->d_rowa,
-                   m->d_rowb,    m->rope_cos, m->rope_sin,  m->wb16};
+                   m->d_rowb,    m->rope_cos, m->rope_sin,  m->wb16,  m->tb16};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) m->be->release(dev[i]);
     free(m->tensors);
@@ -697,6 +751,11 @@ const mk_backend *mk_model_backend(const mk_model *m)
 size_t mk_model_num_params(const mk_model *m)
 {
     return m->n_params;
+}
+
+size_t mk_model_activation_bytes(const mk_model *m)
+{
+    return m ? m->act_bytes : 0;
 }
 
 int mk_model_num_tensors(const mk_model *m)
@@ -970,11 +1029,15 @@ static void norm_bwd(const mk_model *m, float *dinp, float *dw, float *db, const
         m->be->ln_bwd(dinp, dw, db, dout, inp, w, mean, rstd, R, m->cfg.n_embd);
 }
 
-/* Where layer l's activations lie for a forward over R = B T rows. */
+/* Where layer l's activations lie for a forward over R = B T rows.  With MK_MODEL_BF16_TRAIN
+ * the four product inputs are kept in bfloat16 (ln1h, attyh, ln2h, fcgh) and ln1, atty, ln2, fcg
+ * all point to the one layer of float scratch (MK_G_B16) that their producers write; else the
+ * h pointers are NULL. */
 typedef struct layer_acts {
     const float *res; /* the block's input */
     float *ln1, *ln1m, *ln1r, *qkvr, *qkr, *qkv, *atty, *att, *res2, *ln2, *ln2m, *ln2r, *fch, *fcg,
         *res3;
+    uint16_t *ln1h, *attyh, *ln2h, *fcgh;
 } layer_acts;
 
 static layer_acts acts_of(const mk_model *m, int l, int B, int T)
@@ -1000,7 +1063,74 @@ static layer_acts acts_of(const mk_model *m, int l, int B, int T)
     x.fch = a[MK_ACT_FCH] + l * R * F;
     x.fcg = a[MK_ACT_FCG] + l * R * H;
     x.res3 = a[MK_ACT_RES3] + l * R * C;
+    x.ln1h = x.attyh = x.ln2h = x.fcgh = NULL;
+    if (m->bf16_train) {
+        x.ln1h = (uint16_t *)(void *)a[MK_ACT_LN1] + l * R * C;
+        x.attyh = (uint16_t *)(void *)a[MK_ACT_ATTY] + l * R * A;
+        x.ln2h = (uint16_t *)(void *)a[MK_ACT_LN2] + l * R * C;
+        x.fcgh = (uint16_t *)(void *)a[MK_ACT_FCG] + l * R * H;
+        x.ln1 = x.atty = x.ln2 = x.fcg = m->gact[MK_G_B16];
+    }
     return x;
+}
+
+/* MK_MODEL_BF16_TRAIN: an activation that its producer wrote in float (src, the scratch) kept
+ * in bfloat16 (dst) for the product that reads it and for the backward pass; nothing without */
+static void keep16(const mk_model *m, uint16_t *dst, const float *src, size_t n)
+{
+    if (m->bf16_train) m->be->round_bf16(dst, src, n);
+}
+
+/* The scratch of mm_fwd_bb and mm_bwd_bb (NULL: the back-end takes none) */
+static void *bb_scratch(const mk_model *m)
+{
+    return m->be->bb_scratch_k ? m->gact[MK_G_BB] : NULL;
+}
+
+/* The bfloat16 copy of weight tensor i (MK_MODEL_BF16_TRAIN) */
+static const uint16_t *w16(const mk_model *m, int i)
+{
+    return m->tb16 + m->b16_off[i];
+}
+
+/* A block product out[R,OC] = inp[R,IC] (weight tensor i) + bias: of the floats, or of the
+ * bfloat16 inp16 and copy with MK_MODEL_BF16_TRAIN */
+static void prod_fwd(const mk_model *m, float *out, const float *inp, const uint16_t *inp16, int i,
+                     const float *bias, int R, int IC, int OC)
+{
+    if (m->bf16_train)
+        m->be->mm_fwd_bb(out, inp16, w16(m, i), bias, R, IC, OC, 0, bb_scratch(m));
+    else
+        m->be->mm_fwd(out, inp, P(i), bias, R, IC, OC);
+}
+
+/* prod_fwd's backward: dinp overwritten, the weight's gradient and dbias added into */
+static void prod_bwd(const mk_model *m, float *dinp, float *dbias, const float *dout,
+                     const float *inp, const uint16_t *inp16, int i, int R, int IC, int OC)
+{
+    if (m->bf16_train)
+        m->be->mm_bwd_bb(dinp, G(i), dbias, (uint16_t *)(void *)m->gact[MK_G_B16], dout, inp16,
+                         w16(m, i), R, IC, OC, 0, bb_scratch(m));
+    else
+        m->be->mm_bwd(dinp, G(i), dbias, dout, inp, P(i), R, IC, OC);
+}
+
+/* The head's backward with MK_MODEL_BF16_TRAIN: by as many rows at a time as MK_G_B16 holds
+ * rounded logit gradients (every row of a small vocabulary; the rows of a large one would need
+ * a [R, V] scratch), the weight gradient added over the passes */
+static void head_bwd_bb(const mk_model *m, int R)
+{
+    int C = m->cfg.n_embd, V = m->cfg.vocab_size, ht = mk__head_tensor(m);
+    size_t per = m->b16_scratch / (size_t)V;
+    int step = per >= (size_t)R ? R : (int)per;
+    const uint16_t *lnf = (const uint16_t *)(const void *)m->act[MK_ACT_LNF];
+    for (int r0 = 0; r0 < R; r0 += step) {
+        int n = R - r0 < step ? R - r0 : step;
+        m->be->mm_bwd_bb(m->gact[MK_G_LN] + (size_t)r0 * C, G(ht), NULL,
+                         (uint16_t *)(void *)m->gact[MK_G_B16],
+                         m->act[MK_ACT_DLOGITS] + (size_t)r0 * V, lnf + (size_t)r0 * C, w16(m, ht),
+                         n, C, V, 1, bb_scratch(m));
+    }
 }
 
 int mk_forward(mk_model *m, const int *tokens, int B, int T)
@@ -1031,38 +1161,62 @@ int mk_forward(mk_model *m, const int *tokens, int B, int T)
     m->T = T;
     m->have_dlogits = 0;
     float **a = m->act;
+    mk__bf16_sync(m); /* MK_MODEL_BF16_TRAIN: copies of parameters changed since the last ones */
+    int b16 = m->bf16_train;
+    /* the final norm's output: in float, or (b16) in the scratch, kept in bfloat16 */
+    float *lnf = b16 ? m->gact[MK_G_B16] : a[MK_ACT_LNF];
+    uint16_t *lnfh = (uint16_t *)(void *)a[MK_ACT_LNF];
     be->embed_fwd(a[MK_ACT_ENC], m->d_tokens, m->d_pos, TP(MK_T_WTE), TP(MK_T_WPE), (int)R, C);
     for (int l = 0; l < L; l++) {
         layer_acts x = acts_of(m, l, B, T);
-        if (l == 0) /* later layers' ln1 comes with the residual sum that ends the layer before */
+        if (l == 0) { /* later layers' ln1 comes with the residual sum that ends the layer before */
             mk__norm_fwd(m, x.ln1, x.ln1m, x.ln1r, x.res, LP(l, MK_P_LN1W), LP(l, MK_P_LN1B),
                          (int)R);
-        be->mm_fwd(rot ? x.qkvr : x.qkv, x.ln1, LP(l, MK_P_QKVW), LP(l, MK_P_QKVB), (int)R, C, W);
+            keep16(m, x.ln1h, x.ln1, R * C);
+        }
+        prod_fwd(m, rot ? x.qkvr : x.qkv, x.ln1, x.ln1h, mk__ltensor(m, l, MK_P_QKVW),
+                 LP(l, MK_P_QKVB), (int)R, C, W);
         if (rot)
             be->qk_fwd(x.qkv, x.qkr, x.qkvr, LP(l, MK_P_QNW), LP(l, MK_P_KNW), m->rope_cos,
                        m->rope_sin, m->d_pos, (int)R, NH, NKV, hd, c->norm_eps);
         be->attn_fwd(x.atty, x.att, x.qkv, B, T, NH, NKV, hd);
-        be->mm_fwd(x.res2, x.atty, LP(l, MK_P_PROJW), LP(l, MK_P_PROJB), (int)R, A, C);
+        keep16(m, x.attyh, x.atty, R * A);
+        prod_fwd(m, x.res2, x.atty, x.attyh, mk__ltensor(m, l, MK_P_PROJW), LP(l, MK_P_PROJB),
+                 (int)R, A, C);
         mk__add_norm_fwd(m, x.res2, x.ln2, x.ln2m, x.ln2r, x.res2, x.res, LP(l, MK_P_LN2W),
                          LP(l, MK_P_LN2B), (int)R);
+        keep16(m, x.ln2h, x.ln2, R * C);
         if (rot) {
-            be->mm_fwd(x.fch, x.ln2, LP(l, MK_P_FCW), LP(l, MK_P_FCB), (int)R, C, F);
+            prod_fwd(m, x.fch, x.ln2, x.ln2h, mk__ltensor(m, l, MK_P_FCW), LP(l, MK_P_FCB), (int)R,
+                     C, F);
             be->swiglu_fwd(x.fcg, x.fch, (int)R, H);
+        } else if (b16) { /* c_fc of the bfloat16 operands, then the GELU (not fused) */
+            prod_fwd(m, x.fch, x.ln2, x.ln2h, mk__ltensor(m, l, MK_P_FCW), LP(l, MK_P_FCB), (int)R,
+                     C, F);
+            be->gelu_fwd(x.fcg, x.fch, R * F);
         } else { /* c_fc and the GELU, fused where the back-end can */
             mk__mm_gelu_fwd(be, x.fcg, x.fch, x.ln2, LP(l, MK_P_FCW), LP(l, MK_P_FCB), (int)R, C,
                             F);
         }
-        be->mm_fwd(x.res3, x.fcg, LP(l, MK_P_FCPW), LP(l, MK_P_FCPB), (int)R, H, C);
+        keep16(m, x.fcgh, x.fcg, R * H);
+        prod_fwd(m, x.res3, x.fcg, x.fcgh, mk__ltensor(m, l, MK_P_FCPW), LP(l, MK_P_FCPB), (int)R,
+                 H, C);
         if (l + 1 < L) { /* the residual sum, and the next layer's ln1 of it */
             layer_acts n = acts_of(m, l + 1, B, T);
             mk__add_norm_fwd(m, x.res3, n.ln1, n.ln1m, n.ln1r, x.res3, x.res2, LP(l + 1, MK_P_LN1W),
                              LP(l + 1, MK_P_LN1B), (int)R);
+            keep16(m, n.ln1h, n.ln1, R * C);
         } else { /* the residual sum, and the final norm */
-            mk__add_norm_fwd(m, x.res3, a[MK_ACT_LNF], a[MK_ACT_LNFM], a[MK_ACT_LNFR], x.res3,
-                             x.res2, TP(MK_T_LNFW), TP(MK_T_LNFB), (int)R);
+            mk__add_norm_fwd(m, x.res3, lnf, a[MK_ACT_LNFM], a[MK_ACT_LNFR], x.res3, x.res2,
+                             TP(MK_T_LNFW), TP(MK_T_LNFB), (int)R);
+            keep16(m, lnfh, lnf, R * C);
         }
     }
-    be->head_fwd(a[MK_ACT_LOGITS], a[MK_ACT_LNF], P(mk__head_tensor(m)), (int)R, C, V);
+    int ht = mk__head_tensor(m);
+    if (b16)
+        be->mm_fwd_bb(a[MK_ACT_LOGITS], lnfh, w16(m, ht), NULL, (int)R, C, V, 1, bb_scratch(m));
+    else
+        be->head_fwd(a[MK_ACT_LOGITS], lnf, P(ht), (int)R, C, V);
     return MK_OK;
 }
 
@@ -1251,36 +1405,44 @@ int mk_backward(mk_model *m)
     size_t R = (size_t)B * T;
     float **a = m->act, **g = m->gact;
     be->zero(g[MK_G_RES], R * C * sizeof(float));
-    int ht = mk__head_tensor(m);
-    be->head_bwd(g[MK_G_LN], G(ht), a[MK_ACT_DLOGITS], a[MK_ACT_LNF], P(ht), (int)R, C, V);
+    int ht = mk__head_tensor(m), b16 = m->bf16_train;
+    if (b16)
+        head_bwd_bb(m, (int)R);
+    else
+        be->head_bwd(g[MK_G_LN], G(ht), a[MK_ACT_DLOGITS], a[MK_ACT_LNF], P(ht), (int)R, C, V);
     norm_bwd(m, g[MK_G_RES], TG(MK_T_LNFW), TG(MK_T_LNFB), g[MK_G_LN],
              a[MK_ACT_RES3] + (L - 1) * R * C, TP(MK_T_LNFW), a[MK_ACT_LNFM], a[MK_ACT_LNFR],
              (int)R);
     for (int l = L - 1; l >= 0; l--) {
         layer_acts x = acts_of(m, l, B, T);
         /* MLP branch: res3 = res2 + down(act(fc(norm2(res2)))) */
+        int fcpw = mk__ltensor(m, l, MK_P_FCPW);
         if (rot) {
-            be->mm_bwd(g[MK_G_FCG], LG(l, MK_P_FCPW), LG(l, MK_P_FCPB), g[MK_G_RES], x.fcg,
-                       LP(l, MK_P_FCPW), (int)R, H, C);
+            prod_bwd(m, g[MK_G_FCG], LG(l, MK_P_FCPB), g[MK_G_RES], x.fcg, x.fcgh, fcpw, (int)R, H,
+                     C);
             be->swiglu_bwd(g[MK_G_FCH], x.fch, g[MK_G_FCG], (int)R, H);
+        } else if (b16) { /* c_proj's input gradient, then the GELU's in place (not fused) */
+            prod_bwd(m, g[MK_G_FCH], LG(l, MK_P_FCPB), g[MK_G_RES], x.fcg, x.fcgh, fcpw, (int)R, H,
+                     C);
+            be->gelu_bwd(g[MK_G_FCH], x.fch, g[MK_G_FCH], R * H);
         } else { /* c_proj's input gradient and the GELU's, fused where the back-end can */
             mk__mm_gelu_bwd(be, g[MK_G_FCH], LG(l, MK_P_FCPW), LG(l, MK_P_FCPB), g[MK_G_RES], x.fcg,
                             LP(l, MK_P_FCPW), x.fch, (int)R, H, C);
         }
-        be->mm_bwd(g[MK_G_LN], LG(l, MK_P_FCW), LG(l, MK_P_FCB), g[MK_G_FCH], x.ln2,
-                   LP(l, MK_P_FCW), (int)R, C, F);
+        prod_bwd(m, g[MK_G_LN], LG(l, MK_P_FCB), g[MK_G_FCH], x.ln2, x.ln2h,
+                 mk__ltensor(m, l, MK_P_FCW), (int)R, C, F);
         norm_bwd(m, g[MK_G_RES], LG(l, MK_P_LN2W), LG(l, MK_P_LN2B), g[MK_G_LN], x.res2,
                  LP(l, MK_P_LN2W), x.ln2m, x.ln2r, (int)R);
         /* attention branch: res2 = res + o(attn(qk(qkv(norm1(res))))) */
-        be->mm_bwd(g[MK_G_ATTY], LG(l, MK_P_PROJW), LG(l, MK_P_PROJB), g[MK_G_RES], x.atty,
-                   LP(l, MK_P_PROJW), (int)R, A, C);
+        prod_bwd(m, g[MK_G_ATTY], LG(l, MK_P_PROJB), g[MK_G_RES], x.atty, x.attyh,
+                 mk__ltensor(m, l, MK_P_PROJW), (int)R, A, C);
         be->attn_bwd(g[MK_G_QKV], g[MK_G_ATT], g[MK_G_ATTY], x.qkv, x.att, B, T, NH, NKV, hd);
         if (rot)
             be->qk_bwd(g[MK_G_QKVR], LG(l, MK_P_QNW), LG(l, MK_P_KNW), g[MK_G_QKV], x.qkvr,
                        LP(l, MK_P_QNW), LP(l, MK_P_KNW), x.qkr, m->rope_cos, m->rope_sin, m->d_pos,
                        (int)R, NH, NKV, hd);
-        be->mm_bwd(g[MK_G_LN], LG(l, MK_P_QKVW), LG(l, MK_P_QKVB), rot ? g[MK_G_QKVR] : g[MK_G_QKV],
-                   x.ln1, LP(l, MK_P_QKVW), (int)R, C, W);
+        prod_bwd(m, g[MK_G_LN], LG(l, MK_P_QKVB), rot ? g[MK_G_QKVR] : g[MK_G_QKV], x.ln1, x.ln1h,
+                 mk__ltensor(m, l, MK_P_QKVW), (int)R, C, W);
         norm_bwd(m, g[MK_G_RES], LG(l, MK_P_LN1W), LG(l, MK_P_LN1B), g[MK_G_LN], x.res,
                  LP(l, MK_P_LN1W), x.ln1m, x.ln1r, (int)R);
     }
@@ -1312,5 +1474,6 @@ int mk_model_step(mk_model *m, const mk_adamw_params *p, int t, float *grad_norm
         m->be->adamw(m->params + ti->offset, m->grads + ti->offset, m->m + ti->offset,
                      m->v + ti->offset, ti->numel, p->lr, p->beta1, p->beta2, p->eps, wd, t);
     }
+    mk__params_changed(m);
     return MK_OK;
 }

@@ -8,7 +8,8 @@
  * or libc themselves are not seen: those are their own pools).  After one
  * warm-up round, a second round of each call must allocate nothing, on sizes
  * that take both the BLAS and the skinny matrix products, the parallel and
- * the serial attention, and both decode attention paths.
+ * the serial attention, and both decode attention paths; training also with bfloat16 products
+ * (MK_MODEL_BF16_TRAIN).
  */
 #include <stdatomic.h>
 
@@ -117,10 +118,12 @@ static void train_round(mk_model *m, const int *tok, const int *tgt, const float
     assert_mk_ok(mk_model_step(m, &opt, 2, NULL));
 }
 
-static void test_training_allocates_nothing(void **state)
+/* flags: 0, or MK_MODEL_BF16_TRAIN (whose bfloat16 copies each step makes stale, remade by the
+ * next forward) */
+static void training_allocates_nothing(unsigned flags)
 {
     mk_model *m;
-    assert_mk_ok(mk_model_new(&m, &cfg, B, T, NULL));
+    assert_mk_ok(mk_model_new_ex(&m, &cfg, B, T, NULL, flags));
     mk_model_init(m, 5);
     int tok[B * T], tgt[B * T];
     float adv[B * T], behav[B * T];
@@ -137,6 +140,18 @@ static void test_training_allocates_nothing(void **state)
         assert_int_equal(n, 0);
     }
     mk_model_free(m);
+}
+
+static void test_training_allocates_nothing(void **state)
+{
+    (void)state;
+    training_allocates_nothing(0);
+}
+
+static void test_bf16_training_allocates_nothing(void **state)
+{
+    (void)state;
+    training_allocates_nothing(MK_MODEL_BF16_TRAIN);
 }
 
 /* Appending and stepping allocate nothing either, for one slot (a work item per head) and
@@ -187,6 +202,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wrapper_counts),
         cmocka_unit_test(test_training_allocates_nothing),
+        cmocka_unit_test(test_bf16_training_allocates_nothing),
         cmocka_unit_test(test_decoding_allocates_nothing),
         cmocka_unit_test(test_bf16_decoding_allocates_nothing),
     };

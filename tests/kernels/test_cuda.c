@@ -25,6 +25,8 @@
  *   matmul, head (cuBLAS FP32, no TF32) fwd / bwd          1e-5 + 1e-4
  *     mixed math (mk_backend_set_math) TF32 / BF16          4e-3 / 5e-2 + 1e-2
  *     (dinp 4x: longer sums); bf16 products (mm_fwd_bf16a)  2e-5 + 1e-5
+ *   bf16 training products (mm_fwd_bb, mm_bwd_bb: dinp,    2e-5 + 1e-5
+ *     dw, dbias); round_bf16 and mm_bwd_bb's dout16        exact
  *   attention fwd / bwd, decode attention (float and       1e-5 + 1e-4
  *     bfloat16 caches, attn_decode_bf16)
  *     fused attention's log-sum-exp (vs a double sum)      1e-5 + 1e-5
@@ -42,6 +44,9 @@
  *          tokens, step logits 1e-4 + 1e-4.
  *   Llama/Qwen2/Qwen3 models: logits 1e-4 + 1e-4; loss 1e-5; gradients
  *          1e-5 + 1e-3; greedy decoding as above.
+ *   Training with MK_MODEL_BF16_TRAIN (GPT-2 and the three families): logits 2e-3 + 2e-3;
+ *          loss 1e-4 relative; each tensor's gradient 1e-2 relative in L2 norm; five AdamW
+ *          steps' losses 3e-3 relative (check_bf16_train says why).
  *   Decoding with bfloat16 KV caches (MK_MODEL_BF16_KV), GPT-2 fixture and
  *          the three families: identical greedy tokens, step logits
  *          1e-4 + 1e-4 (the stored values are bit-equal on both sides).
@@ -1139,6 +1144,181 @@ static void test_model_families(void **state)
         check_family(&family_cfgs[i]);
 }
 
+/* ---- mixed-precision training (MK_MODEL_BF16_TRAIN) ------------------------------------ */
+
+/* bfloat16 values on both sides */
+static uint16_t *dev16(const uint16_t *h, size_t n)
+{
+    return dev(h, n * sizeof(uint16_t));
+}
+
+static void cmp16(const uint16_t *d, const uint16_t *h, size_t n, const char *label)
+{
+    uint16_t *g = malloc(n * sizeof(uint16_t));
+    assert_non_null(g);
+    gpu->download(g, d, n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++)
+        if (g[i] != h[i]) fail_msg("%s [%zu]: 0x%04x, want 0x%04x", label, i, g[i], h[i]);
+    free(g);
+}
+
+/* round_bf16, mm_fwd_bb and mm_bwd_bb against the CPU's at odd shapes, weights [IC,OC] and
+ * [OC,IC] (wt), with and without bias; dinp starts from garbage (overwritten), dw and dbias from
+ * random values (added into) */
+static void test_bf16_train_ops(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    mk_rng r;
+    mk_rng_seed(&r, 23);
+    const int bb[][3] = {{1, 37, 5},    {37, 19, 41},  {64, 48, 144},
+                         {130, 33, 17}, {70, 150, 90}, {0, 8, 16}};
+    for (size_t s = 0; s < sizeof bb / sizeof bb[0]; s++)
+        for (int wt = 0; wt < 2; wt++) {
+            int NR = bb[s][0], IC = bb[s][1], OC = bb[s][2], wb = (int)(s + wt) % 2;
+            size_t nx = (size_t)NR * IC + 1, nw = (size_t)IC * OC, no = (size_t)NR * OC + 1;
+            char l[96];
+            pair x = rnd(nx, -2, 2, &r), w = rnd(nw, -1, 1, &r), bias = rnd(OC, -1, 1, &r),
+                 out = rnd(no, -9, 9, &r), dout = rnd(no, -1, 1, &r), dinp = rnd(nx, -9, 9, &r),
+                 dw = rnd(nw, -1, 1, &r), db = rnd(OC, -1, 1, &r);
+            uint16_t *xh = malloc(nx * 2), *wh = malloc(nw * 2), *dh = malloc(no * 2);
+            uint16_t *xd = dev16(NULL, nx), *wd = dev16(NULL, nw), *dd = dev16(NULL, no);
+            cpu->round_bf16(xh, x.h, nx), gpu->round_bf16(xd, x.d, nx);
+            cpu->round_bf16(wh, w.h, nw), gpu->round_bf16(wd, w.d, nw);
+            cmp16(xd, xh, nx, "round_bf16 activations");
+            cmp16(wd, wh, nw, "round_bf16 weights");
+            /* each back-end's scratch */
+            size_t nsc = (size_t)cpu->bb_scratch_k * (NR + IC + OC) + 1,
+                   nsg = (size_t)gpu->bb_scratch_k * (NR + IC + OC);
+            float *sc = malloc(nsc * 4), *sg = nsg ? dev(NULL, nsg * 4) : NULL;
+            assert_non_null(sc);
+            cpu->mm_fwd_bb(out.h, xh, wh, wb ? bias.h : NULL, NR, IC, OC, wt, sc);
+            gpu->mm_fwd_bb(out.d, xd, wd, wb ? bias.d : NULL, NR, IC, OC, wt, sg);
+            snprintf(l, sizeof l, "mm_fwd_bb R=%d IC=%d OC=%d wt=%d bias=%d", NR, IC, OC, wt, wb);
+            CMP(out, 2e-5, 1e-5, l);
+            cpu->mm_bwd_bb(dinp.h, dw.h, wb ? db.h : NULL, dh, dout.h, xh, wh, NR, IC, OC, wt, sc);
+            gpu->mm_bwd_bb(dinp.d, dw.d, wb ? db.d : NULL, dd, dout.d, xd, wd, NR, IC, OC, wt, sg);
+            free(sc);
+            if (sg) gpu->release(sg);
+            if (NR) cmp16(dd, dh, (size_t)NR * OC, "mm_bwd_bb dout16");
+            snprintf(l, sizeof l, "mm_bwd_bb dinp R=%d IC=%d OC=%d wt=%d", NR, IC, OC, wt);
+            CMP(dinp, 2e-5, 1e-5, l);
+            snprintf(l, sizeof l, "mm_bwd_bb dw R=%d IC=%d OC=%d wt=%d", NR, IC, OC, wt);
+            CMP(dw, 2e-5, 1e-5, l);
+            snprintf(l, sizeof l, "mm_bwd_bb dbias R=%d OC=%d", NR, OC);
+            CMP(db, 2e-5, 1e-5, l);
+            pair *all[] = {&x, &w, &bias, &out, &dout, &dinp, &dw, &db};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) pair_free(all[i]);
+            free(xh), free(wh), free(dh);
+            gpu->release(xd), gpu->release(wd), gpu->release(dd);
+        }
+}
+
+/* ||a - b|| / ||b|| over n floats */
+static double rel_l2(const float *a, const float *b, size_t n)
+{
+    double d = 0, w = 0;
+    for (size_t i = 0; i < n; i++)
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), w += (double)b[i] * b[i];
+    return w > 0 ? sqrt(d / w) : sqrt(d);
+}
+
+/* One model with MK_MODEL_BF16_TRAIN on both back-ends from the same parameters: the logits,
+ * the CE loss, every tensor's gradient and five AdamW steps' losses.  The CPU and the GPU round
+ * the same activations to bfloat16, and an activation that their float ops leave a hair either
+ * side of a rounding boundary rounds one bfloat16 step (2^-8 relative) apart, so these bound the
+ * whole, not elements: logits 2e-3 + 2e-3 relative, the loss 1e-4 relative, each tensor's
+ * gradient within 1e-2 relative (L2 norm of the difference over the CPU's), the losses of five
+ * steps 3e-3 relative (the emulator: within 3e-4). */
+static void check_bf16_train(const mk_config *cfg)
+{
+    enum { FB = 2, FT = 23 };
+    const char *name = mk_arch_name(cfg->arch);
+    mk_model *mc, *mg;
+    assert_mk_ok(mk_model_new_ex(&mc, cfg, FB, FT, cpu, MK_MODEL_BF16_TRAIN));
+    assert_mk_ok(mk_model_new_ex(&mg, cfg, FB, FT, gpu, MK_MODEL_BF16_TRAIN));
+    int Vv = cfg->vocab_size;
+    size_t P = mk_model_num_params(mc), NL = (size_t)FB * FT * Vv;
+    assert_int_equal(mk_model_num_params(mg), P);
+    /* fewer activation bytes than the float model on the device (from two layers on: one layer
+     * saves about what the float scratch of a layer costs) */
+    if (cfg->n_layer >= 2) {
+        mk_model *mf;
+        assert_mk_ok(mk_model_new_ex(&mf, cfg, FB, FT, gpu, 0));
+        assert_true(mk_model_activation_bytes(mg) < mk_model_activation_bytes(mf));
+        mk_model_free(mf);
+    }
+    mk_rng r;
+    mk_rng_seed(&r, 29 + cfg->arch);
+    mk_model_init(mc, 5);
+    float *a = malloc(P * 4), *b = malloc(P * 4), *la = malloc(NL * 4), *lb = malloc(NL * 4);
+    assert_non_null(a), assert_non_null(b), assert_non_null(la), assert_non_null(lb);
+    assert_mk_ok(mk_model_read_params(mc, a, 0, P));
+    for (size_t i = 0; i < P; i++) a[i] += 0.1f * (mk_rng_uniform(&r) - 0.5f);
+    assert_mk_ok(mk_model_write_params(mc, a, 0, P));
+    assert_mk_ok(mk_model_write_params(mg, a, 0, P));
+    int tokens[FB * FT], targets[FB * FT];
+    for (int i = 0; i < FB * FT; i++) tokens[i] = (int)(mk_rng_next(&r) % (uint64_t)Vv);
+    for (int i = 0; i < FB * FT; i++) targets[i] = (tokens[i] * 5 + 1) % Vv;
+    char l[128];
+    assert_mk_ok(mk_forward(mc, tokens, FB, FT));
+    assert_mk_ok(mk_forward(mg, tokens, FB, FT));
+    assert_mk_ok(mk_model_read_logits(mc, la));
+    assert_mk_ok(mk_model_read_logits(mg, lb));
+    snprintf(l, sizeof l, "%s bf16-train logits", name);
+    check_close(lb, la, NL, 2e-3, 2e-3, l);
+    float lc, lg;
+    assert_mk_ok(mk_loss_ce(mc, targets, NULL, &lc));
+    assert_mk_ok(mk_loss_ce(mg, targets, NULL, &lg));
+    assert_near(lg, lc, 1e-4 * fabs(lc));
+    mk_zero_grad(mc), mk_zero_grad(mg);
+    assert_mk_ok(mk_backward(mc));
+    assert_mk_ok(mk_backward(mg));
+    assert_mk_ok(mk_model_read_grads(mc, a, 0, P));
+    assert_mk_ok(mk_model_read_grads(mg, b, 0, P));
+    double worst = 0;
+    for (int i = 0; i < mk_model_num_tensors(mc); i++) {
+        mk_tensor_info ti;
+        assert_mk_ok(mk_model_tensor(mc, i, &ti));
+        double e = rel_l2(b + ti.offset, a + ti.offset, ti.numel);
+        worst = e > worst ? e : worst;
+        if (!(e <= 1e-2)) fail_msg("%s bf16-train gradient of %s: %.3g relative", name, ti.name, e);
+    }
+    fprintf(stderr, "%s bf16-train: loss %.7g cpu %.7g gpu; worst gradient %.3g relative\n", name,
+            lc, lg, worst);
+    mk_adamw_params ap = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    for (int t = 1; t <= 5; t++) {
+        assert_mk_ok(mk_model_step(mc, &ap, t, NULL));
+        assert_mk_ok(mk_model_step(mg, &ap, t, NULL));
+        assert_mk_ok(mk_forward(mc, tokens, FB, FT));
+        assert_mk_ok(mk_forward(mg, tokens, FB, FT));
+        assert_mk_ok(mk_loss_ce(mc, targets, NULL, &lc));
+        assert_mk_ok(mk_loss_ce(mg, targets, NULL, &lg));
+        assert_near(lg, lc, 3e-3 * fabs(lc));
+        mk_zero_grad(mc), mk_zero_grad(mg);
+        assert_mk_ok(mk_backward(mc));
+        assert_mk_ok(mk_backward(mg));
+    }
+    fprintf(stderr, "%s bf16-train: loss after 5 steps %.7g cpu %.7g gpu\n", name, lc, lg);
+    mk_model_free(mc), mk_model_free(mg);
+    free(a), free(b), free(la), free(lb);
+}
+
+static void test_model_bf16_train(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    const mk_config g2 = {
+        .n_layer = 2, .n_head = 3, .n_embd = 36, .block_size = 32, .vocab_size = 67};
+    check_bf16_train(&g2);
+    /* a vocabulary wider than every block product: the head's backward in passes of 6 rows */
+    const mk_config wide = {
+        .n_layer = 1, .n_head = 2, .n_embd = 12, .block_size = 32, .vocab_size = 331};
+    check_bf16_train(&wide);
+    for (size_t i = 0; i < sizeof family_cfgs / sizeof family_cfgs[0]; i++)
+        check_bf16_train(&family_cfgs[i]);
+}
+
 #ifdef MK_CUDA_EMU_TEST
 /* tests/kernels/cuda_emu: cuBLASLt products run so far with the epilogue named */
 long mk_emu_lt_matmuls(const char *epilogue);
@@ -1774,6 +1954,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_model_gpt2),
         cmocka_unit_test(test_model_families),
         cmocka_unit_test(test_fused_epilogues),
+        cmocka_unit_test(test_bf16_train_ops),
+        cmocka_unit_test(test_model_bf16_train),
         cmocka_unit_test(test_share),
 #ifdef MK_CUDA_EMU_TEST
         cmocka_unit_test(test_share_visibility),
