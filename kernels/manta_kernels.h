@@ -276,8 +276,9 @@ int mk_model_read_hf(const mk_model *m, const char *name, int grads, float *dst)
 
 /* Back-end pointers to the flat parameters and gradients (host memory on the
  * CPU back-end, device memory on CUDA).  Owned by the model.  With
- * MK_MODEL_BF16_WEIGHTS, mk_model_params marks the bfloat16 copies stale (the next
- * decoder call remakes them): call it again after writing through an old pointer. */
+ * MK_MODEL_BF16_WEIGHTS or MK_MODEL_BF16_TRAIN, mk_model_params marks the bfloat16 copies
+ * stale (the next decoder call, or mk_forward, remakes them): call it again after writing
+ * through an old pointer. */
 float *mk_model_params(mk_model *m);
 float *mk_model_grads(mk_model *m);
 /* Copy elements [off, off+n) between the model and host memory; work on any
