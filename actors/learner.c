@@ -305,8 +305,7 @@ static int learner_init(manta_ctx *m, void *state, const void *args, size_t len)
            s->off + s->len, s->max_batch, s->block, s->micro,
            s->ms.bf16_train ? ", mixed precision (bfloat16 weights, products and product inputs)"
                             : "",
-           rl_dtype_name(s->ms.dtype),
-           s->bucket_bf16 ? "bfloat16s" : "floats",
+           rl_dtype_name(s->ms.dtype), s->bucket_bf16 ? "bfloat16s" : "floats",
            !s->nccl        ? (s->staged ? "host (gradients and parameters staged through host "
                                           "memory)"
                                         : "host")
