@@ -475,8 +475,8 @@ static void bench_model(const bmodel *bm, plan p)
     fprintf(stderr, "bench_gpu: %s: %zu parameters on %s (created and initialised in %.1f s)\n",
             bm->name, mk_model_num_params(m), mk_backend_name(be), now() - t0);
     v[F_TRAIN] = bench_train(m, &p, &t, &steps[F_TRAIN]);
-    fprintf(stderr, "bench_gpu: %s: train %dx%d: %.0f tokens/s (%d steps), activations %.2f GB\n",
-            bm->name, p.B, p.T, v[F_TRAIN], steps[F_TRAIN], mk_model_activation_bytes(m) / 1e9);
+    fprintf(stderr, "bench_gpu: %s: train %dx%d: %.0f tokens/s (%d steps), activations %.1f MB\n",
+            bm->name, p.B, p.T, v[F_TRAIN], steps[F_TRAIN], mk_model_activation_bytes(m) / 1e6);
     double rl[3];
     int cycles;
     bench_rl(m, &p, &t, rl, &cycles);
@@ -507,8 +507,8 @@ static void bench_model(const bmodel *bm, plan p)
     t = 0;
     v[F_TRAIN16] = bench_train(m, &p, &t, &steps[F_TRAIN16]);
     fprintf(stderr,
-            "bench_gpu: %s: train bf16 %dx%d: %.0f tokens/s (%d steps), activations %.2f GB\n",
-            bm->name, p.B, p.T, v[F_TRAIN16], steps[F_TRAIN16], mk_model_activation_bytes(m) / 1e9);
+            "bench_gpu: %s: train bf16 %dx%d: %.0f tokens/s (%d steps), activations %.1f MB\n",
+            bm->name, p.B, p.T, v[F_TRAIN16], steps[F_TRAIN16], mk_model_activation_bytes(m) / 1e6);
     mk_model_free(m);
     /* PyTorch, the same shapes and the steps Manta timed */
     p.train_steps = steps[F_TRAIN], p.dec64_steps = steps[F_DEC64];
