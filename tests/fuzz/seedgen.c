@@ -130,6 +130,7 @@ static void traj_seeds(void)
                        {.offset = 1000, .count = 24, .crc = 7}};
     memset(&bk[0].id, 0x11, sizeof bk[0].id);
     memset(&bk[1].id, 0x22, sizeof bk[1].id);
+    bk[0].bf16 = 1;      /* rl.bucket_dtype bf16 */
     bk[1].has_share = 1; /* a copy in a learner's device memory (CUDA IPC) */
     memset(bk[1].share, 0x5a, sizeof bk[1].share);
     snprintf(bk[1].share_host, sizeof bk[1].share_host, "host/boot/1.2");
