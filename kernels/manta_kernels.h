@@ -430,8 +430,10 @@ typedef struct mk_share mk_share;
  * whose cudaIpcGetMemHandle fails), with a message saying why; MK_ERR_DEVICE (out of device
  * memory).  The share belongs to the caller; m may be freed before it. */
 int mk_share_new(mk_model *m, size_t n, mk_share **out);
-/* Frees the share (NULL is fine).  Processes that opened it keep their mapping of it until
- * they close it (their model is freed or evicts it); free it when readers are done with it. */
+/* Frees the share (NULL is fine).  What a process that still maps it then reads is undefined
+ * (CUDA's rule for IPC memory freed before its importers close it; the emulator keeps the
+ * memory): free it only when no reader will copy from it again (a learner frees its shares
+ * when it ends), or accept that a late reader's stamp checks may fail. */
 void mk_share_free(mk_share *s);
 /* Copies m's parameters [off, off + n) into the share's floats [0, n) (n <= its size, m on
  * the back-end the share was made on; MK_ERR_ARG otherwise), stamped with version >= 0
@@ -455,8 +457,9 @@ void mk_share_handle(const mk_share *s, unsigned char out[MK_SHARE_HANDLE_BYTES]
  *                       versions, and the caller must write them again from elsewhere.
  * The model keeps the handles it opened (most recent first, 8 at most, keyed by the handle's
  * bytes; the least recent is closed when a 9th opens; mk_model_free closes all), so a new
- * version in the same share costs no open.  Two models of one process should not open the same
- * share: CUDA may refuse the second open (MK_ERR_DEVICE). */
+ * version in the same share costs no open.  Two models of one process may open the same share:
+ * CUDA returns the same mapping, counted, and each model's close drops its count (the emulator
+ * maps it twice). */
 int mk_model_write_params_shared(mk_model *m, const unsigned char handle[MK_SHARE_HANDLE_BYTES],
                                  size_t src_off, size_t off, size_t n, int64_t version);
 /* The checks of mk_model_write_params_shared without the copy: opens the share (into the same
